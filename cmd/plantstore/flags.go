@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// flagSet is a flag.FlagSet whose every flag also reads an environment
+// variable: PLANTSTORE_ and the flag's name in capitals with _ for -
+// (--max-body-bytes is PLANTSTORE_MAX_BODY_BYTES). A flag on the command
+// line wins over the variable, which wins over the default.
+type flagSet struct {
+	*flag.FlagSet
+	getenv func(string) string
+	errs   []error
+}
+
+func newFlagSet(name string, getenv func(string) string, stderr io.Writer) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return &flagSet{FlagSet: fs, getenv: getenv}
+}
+
+func envName(flagName string) string {
+	return "PLANTSTORE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// fromEnv sets v from the flag's variable when that is set.
+func (fs *flagSet) fromEnv(name string, v flag.Value) {
+	if s := fs.getenv(envName(name)); s != "" {
+		if err := v.Set(s); err != nil {
+			fs.errs = append(fs.errs, fmt.Errorf("%s=%q: %v", envName(name), s, err))
+		}
+	}
+}
+
+func (fs *flagSet) String(name, def, usage string) *string {
+	p := new(string)
+	*p = def
+	v := (*stringValue)(p)
+	fs.fromEnv(name, v)
+	fs.Var(v, name, usage+" (env "+envName(name)+", default "+strconv.Quote(def)+")")
+	return p
+}
+
+func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
+	p := new(time.Duration)
+	*p = def
+	v := (*durationValue)(p)
+	fs.fromEnv(name, v)
+	fs.Var(v, name, usage+" (env "+envName(name)+", default "+def.String()+")")
+	return p
+}
+
+func (fs *flagSet) Int64(name string, def int64, usage string) *int64 {
+	p := new(int64)
+	*p = def
+	v := (*int64Value)(p)
+	fs.fromEnv(name, v)
+	fs.Var(v, name, usage+" (env "+envName(name)+", default "+strconv.FormatInt(def, 10)+")")
+	return p
+}
+
+// parse parses args, allowing flags after positional arguments, and returns
+// the positional ones. -h prints the flags and returns errUsageShown.
+func (fs *flagSet) parse(args []string) ([]string, error) {
+	if err := errors.Join(fs.errs...); err != nil {
+		return nil, usageError(err.Error())
+	}
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errUsageShown
+			}
+			return nil, usageError(err.Error())
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+type stringValue string
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+type durationValue time.Duration
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (examples: 500ms, 10s, 2m)")
+	}
+	if d <= 0 {
+		return errors.New("must be positive")
+	}
+	*v = durationValue(d)
+	return nil
+}
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+type int64Value int64
+
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	if n <= 0 {
+		return errors.New("must be positive")
+	}
+	*v = int64Value(n)
+	return nil
+}
+func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/httpapi"
+)
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := newFlagSet("serve", getenv, stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on, HOST:PORT")
+	dbFlags := addDBFlags(fs)
+	maxBody := fs.Int64("max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted; larger gets 413")
+	maxHeader := fs.Int64("max-header-bytes", 16<<10, "largest request header block accepted; larger gets 431")
+	readHeaderTimeout := fs.Duration("read-header-timeout", 5*time.Second, "time a client has to send the request headers")
+	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time a client has to send the whole request")
+	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time to write the answer, from the end of the headers")
+	idleTimeout := fs.Duration("idle-timeout", 120*time.Second, "time an idle keep-alive connection stays open")
+	requestTimeout := fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "time in-flight requests get to finish after SIGTERM or SIGINT")
+	logFormat := fs.String("log-format", "json", "log format: json or text")
+	logLevel := fs.String("log-level", "info", "least severe log level: debug, info, warn or error")
+	if rest, err := fs.parse(args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError(fmt.Sprintf("serve takes no arguments, got %q", rest))
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+
+	store, err := dbFlags.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	authn := auth.New(store, auth.Options{Logger: log})
+	api := httpapi.NewServer(store, authn, httpapi.Config{
+		MaxBodyBytes:   *maxBody,
+		RequestTimeout: *requestTimeout,
+		Logger:         log,
+	})
+	srv := httpapi.NewHTTPServer(api, httpapi.Limits{
+		ReadHeaderTimeout: *readHeaderTimeout,
+		ReadTimeout:       *readTimeout,
+		WriteTimeout:      *writeTimeout,
+		IdleTimeout:       *idleTimeout,
+		MaxHeaderBytes:    int(*maxHeader),
+	})
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "db", dbFlags.path())
+
+	var background sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	background.Go(func() { authn.Run(bgCtx) })
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(httpapi.JSONErrorListener(ln)) }()
+
+	select {
+	case err = <-serveErr:
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", shutdownTimeout.String())
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *shutdownTimeout)
+		err = srv.Shutdown(shutdownCtx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("in-flight requests did not finish within %s", *shutdownTimeout)
+		}
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	stopBackground()
+	background.Wait()
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError(fmt.Sprintf("--log-level %q: want debug, info, warn or error", level))
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, usageError(fmt.Sprintf("--log-format %q: want json or text", format))
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+func runToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError("token needs a subcommand: create, list or revoke")
+	}
+	switch args[0] {
+	case "create":
+		return tokenCreate(ctx, args[1:], getenv, stdout, stderr)
+	case "list":
+		return tokenList(ctx, args[1:], getenv, stdout, stderr)
+	case "revoke":
+		return tokenRevoke(ctx, args[1:], getenv, stderr)
+	}
+	return usageError(fmt.Sprintf("unknown token subcommand %q: want create, list or revoke", args[0]))
+}
+
+// tokenCreate prints the new token alone on stdout, so that
+// TOKEN=$(plantstore token create --name x) captures it; the note that it
+// is shown only once goes to stderr.
+func tokenCreate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("token create", getenv, stderr)
+	db := addDBFlags(fs)
+	name := fs.String("name", "", "the token's name, unique among active tokens (required)")
+	scopeList := fs.String("scope", strings.Join(plantstore.KnownScopes, ","), "comma-separated scopes")
+	if rest, err := fs.parse(args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError(fmt.Sprintf("token create takes no arguments, got %q; use --name", rest))
+	}
+	if *name == "" {
+		return usageError("token create needs --name")
+	}
+	if err := plantstore.ValidateTokenName(*name); err != nil {
+		return usageError(plantstore.ErrorMessage(err))
+	}
+	scopes, err := plantstore.ParseScopes(*scopeList)
+	if err != nil {
+		return usageError(plantstore.ErrorMessage(err))
+	}
+	store, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	secret := plantstore.NewToken()
+	if _, err := store.CreateToken(ctx, plantstore.Token{Name: *name, Scopes: scopes}, plantstore.HashToken(secret)); err != nil {
+		return cliError(err)
+	}
+	fmt.Fprintln(stdout, secret)
+	fmt.Fprintf(stderr, "created token %q with scopes %s; it is shown only this once\n", *name, strings.Join(scopes, ","))
+	return nil
+}
+
+func tokenList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("token list", getenv, stderr)
+	db := addDBFlags(fs)
+	all := fs.Bool("all", false, "include revoked tokens")
+	if rest, err := fs.parse(args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError(fmt.Sprintf("token list takes no arguments, got %q", rest))
+	}
+	store, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	tokens, err := store.ListTokens(ctx, *all)
+	if err != nil {
+		return cliError(err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	header := "NAME\tSCOPES\tCREATED\tLAST USED"
+	if *all {
+		header += "\tREVOKED"
+	}
+	fmt.Fprintln(tw, header)
+	for _, t := range tokens {
+		line := fmt.Sprintf("%s\t%s\t%s\t%s", t.Name, strings.Join(t.Scopes, ","), timeOrNever(t.CreatedAt), timeOrNever(t.LastUsedAt))
+		if *all {
+			line += "\t" + timeOrNever(t.RevokedAt)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+func tokenRevoke(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := newFlagSet("token revoke", getenv, stderr)
+	db := addDBFlags(fs)
+	rest, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError("token revoke takes exactly one argument: the token's name")
+	}
+	store, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.RevokeToken(ctx, rest[0], time.Now()); err != nil {
+		return cliError(err)
+	}
+	fmt.Fprintf(stderr, "revoked token %q; running servers refuse it within seconds\n", rest[0])
+	return nil
+}
+
+// cliError shows a domain error's message, keeping the cause for
+// unexpected ones.
+func cliError(err error) error {
+	switch plantstore.ErrorCode(err) {
+	case plantstore.ENOTFOUND, plantstore.ECONFLICT, plantstore.EINVALID:
+		return fmt.Errorf("%s", plantstore.ErrorMessage(err))
+	}
+	return err
+}
+
+func timeOrNever(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

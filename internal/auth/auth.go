@@ -1,0 +1,178 @@
+// Package auth checks bearer tokens against the token store. It keeps
+// recently seen tokens in memory for a short time, so a request costs no
+// database read, and records last use in batches, so a request costs no
+// write either.
+package auth
+
+import (
+	"context"
+	"crypto/subtle"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// Options tune an Authenticator. The zero value is usable.
+type Options struct {
+	// CacheTTL bounds how long a token stays valid in memory after its last
+	// lookup: the longest a revocation can take to bite. Default 2 s.
+	CacheTTL time.Duration
+	// CacheSize bounds the entries kept. Default 10,000.
+	CacheSize int
+	// FlushInterval is how often last-use times are written. Default 5 s.
+	FlushInterval time.Duration
+	Now           func() time.Time
+	Logger        *slog.Logger
+}
+
+// Authenticator turns a presented token into the token record it stands for.
+type Authenticator struct {
+	store plantstore.TokenStore
+	opts  Options
+
+	mu    sync.Mutex
+	cache map[plantstore.TokenHash]cached
+	used  map[int64]time.Time
+}
+
+type cached struct {
+	hash    plantstore.TokenHash
+	token   plantstore.Token
+	expires time.Time
+}
+
+// New returns an Authenticator over store.
+func New(store plantstore.TokenStore, opts Options) *Authenticator {
+	if opts.CacheTTL <= 0 {
+		opts.CacheTTL = 2 * time.Second
+	}
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = 10_000
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Authenticator{
+		store: store,
+		opts:  opts,
+		cache: make(map[plantstore.TokenHash]cached),
+		used:  make(map[int64]time.Time),
+	}
+}
+
+// Authenticate returns the active token that secret stands for. It returns
+// EUNAUTHORIZED for a malformed, unknown or revoked token, and the store's
+// EUNAVAILABLE when the store cannot be asked.
+func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plantstore.Token, error) {
+	if !plantstore.WellFormedToken(secret) {
+		return plantstore.Token{}, plantstore.Errorf(plantstore.EUNAUTHORIZED, "the access token is malformed")
+	}
+	// Only SHA-256 digests of the secret are ever compared (here and in the
+	// store's index), so the timing of a comparison tells an attacker nothing
+	// about the secret; the check below is constant-time all the same.
+	hash := plantstore.HashToken(secret)
+	now := a.opts.Now()
+
+	a.mu.Lock()
+	entry, ok := a.cache[hash]
+	a.mu.Unlock()
+	if ok && now.Before(entry.expires) && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1 {
+		a.recordUse(entry.token.ID, now)
+		return entry.token, nil
+	}
+
+	token, err := a.store.TokenByHash(ctx, hash)
+	if plantstore.ErrorCode(err) == plantstore.ENOTFOUND {
+		a.mu.Lock()
+		delete(a.cache, hash)
+		a.mu.Unlock()
+		return plantstore.Token{}, plantstore.Errorf(plantstore.EUNAUTHORIZED, "the access token is unknown or revoked")
+	}
+	if err != nil {
+		return plantstore.Token{}, err
+	}
+	a.mu.Lock()
+	if len(a.cache) >= a.opts.CacheSize {
+		a.evictLocked(now)
+	}
+	a.cache[hash] = cached{hash: hash, token: token, expires: now.Add(a.opts.CacheTTL)}
+	a.used[token.ID] = now
+	a.mu.Unlock()
+	return token, nil
+}
+
+// evictLocked drops expired entries, and if none were, an arbitrary one.
+func (a *Authenticator) evictLocked(now time.Time) {
+	n := len(a.cache)
+	for h, e := range a.cache {
+		if !now.Before(e.expires) {
+			delete(a.cache, h)
+		}
+	}
+	if len(a.cache) < n {
+		return
+	}
+	for h := range a.cache {
+		delete(a.cache, h)
+		return
+	}
+}
+
+func (a *Authenticator) recordUse(id int64, at time.Time) {
+	a.mu.Lock()
+	a.used[id] = at
+	a.mu.Unlock()
+}
+
+// Flush writes the last-use times gathered since the previous flush.
+func (a *Authenticator) Flush(ctx context.Context) error {
+	a.mu.Lock()
+	used := a.used
+	a.used = make(map[int64]time.Time)
+	a.mu.Unlock()
+	if len(used) == 0 {
+		return nil
+	}
+	if err := a.store.RecordTokenUse(ctx, used); err != nil {
+		// Keep them for the next flush; a later use wins over an older one.
+		a.mu.Lock()
+		for id, at := range used {
+			if cur, ok := a.used[id]; !ok || at.After(cur) {
+				a.used[id] = at
+			}
+		}
+		a.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Run flushes last-use times every FlushInterval until ctx ends, then once
+// more, so a graceful shutdown loses none.
+func (a *Authenticator) Run(ctx context.Context) {
+	ticker := time.NewTicker(a.opts.FlushInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			if err := a.Flush(ctx); err != nil {
+				a.opts.Logger.Warn("record token use", "err", err)
+			}
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := a.Flush(final); err != nil {
+				a.opts.Logger.Warn("record token use", "err", err)
+			}
+			cancel()
+			return
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/plantstore/plantstore"
+)
+
+// requireScope lets a request through to next only with a valid bearer
+// token (RFC 6750) that grants scope.
+func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret, err := bearerToken(r.Header)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		token, err := s.auth.Authenticate(r.Context(), secret)
+		if plantstore.ErrorCode(err) == plantstore.EUNAUTHORIZED {
+			err = &authError{status: http.StatusUnauthorized, code: "invalid_token", description: plantstore.ErrorMessage(err)}
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		infoFrom(r.Context()).token = token.Name
+		if !token.HasScope(scope) {
+			s.writeError(w, r, &authError{
+				status:      http.StatusForbidden,
+				code:        "insufficient_scope",
+				description: "the access token lacks the scope " + scope,
+				scope:       scope,
+			})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearerToken extracts the token of an "Authorization: Bearer <token>"
+// header. The scheme is case-insensitive (RFC 9110 section 11.1).
+func bearerToken(h http.Header) (string, error) {
+	values := h.Values("Authorization")
+	if len(values) == 0 {
+		return "", &authError{status: http.StatusUnauthorized,
+			description: "an access token is required: send Authorization: Bearer <token>"}
+	}
+	if len(values) > 1 {
+		return "", invalidToken("send exactly one Authorization header")
+	}
+	scheme, rest, _ := strings.Cut(strings.TrimLeft(values[0], " "), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", &authError{status: http.StatusUnauthorized,
+			description: "the Authorization scheme must be Bearer"}
+	}
+	token := strings.Trim(rest, " ")
+	if token == "" {
+		return "", invalidToken("the access token is empty")
+	}
+	return token, nil
+}
+
+func invalidToken(description string) error {
+	return &authError{status: http.StatusUnauthorized, code: "invalid_token", description: description}
+}

@@ -1,0 +1,50 @@
+package httpapi
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// readJSONBody checks the request's media type and reads its body within
+// the size limit. It answers 415 for anything but application/json (with no
+// charset or charset=utf-8, as RFC 8259 requires UTF-8), 413 above the
+// limit, 408 when the client sends too slowly.
+func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil, errorStatus(http.StatusUnsupportedMediaType, "Content-Type is missing; send application/json")
+	}
+	mediaType, params, err := mime.ParseMediaType(ct)
+	if err != nil || mediaType != "application/json" {
+		return nil, errorStatus(http.StatusUnsupportedMediaType, "Content-Type %q is not supported; send application/json", truncate(ct, 100))
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return nil, errorStatus(http.StatusUnsupportedMediaType, "charset %q is not supported; JSON must be UTF-8", truncate(cs, 40))
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, errorStatus(http.StatusUnsupportedMediaType, "Content-Encoding %q is not supported", truncate(ce, 40))
+	}
+	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, tooLarge(limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, errorStatus(http.StatusRequestTimeout, "the request body was not received in time")
+		}
+		return nil, errorStatus(http.StatusBadRequest, "the request body could not be read: %v", err)
+	}
+	return body, nil
+}
+
+func tooLarge(limit int64) error {
+	return errorStatus(http.StatusRequestEntityTooLarge, "the request body exceeds the limit of %d bytes", limit)
+}

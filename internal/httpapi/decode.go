@@ -1,0 +1,190 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/plantstore/plantstore"
+)
+
+// decodeNewPlant reads a NewPlant from body, strictly: one JSON object in
+// valid UTF-8 with no duplicate member names, an integral id in int64 range,
+// string name and tag. Member names match exactly; other members are
+// skipped, as the schema is open. Lengths and characters are left to
+// Plant.Validate.
+//
+// It walks tokens itself rather than unmarshalling into a struct because a
+// struct cannot tell a missing member from null, nor a missing tag from
+// "tag": null, and the contract rejects nulls.
+func decodeNewPlant(body []byte) (plantstore.Plant, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.ReadToken()
+	if errors.Is(err, io.EOF) {
+		return plantstore.Plant{}, invalid("the request body is empty; a NewPlant JSON object is required")
+	}
+	if err != nil {
+		return plantstore.Plant{}, syntaxError(err)
+	}
+	if tok.Kind() != '{' {
+		return plantstore.Plant{}, invalid("the request body must be a JSON object (NewPlant), not %s", kindName(tok.Kind()))
+	}
+
+	var p plantstore.Plant
+	var haveID, haveName bool
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return plantstore.Plant{}, syntaxError(err)
+		}
+		if tok.Kind() == '}' {
+			break
+		}
+		switch member := tok.String(); member {
+		case "id":
+			v, err := dec.ReadValue()
+			if err != nil {
+				return plantstore.Plant{}, syntaxError(err)
+			}
+			if v.Kind() != '0' {
+				return plantstore.Plant{}, invalid("id: must be an integer, not %s", kindName(v.Kind()))
+			}
+			id, err := parseInt64(string(v))
+			if err != nil {
+				return plantstore.Plant{}, err
+			}
+			p.ID, haveID = id, true
+		case "name", "tag":
+			v, err := dec.ReadToken()
+			if err != nil {
+				return plantstore.Plant{}, syntaxError(err)
+			}
+			if v.Kind() != '"' {
+				return plantstore.Plant{}, invalid("%s: must be a string, not %s", member, kindName(v.Kind()))
+			}
+			s := v.String()
+			if member == "name" {
+				p.Name, haveName = s, true
+			} else {
+				p.Tag = &s
+			}
+		default:
+			if err := dec.SkipValue(); err != nil {
+				return plantstore.Plant{}, syntaxError(err)
+			}
+		}
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		if err != nil && !isTrailingGarbage(err) {
+			return plantstore.Plant{}, syntaxError(err)
+		}
+		return plantstore.Plant{}, invalid("unexpected data after the JSON object")
+	}
+	if !haveID {
+		return plantstore.Plant{}, invalid("id: required member is missing")
+	}
+	if !haveName {
+		return plantstore.Plant{}, invalid("name: required member is missing")
+	}
+	return p, nil
+}
+
+func invalid(format string, args ...any) error {
+	return plantstore.Errorf(plantstore.EINVALID, format, args...)
+}
+
+func syntaxError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "jsontext: ")
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		msg = "unexpected end of input"
+	}
+	return plantstore.Errorf(plantstore.EINVALID, "malformed JSON: %s", msg)
+}
+
+// isTrailingGarbage tells a syntax error in what follows a complete object
+// (which is just more data) from an I/O error.
+func isTrailingGarbage(err error) bool {
+	_, ok := errors.AsType[*jsontext.SyntacticError](err)
+	return ok
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "a boolean"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return "invalid JSON"
+}
+
+// parseInt64 converts a JSON number to int64 when its value is an integer in
+// range. Like JSON Schema's "integer", it accepts 1.0 and 1e3 but not 1.5;
+// it works on the decimal digits, so no precision is lost to floating point.
+func parseInt64(num string) (int64, error) {
+	if n, err := strconv.ParseInt(num, 10, 64); err == nil {
+		return n, nil
+	}
+	outOfRange := invalid("id: must be an integer from %d to %d, got %s", int64(-1<<63), int64(1<<63-1), truncate(num, 40))
+	notInteger := invalid("id: must be an integer, got %s", truncate(num, 40))
+
+	neg := strings.HasPrefix(num, "-")
+	num = strings.TrimPrefix(num, "-")
+	mantissa, exponent, hasExp := strings.Cut(strings.ToLower(num), "e")
+	intPart, fracPart, _ := strings.Cut(mantissa, ".")
+	digits := strings.TrimLeft(intPart+fracPart, "0")
+	scale := -len(fracPart)
+	if hasExp {
+		e, err := strconv.ParseInt(exponent, 10, 32)
+		if err != nil { // more than 9 digits of exponent
+			if digits == "" {
+				return 0, nil
+			}
+			if strings.HasPrefix(exponent, "-") {
+				return 0, notInteger
+			}
+			return 0, outOfRange
+		}
+		scale += int(e)
+	}
+	if digits == "" {
+		return 0, nil // zero, however written
+	}
+	trimmed := strings.TrimRight(digits, "0")
+	scale += len(digits) - len(trimmed)
+	digits = trimmed
+	if scale < 0 {
+		return 0, notInteger
+	}
+	if len(digits)+scale > 19 {
+		return 0, outOfRange
+	}
+	digits += strings.Repeat("0", scale)
+	if neg {
+		digits = "-" + digits
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return 0, outOfRange
+	}
+	return n, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,107 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/plantstore/plantstore"
+)
+
+// errorBody is the contract's Error: every non-2xx answer carries one, with
+// error equal to the HTTP status.
+type errorBody struct {
+	Error   int32  `json:"error"`
+	Message string `json:"message"`
+}
+
+// statusError is a failure of the HTTP exchange itself (unsupported media
+// type, body too large, no such route), which has no domain code.
+type statusError struct {
+	status  int
+	message string
+	header  http.Header // extra headers for the answer, such as Allow
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
+
+func errorStatus(status int, format string, args ...any) *statusError {
+	return &statusError{status: status, message: fmt.Sprintf(format, args...)}
+}
+
+// authError is a refused credential; RFC 6750 asks for a challenge with it.
+type authError struct {
+	status      int    // 401 or 403
+	code        string // RFC 6750 error code; "" when no credential was sent
+	description string
+	scope       string // the scope that was missing, for insufficient_scope
+}
+
+func (e *authError) Error() string { return e.description }
+
+// challenge is the WWW-Authenticate value of RFC 6750 section 3.
+func (e *authError) challenge() string {
+	c := `Bearer realm="plantstore"`
+	if e.code != "" {
+		c += `, error="` + e.code + `", error_description=` + strconv.Quote(e.description)
+	}
+	if e.scope != "" {
+		c += `, scope="` + e.scope + `"`
+	}
+	return c
+}
+
+// statusOf maps every error the handlers see to an HTTP status and a message
+// fit for the client. It is the only place that does.
+func statusOf(err error) (int, string) {
+	if e, ok := errors.AsType[*statusError](err); ok {
+		return e.status, e.message
+	}
+	if e, ok := errors.AsType[*authError](err); ok {
+		return e.status, e.description
+	}
+	var status int
+	switch plantstore.ErrorCode(err) {
+	case plantstore.EINVALID:
+		status = http.StatusBadRequest
+	case plantstore.ENOTFOUND:
+		status = http.StatusNotFound
+	case plantstore.ECONFLICT:
+		status = http.StatusConflict
+	case plantstore.EUNAUTHORIZED:
+		status = http.StatusUnauthorized
+	case plantstore.EFORBIDDEN:
+		status = http.StatusForbidden
+	case plantstore.EUNAVAILABLE:
+		status = http.StatusServiceUnavailable
+	case plantstore.EINSUFFICIENT:
+		status = http.StatusInsufficientStorage
+	default:
+		status = http.StatusInternalServerError
+	}
+	return status, plantstore.ErrorMessage(err)
+}
+
+// writeError answers with the Error body for err and logs what the client
+// does not see.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, message := statusOf(err)
+	if e, ok := errors.AsType[*authError](err); ok {
+		w.Header().Set("WWW-Authenticate", e.challenge())
+	}
+	if e, ok := errors.AsType[*statusError](err); ok {
+		for k, v := range e.header {
+			w.Header()[k] = v
+		}
+	}
+	if status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage {
+		w.Header().Set("Retry-After", "1")
+	}
+	if status >= 500 {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
+			slog.String("request_id", requestID(r.Context())), slog.Int("status", status), slog.Any("err", err))
+	}
+	writeJSON(w, status, errorBody{Error: int32(status), Message: message})
+}

@@ -1,0 +1,108 @@
+package httpapi
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+)
+
+// Limits of the HTTP server, so a slow or greedy client cannot hold a
+// connection or memory.
+type Limits struct {
+	ReadHeaderTimeout time.Duration // default 5 s
+	ReadTimeout       time.Duration // whole request, body included; default 30 s
+	WriteTimeout      time.Duration // default 30 s
+	IdleTimeout       time.Duration // keep-alive; default 120 s
+	MaxHeaderBytes    int           // default 16 KiB
+}
+
+// NewHTTPServer returns an *http.Server for handler with limits applied.
+func NewHTTPServer(handler http.Handler, l Limits) *http.Server {
+	if l.ReadHeaderTimeout <= 0 {
+		l.ReadHeaderTimeout = 5 * time.Second
+	}
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = 30 * time.Second
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = 30 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 120 * time.Second
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 16 << 10
+	}
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+	}
+}
+
+// JSONErrorListener wraps ln so that the errors net/http answers by itself,
+// before any handler runs (431 for oversized headers, 400 for a malformed
+// request, 501 for an unknown transfer coding), carry the Error body too.
+func JSONErrorListener(ln net.Listener) net.Listener { return jsonErrorListener{ln} }
+
+type jsonErrorListener struct{ net.Listener }
+
+func (l jsonErrorListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return jsonErrorConn{c}, nil
+}
+
+type jsonErrorConn struct{ net.Conn }
+
+// net/http writes each of these answers in one Write, shaped
+// "HTTP/1.1 NNN Text[: detail]" followed by exactly these headers. Answers
+// from handlers always carry a Date and a length, so they never match.
+var plainErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
+
+func (c jsonErrorConn) Write(p []byte) (int, error) {
+	if !bytes.HasPrefix(p, []byte("HTTP/1.1 ")) || len(p) < 13 {
+		return c.Conn.Write(p)
+	}
+	statusLine, rest, ok := bytes.Cut(p, []byte("\r\n"))
+	if !ok || !bytes.HasPrefix(rest, plainErrorHeaders[2:]) {
+		return c.Conn.Write(p)
+	}
+	status, err := strconv.Atoi(string(statusLine[9:12]))
+	if err != nil || status < 400 {
+		return c.Conn.Write(p)
+	}
+	// The plain body repeats the status line, possibly with a detail.
+	detail := strings.TrimPrefix(string(rest[len(plainErrorHeaders)-2:]), strconv.Itoa(status)+" "+http.StatusText(status))
+	detail = strings.TrimPrefix(detail, ": ")
+	var message string
+	switch status {
+	case http.StatusRequestHeaderFieldsTooLarge:
+		message = "the request's header fields are too large"
+	case http.StatusBadRequest:
+		message = "malformed HTTP request"
+	default:
+		message = strings.ToLower(http.StatusText(status))
+	}
+	if detail != "" {
+		message += ": " + detail
+	}
+	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
+	answer := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+	if _, err := c.Conn.Write(answer); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

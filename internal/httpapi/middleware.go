@@ -1,0 +1,169 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+)
+
+type requestInfoKey struct{}
+
+// requestInfo travels in the request's context so inner layers can add to
+// the access log line.
+type requestInfo struct {
+	id    string
+	token string // name of the authenticated token, never the secret
+}
+
+func infoFrom(ctx context.Context) *requestInfo {
+	info, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
+	if info == nil {
+		return &requestInfo{}
+	}
+	return info
+}
+
+func requestID(ctx context.Context) string { return infoFrom(ctx).id }
+
+// observe is the outermost layer: it gives each request an id, writes one
+// access log line per request, and makes sure every non-2xx answer carries
+// the Error body, including those written by the mux (404, 405, redirects
+// to a cleaned path) or by anything else that does not speak JSON.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		info := &requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id"))}
+		w.Header().Set("X-Request-Id", info.id)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		rec := &recorder{ResponseWriter: w, r: r}
+		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+		next.ServeHTTP(rec, r)
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			slog.Int64("bytes", rec.bytes),
+			slog.String("request_id", info.id),
+			slog.String("token", info.token),
+			slog.String("remote", r.RemoteAddr),
+		)
+	})
+}
+
+// incomingRequestID keeps a caller's X-Request-Id when it is short and
+// plain, so ids can be followed across services, and makes one otherwise.
+func incomingRequestID(id string) string {
+	if len(id) > 0 && len(id) <= 128 && strings.IndexFunc(id, func(r rune) bool {
+		return r <= ' ' || r > '~' || r == '"' || r == '\\'
+	}) < 0 {
+		return id
+	}
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// recorder notes the status and size of an answer, and rewrites a non-2xx
+// answer that is not JSON into the Error body.
+type recorder struct {
+	http.ResponseWriter
+	r       *http.Request
+	status  int
+	bytes   int64
+	discard bool // the body written by the handler is replaced
+}
+
+func (rec *recorder) WriteHeader(status int) {
+	if rec.status != 0 {
+		return
+	}
+	rec.status = status
+	h := rec.Header()
+	if status < 300 || strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+		rec.ResponseWriter.WriteHeader(status)
+		return
+	}
+	body, _ := json.Marshal(errorBody{Error: int32(status), Message: rec.defaultMessage(status)})
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", fmt.Sprint(len(body)))
+	rec.ResponseWriter.WriteHeader(status)
+	n, _ := rec.ResponseWriter.Write(body)
+	rec.bytes += int64(n)
+	rec.discard = true
+}
+
+func (rec *recorder) defaultMessage(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return fmt.Sprintf("there is no resource at %s", truncate(rec.r.URL.Path, 200))
+	case http.StatusMethodNotAllowed:
+		return fmt.Sprintf("method %s is not allowed on %s; allowed: %s",
+			truncate(rec.r.Method, 20), truncate(rec.r.URL.Path, 200), rec.Header().Get("Allow"))
+	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return fmt.Sprintf("the path is not in canonical form; use %s", truncate(rec.Header().Get("Location"), 200))
+	}
+	return strings.ToLower(http.StatusText(status))
+}
+
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.status == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.discard {
+		return len(p), nil
+	}
+	n, err := rec.ResponseWriter.Write(p)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// recoverPanics turns a panic in a handler into a 500 with the Error body,
+// logging the stack, and keeps the server running.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.LogAttrs(r.Context(), slog.LevelError, "panic",
+				slog.String("request_id", requestID(r.Context())),
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+			if rec, ok := w.(*recorder); ok && rec.status != 0 {
+				// The answer has begun; all we can do is cut it short.
+				panic(http.ErrAbortHandler)
+			}
+			s.writeError(w, r, fmt.Errorf("panic: %v", v))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withTimeout bounds the work a request may cause, so a stuck store cannot
+// hold a request forever.
+func (s *Server) withTimeout(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}

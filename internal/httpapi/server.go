@@ -1,0 +1,154 @@
+// Package httpapi is the HTTP transport of the Plant Store API: routing,
+// authentication, decoding and encoding, and the mapping of errors to
+// statuses. It depends on the domain package only; storage engines are
+// given to it as interfaces.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/api"
+	"github.com/plantstore/plantstore/internal/auth"
+)
+
+// Config holds the transport's limits. Zero values take the defaults.
+type Config struct {
+	// MaxBodyBytes caps a request body; larger ones get 413. Default 64 KiB.
+	MaxBodyBytes int64
+	// RequestTimeout bounds the work of one request once it has been read;
+	// past it the request gets 503. Default 10 s.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes   = 64 << 10
+	DefaultRequestTimeout = 10 * time.Second
+)
+
+// Server answers the Plant Store API.
+type Server struct {
+	store   plantstore.Store
+	auth    *auth.Authenticator
+	log     *slog.Logger
+	cfg     Config
+	handler http.Handler
+}
+
+// NewServer returns the API's handler over store, checking tokens with
+// authn.
+func NewServer(store plantstore.Store, authn *auth.Authenticator, cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg}
+	mux := http.NewServeMux()
+	s.routes(mux)
+	s.handler = s.observe(s.recoverPanics(s.withTimeout(mux)))
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// routes is the whole API on one screen. Patterns for GET also answer HEAD.
+// Anything else gets 404, or 405 with Allow, from the mux, turned into the
+// Error body by observe.
+func (s *Server) routes(mux *http.ServeMux) {
+	mux.Handle("POST /plants", s.requireScope(plantstore.ScopePlantsWrite, s.handleCreatePlant()))
+
+	mux.Handle("GET /healthz", s.handleHealth())
+	mux.Handle("GET /readyz", s.handleReady())
+	mux.Handle("GET /openapi.json", serveDocument("application/json", api.JSON))
+	mux.Handle("GET /openapi.yaml", serveDocument("application/yaml", api.YAML))
+}
+
+// plantBody is the contract's Plant: the answer to a create carries no id.
+type plantBody struct {
+	Name string  `json:"name"`
+	Tag  *string `json:"tag,omitzero"`
+}
+
+func (s *Server) handleCreatePlant() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := s.readJSONBody(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		p, err := decodeNewPlant(body)
+		if err == nil {
+			err = p.Validate()
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if _, err := s.store.CreatePlant(r.Context(), p); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, plantBody{Name: p.Name, Tag: p.Tag})
+	})
+}
+
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+// handleHealth says the process is up; it touches nothing else.
+func (s *Server) handleHealth() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+	})
+}
+
+// handleReady says whether the store answers, within a second.
+func (s *Server) handleReady() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := s.store.Ping(ctx); err != nil {
+			if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+				err = plantstore.WrapError(plantstore.EUNAVAILABLE, "the store is not answering", err)
+			}
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, statusBody{Status: "ready"})
+	})
+}
+
+func serveDocument(contentType string, doc []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("Cache-Control", "public, max-age=300")
+		w.Write(doc)
+	})
+}
+
+// writeJSON answers with v as JSON. Our values always encode, so an error
+// here can only be the client going away.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":500,"message":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(b)
+}

@@ -1,0 +1,106 @@
+package sqlite
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+)
+
+// Migrations are embedded in the binary, named NNNN_what.sql, applied in
+// order, each in its own transaction together with its row in
+// schema_migrations.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for i, name := range names { // fs.Glob returns names sorted
+		base := strings.TrimPrefix(name, "migrations/")
+		n, _, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(n)
+		if err != nil || version != i+1 {
+			return nil, fmt.Errorf("migration %s: want version %d", base, i+1)
+		}
+		body, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: version, name: base, sql: string(body)})
+	}
+	return ms, nil
+}
+
+// migrate applies the migrations this binary knows and the file lacks. Each
+// runs in a BEGIN IMMEDIATE transaction that first re-reads the version, so
+// processes starting together on one file apply each migration once. It
+// refuses a file whose schema is newer than this binary.
+func (db *DB) migrate(ctx context.Context) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT    NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return storeError("create schema_migrations", err)
+	}
+	for _, m := range ms {
+		if err := db.apply(ctx, m, len(ms)); err != nil {
+			return err
+		}
+	}
+	// A schema newer than every migration we know means a newer binary wrote
+	// it; running on would risk corrupting its data.
+	var current int
+	if err := db.write.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return storeError("read schema version", err)
+	}
+	if current > len(ms) {
+		return fmt.Errorf("database schema version %d is newer than this plantstore supports (%d): upgrade plantstore", current, len(ms))
+	}
+	return nil
+}
+
+func (db *DB) apply(ctx context.Context, m migration, known int) error {
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return storeError("begin migration", err)
+	}
+	defer tx.Rollback()
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return storeError("read schema version", err)
+	}
+	if current > known {
+		return fmt.Errorf("database schema version %d is newer than this plantstore supports (%d): upgrade plantstore", current, known)
+	}
+	if current >= m.version {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		return fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+		m.version, m.name, millis(db.now())); err != nil {
+		return fmt.Errorf("record migration %s: %w", m.name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return storeError("commit migration "+m.name, err)
+	}
+	return nil
+}

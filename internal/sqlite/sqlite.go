@@ -1,0 +1,173 @@
+// Package sqlite is the embedded storage engine: one SQLite file in WAL mode
+// with durable commits, driven through modernc.org/sqlite (pure Go).
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/plantstore/plantstore"
+)
+
+// Options tune an open store. The zero value is usable.
+type Options struct {
+	// BusyTimeout is how long a statement waits for a lock held by another
+	// connection (the token CLI, say) before it fails as unavailable.
+	// Default 5 s.
+	BusyTimeout time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// DB is a plant store in one SQLite file.
+type DB struct {
+	// SQLite allows one writer at a time. A pool of one connection queues our
+	// own writers in Go instead of letting them fail with SQLITE_BUSY, and
+	// its transactions begin IMMEDIATE so a write never upgrades a read lock.
+	write *sql.DB
+	// Readers run in parallel beside the writer, as WAL allows.
+	read *sql.DB
+	now  func() time.Time
+}
+
+var _ plantstore.Store = (*DB)(nil)
+
+// Open opens (creating if need be) the store at path and brings its schema
+// up to date.
+func Open(ctx context.Context, path string, opts Options) (*DB, error) {
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// synchronous=FULL in WAL mode fsyncs the log at every commit: a commit
+	// that returned survives a crash of the process and of the machine.
+	common := url.Values{"_pragma": {
+		fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()),
+		"journal_mode(WAL)",
+		"synchronous(FULL)",
+		"foreign_keys(ON)",
+	}}
+	writeQuery := cloneValues(common)
+	writeQuery.Set("_txlock", "immediate")
+	readQuery := cloneValues(common)
+	readQuery.Add("_pragma", "query_only(ON)")
+
+	write, err := sql.Open("sqlite", dsn(abs, writeQuery))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetConnMaxIdleTime(0)
+	db := &DB{write: write, now: opts.Now}
+	// The first connection sets WAL mode, which needs the file to be
+	// writable; open the readers only after it.
+	if err := db.migrate(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	read, err := sql.Open("sqlite", dsn(abs, readQuery))
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	readers := max(4, 2*runtime.GOMAXPROCS(0))
+	read.SetMaxOpenConns(readers)
+	read.SetMaxIdleConns(readers)
+	db.read = read
+	return db, nil
+}
+
+func dsn(path string, q url.Values) string {
+	u := url.URL{Scheme: "file", Path: path, RawQuery: q.Encode()}
+	return u.String()
+}
+
+func cloneValues(v url.Values) url.Values {
+	c := url.Values{}
+	for k, vs := range v {
+		c[k] = append([]string(nil), vs...)
+	}
+	return c
+}
+
+// Close flushes nothing (every commit is already durable) and releases the
+// file.
+func (db *DB) Close() error {
+	var errRead error
+	if db.read != nil {
+		errRead = db.read.Close()
+	}
+	return errors.Join(errRead, db.write.Close())
+}
+
+// Ping reads from the file through the read pool.
+func (db *DB) Ping(ctx context.Context) error {
+	var n int
+	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		return storeError("ping", err)
+	}
+	return nil
+}
+
+// storeError turns a driver error into a domain error: lock contention, I/O
+// faults and a read-only file are the store's faults and worth retrying
+// (EUNAVAILABLE), a full disk is EINSUFFICIENT, anything else EINTERNAL. It
+// recognises them by SQLite result code, never by message text.
+func storeError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*plantstore.Error](err); ok {
+		return err
+	}
+	wrapped := fmt.Errorf("sqlite: %s: %w", op, err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store did not answer in time", wrapped)
+	}
+	if errors.Is(err, context.Canceled) {
+		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the request was cancelled", wrapped)
+	}
+	if errors.Is(err, sql.ErrConnDone) || err.Error() == "sql: database is closed" {
+		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store is closed", wrapped)
+	}
+	if e, ok := errors.AsType[*sqlite.Error](err); ok {
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store is busy; retry shortly", wrapped)
+		case sqlite3.SQLITE_FULL:
+			return plantstore.WrapError(plantstore.EINSUFFICIENT, "the store is out of space", wrapped)
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL:
+			return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store cannot be written now", wrapped)
+		}
+	}
+	return plantstore.WrapError(plantstore.EINTERNAL, "internal error", wrapped)
+}
+
+func isUniqueViolation(err error) bool {
+	e, ok := errors.AsType[*sqlite.Error](err)
+	return ok && (e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+func millis(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMillis(ms sql.NullInt64) time.Time {
+	if !ms.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms.Int64).UTC()
+}

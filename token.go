@@ -1,0 +1,145 @@
+package plantstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"hash/crc32"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scopes a token can carry.
+const (
+	ScopePlantsRead  = "plants:read"
+	ScopePlantsWrite = "plants:write"
+)
+
+// KnownScopes lists every scope, in the order they are shown.
+var KnownScopes = []string{ScopePlantsRead, ScopePlantsWrite}
+
+// Token formats. A token reads "pst_" followed by 32 random base62
+// characters (190 bits) and a 6-character base62 CRC-32 of everything before
+// it. The prefix lets secret scanners find leaked tokens; the checksum lets
+// them, and us, tell a token from a typo without a database lookup.
+const (
+	TokenPrefix       = "pst_"
+	tokenRandomLength = 32
+	tokenCheckLength  = 6
+	TokenLength       = len(TokenPrefix) + tokenRandomLength + tokenCheckLength
+	base62            = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	MaxTokenNameLen   = 100
+)
+
+// TokenHash is the SHA-256 of a token: the only form in which a token is
+// stored.
+type TokenHash [sha256.Size]byte
+
+// HashToken returns the hash under which token is stored.
+func HashToken(token string) TokenHash { return sha256.Sum256([]byte(token)) }
+
+// Token is an access token's record. The secret itself is never kept.
+type Token struct {
+	ID         int64
+	Name       string
+	Scopes     []string
+	CreatedAt  time.Time
+	LastUsedAt time.Time // zero when never used
+	RevokedAt  time.Time // zero while active
+}
+
+// HasScope reports whether t grants scope.
+func (t Token) HasScope(scope string) bool { return slices.Contains(t.Scopes, scope) }
+
+// NewToken returns a fresh random token.
+func NewToken() string {
+	b := make([]byte, 0, TokenLength)
+	b = append(b, TokenPrefix...)
+	// Rejection sampling keeps every base62 character equally likely.
+	var buf [64]byte
+	for len(b) < len(TokenPrefix)+tokenRandomLength {
+		rand.Read(buf[:])
+		for _, c := range buf {
+			if c < 248 && len(b) < len(TokenPrefix)+tokenRandomLength {
+				b = append(b, base62[c%62])
+			}
+		}
+	}
+	return string(appendChecksum(b))
+}
+
+func appendChecksum(b []byte) []byte {
+	sum := crc32.ChecksumIEEE(b)
+	var check [tokenCheckLength]byte
+	for i := tokenCheckLength - 1; i >= 0; i-- {
+		check[i] = base62[sum%62]
+		sum /= 62
+	}
+	return append(b, check[:]...)
+}
+
+// WellFormedToken reports whether s has the shape of a token issued by this
+// service: prefix, length, alphabet and checksum. It reveals nothing about
+// whether the token exists, so it need not run in constant time.
+func WellFormedToken(s string) bool {
+	if len(s) != TokenLength || !strings.HasPrefix(s, TokenPrefix) {
+		return false
+	}
+	for i := len(TokenPrefix); i < len(s); i++ {
+		if strings.IndexByte(base62, s[i]) < 0 {
+			return false
+		}
+	}
+	body := []byte(s[:len(s)-tokenCheckLength])
+	return string(appendChecksum(body)) == s
+}
+
+// ValidateTokenName checks a token's name: 1 to 100 characters, no control
+// characters.
+func ValidateTokenName(name string) error {
+	return validateText("token name", name, 1, MaxTokenNameLen)
+}
+
+// ParseScopes splits a comma-separated scope list and checks every entry.
+func ParseScopes(list string) ([]string, error) {
+	var scopes []string
+	for s := range strings.SplitSeq(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(KnownScopes, s) {
+			return nil, Errorf(EINVALID, "unknown scope %q (known: %s)", s, strings.Join(KnownScopes, ", "))
+		}
+		if !slices.Contains(scopes, s) {
+			scopes = append(scopes, s)
+		}
+	}
+	if len(scopes) == 0 {
+		return nil, Errorf(EINVALID, "at least one scope is required (known: %s)", strings.Join(KnownScopes, ", "))
+	}
+	slices.SortFunc(scopes, func(a, b string) int {
+		return slices.Index(KnownScopes, a) - slices.Index(KnownScopes, b)
+	})
+	return scopes, nil
+}
+
+// TokenStore keeps token records, looked up by hash.
+type TokenStore interface {
+	// CreateToken stores t under hash and returns it with its ID set. It
+	// returns ECONFLICT when an active token already has t.Name.
+	CreateToken(ctx context.Context, t Token, hash TokenHash) (Token, error)
+	// TokenByHash returns the active token stored under hash, or ENOTFOUND
+	// when there is none or it was revoked.
+	TokenByHash(ctx context.Context, hash TokenHash) (Token, error)
+	// ListTokens returns tokens ordered by name; revoked ones only when
+	// includeRevoked is set.
+	ListTokens(ctx context.Context, includeRevoked bool) ([]Token, error)
+	// RevokeToken revokes the active token called name at time at, or returns
+	// ENOTFOUND.
+	RevokeToken(ctx context.Context, name string, at time.Time) error
+	// RecordTokenUse sets the last-use time of each token id given, keeping a
+	// later time already stored.
+	RecordTokenUse(ctx context.Context, lastUse map[int64]time.Time) error
+}

@@ -77,6 +77,8 @@ type PlantStore interface {
 	// of one id, exactly one content is stored. Store faults are EUNAVAILABLE
 	// or EINTERNAL.
 	CreatePlant(ctx context.Context, p Plant) (created bool, err error)
+	// GetPlant returns the plant stored under id, or ENOTFOUND.
+	GetPlant(ctx context.Context, id int64) (Plant, error)
 }
 
 // Store is everything a storage engine provides.

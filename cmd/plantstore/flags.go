@@ -116,8 +116,8 @@ func (v *int64Value) Set(s string) error {
 	if err != nil {
 		return errors.New("not an integer")
 	}
-	if n <= 0 {
-		return errors.New("must be positive")
+	if n < 0 {
+		return errors.New("must not be negative")
 	}
 	*v = int64Value(n)
 	return nil

@@ -12,17 +12,19 @@ import (
 type dbFlags struct {
 	db          *string
 	busyTimeout *time.Duration
+	maxBytes    *int64
 }
 
 func addDBFlags(fs *flagSet) dbFlags {
 	return dbFlags{
 		db:          fs.String("db", "./plantstore.db", "the store: path of the SQLite file, created if missing"),
 		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long a write waits for another process's lock on the store"),
+		maxBytes:    fs.Int64("max-db-bytes", 0, "cap on the database file's size; writes beyond it get 507 (0: no cap)"),
 	}
 }
 
 func (f dbFlags) path() string { return *f.db }
 
 func (f dbFlags) open(ctx context.Context) (plantstore.Store, error) {
-	return sqlite.Open(ctx, *f.db, sqlite.Options{BusyTimeout: *f.busyTimeout})
+	return sqlite.Open(ctx, *f.db, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes})
 }

@@ -46,6 +46,14 @@ func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (bool, error)
 	return true, nil
 }
 
+func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
+	p, err := getPlant(ctx, db.read, id)
+	if err != nil {
+		return plantstore.Plant{}, storeError(fmt.Sprintf("get plant %d", id), err)
+	}
+	return p, nil
+}
+
 type queryRower interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }

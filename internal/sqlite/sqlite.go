@@ -24,6 +24,9 @@ type Options struct {
 	// connection (the token CLI, say) before it fails as unavailable.
 	// Default 5 s.
 	BusyTimeout time.Duration
+	// MaxBytes caps the size of the database file (0: no cap). Writes that
+	// would grow it further fail with EINSUFFICIENT, as on a full disk.
+	MaxBytes int64
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -64,6 +67,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	}}
 	writeQuery := cloneValues(common)
 	writeQuery.Set("_txlock", "immediate")
+	if opts.MaxBytes > 0 {
+		// max_page_count is per connection; the writer is the only one
+		// that grows the file. SQLite pages are 4096 bytes by default.
+		writeQuery.Add("_pragma", fmt.Sprintf("max_page_count(%d)", max(1, opts.MaxBytes/4096)))
+	}
 	readQuery := cloneValues(common)
 	readQuery.Add("_pragma", "query_only(ON)")
 

@@ -1,0 +1,264 @@
+// Package apitest checks, in tests, that every answer of the service
+// conforms to the OpenAPI document in api/, and records which documented
+// answers the tests have seen, so a suite can prove it covered them all.
+package apitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/plantstore/plantstore/api"
+)
+
+// Contract is the loaded OpenAPI document.
+type Contract struct {
+	Doc         *openapi3.T
+	router      routers.Router
+	errorSchema *openapi3.Schema
+
+	mu   sync.Mutex
+	seen map[string]bool // "METHOD /template STATUS"
+}
+
+var (
+	loadOnce sync.Once
+	loaded   *Contract
+	loadErr  error
+)
+
+// Load parses and validates api/openapi.yaml, once per test binary.
+func Load() (*Contract, error) {
+	loadOnce.Do(func() { loaded, loadErr = load() })
+	return loaded, loadErr
+}
+
+func load() (*Contract, error) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.YAML)
+	if err != nil {
+		return nil, fmt.Errorf("load openapi.yaml: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("openapi.yaml is not a valid OpenAPI document: %w", err)
+	}
+	// Route on paths alone, whatever host the test server has.
+	routed := *doc
+	routed.Servers = openapi3.Servers{{URL: "/"}}
+	router, err := gorillamux.NewRouter(&routed)
+	if err != nil {
+		return nil, fmt.Errorf("route openapi.yaml: %w", err)
+	}
+	errSchema := doc.Components.Schemas["Error"]
+	if errSchema == nil || errSchema.Value == nil {
+		return nil, fmt.Errorf("openapi.yaml has no Error schema")
+	}
+	return &Contract{Doc: doc, router: router, errorSchema: errSchema.Value, seen: map[string]bool{}}, nil
+}
+
+// Check reports how resp, with its body already read, breaks the contract,
+// or nil when it conforms. req is the request that produced it.
+func (c *Contract) Check(req *http.Request, resp *http.Response, body []byte) error {
+	if resp.StatusCode >= 300 {
+		if err := c.checkErrorBody(req, resp, body); err != nil {
+			return err
+		}
+	}
+	route, params, err := c.router.FindRoute(req)
+	if err != nil {
+		return c.checkUnrouted(req, resp)
+	}
+	c.mu.Lock()
+	c.seen[req.Method+" "+route.Path+" "+strconv.Itoa(resp.StatusCode)] = true
+	c.mu.Unlock()
+	if req.Method == http.MethodHead {
+		return nil
+	}
+	if resp.Close && isProtocolRejection(resp.StatusCode) && route.Operation.Responses.Status(resp.StatusCode) == nil {
+		return nil // refused before routing, as the document's description says
+	}
+	input := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 resp.StatusCode,
+		Header:                 resp.Header,
+		Body:                   io.NopCloser(bytes.NewReader(body)),
+		Options: &openapi3filter.Options{
+			IncludeResponseStatus: true,
+			MultiError:            true,
+			AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
+		},
+	}
+	if err := openapi3filter.ValidateResponse(req.Context(), input); err != nil {
+		return fmt.Errorf("response does not conform to the document: %w", err)
+	}
+	return nil
+}
+
+// checkErrorBody holds every non-2xx answer, documented or not, to the
+// rule of the contract: an Error body whose error is the status.
+func (c *Contract) checkErrorBody(req *http.Request, resp *http.Response, body []byte) error {
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		return fmt.Errorf("status %d with Content-Type %q, want application/json", resp.StatusCode, ct)
+	}
+	if req.Method == http.MethodHead {
+		return nil
+	}
+	var value any
+	if err := json.Unmarshal(body, &value); err != nil {
+		return fmt.Errorf("status %d with a body that is not JSON: %q", resp.StatusCode, body)
+	}
+	if err := c.errorSchema.VisitJSON(value, openapi3.EnableJSONSchema2020()); err != nil {
+		return fmt.Errorf("status %d with a body that is not an Error: %q: %w", resp.StatusCode, body, err)
+	}
+	var e struct {
+		Error   int    `json:"error"`
+		Message string `json:"message"`
+	}
+	json.Unmarshal(body, &e)
+	if e.Error != resp.StatusCode {
+		return fmt.Errorf("status %d with an Error body whose error is %d", resp.StatusCode, e.Error)
+	}
+	if strings.TrimSpace(e.Message) == "" {
+		return fmt.Errorf("status %d with an empty message", resp.StatusCode)
+	}
+	return nil
+}
+
+// checkUnrouted allows, for a request the document has no operation for,
+// only 404, 405 with an Allow header naming the documented methods,
+// a redirect to a canonical path, a protocol error, or HEAD on a GET route.
+func (c *Contract) checkUnrouted(req *http.Request, resp *http.Response) error {
+	methods := c.documentedMethods(req.URL.Path)
+	switch {
+	case req.Method == http.MethodHead && slices.Contains(methods, http.MethodGet):
+		return nil
+	case resp.StatusCode == http.StatusMethodNotAllowed:
+		if len(methods) == 0 {
+			return fmt.Errorf("405 for %s, which the document does not have", req.URL.Path)
+		}
+		allow := strings.Split(resp.Header.Get("Allow"), ", ")
+		for _, m := range methods {
+			if !slices.Contains(allow, m) {
+				return fmt.Errorf("405 with Allow %q, which lacks documented method %s", resp.Header.Get("Allow"), m)
+			}
+		}
+		return nil
+	case resp.StatusCode == http.StatusNotFound && len(methods) == 0:
+		return nil
+	case resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "":
+		return nil
+	case resp.Close && isProtocolRejection(resp.StatusCode):
+		return nil // refused before routing; the Error body was checked
+	}
+	return fmt.Errorf("%s %s answered %d but the document has no such operation", req.Method, req.URL.Path, resp.StatusCode)
+}
+
+// isProtocolRejection tells the statuses net/http answers, before any
+// routing, to requests that are not valid HTTP/1.1.
+func isProtocolRejection(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusRequestHeaderFieldsTooLarge || status == http.StatusNotImplemented
+}
+
+func (c *Contract) documentedMethods(path string) []string {
+	item := c.Doc.Paths.Find(path)
+	if item == nil {
+		return nil
+	}
+	var methods []string
+	for m := range item.Operations() {
+		methods = append(methods, m)
+	}
+	slices.Sort(methods)
+	return methods
+}
+
+// Unseen lists the documented answers ("METHOD /path STATUS") that no
+// checked response has had.
+func (c *Contract) Unseen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var unseen []string
+	for path, item := range c.Doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for status := range op.Responses.Map() {
+				key := method + " " + path + " " + status
+				if !c.seen[key] {
+					unseen = append(unseen, key)
+				}
+			}
+		}
+	}
+	slices.Sort(unseen)
+	return unseen
+}
+
+// Transport is an http.RoundTripper that checks every response against the
+// contract and fails the test on any breach. The body is left readable.
+type Transport struct {
+	T        testing.TB
+	Contract *Contract
+	Base     http.RoundTripper // default http.DefaultTransport
+}
+
+func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := tr.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if err := tr.Contract.Check(req, resp, body); err != nil {
+		tr.T.Errorf("contract: %s %s: %v", req.Method, req.URL.Path, err)
+	}
+	return resp, nil
+}
+
+// Client returns an *http.Client whose every response is checked against
+// the contract.
+func Client(t testing.TB) *http.Client {
+	t.Helper()
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: &Transport{T: t, Contract: c}}
+}
+
+// CheckRaw checks a response read off a raw connection (for requests no
+// http.Client would send).
+func CheckRaw(t testing.TB, req *http.Request, resp *http.Response) []byte {
+	t.Helper()
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Check(req, resp, body); err != nil {
+		t.Errorf("contract: %s %s: %v", req.Method, req.URL.Path, err)
+	}
+	return body
+}

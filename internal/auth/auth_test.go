@@ -1,0 +1,120 @@
+package auth
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/sqlite"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func setup(t *testing.T) (*Authenticator, *sqlite.DB, *clock) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	return New(db, Options{CacheTTL: 2 * time.Second, Now: c.now}), db, c
+}
+
+func issue(t *testing.T, db *sqlite.DB, name string) string {
+	t.Helper()
+	secret := plantstore.NewToken()
+	if _, err := db.CreateToken(context.Background(), plantstore.Token{Name: name, Scopes: plantstore.KnownScopes}, plantstore.HashToken(secret)); err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+func TestAuthenticate(t *testing.T) {
+	a, db, _ := setup(t)
+	secret := issue(t, db, "alice")
+	tok, err := a.Authenticate(context.Background(), secret)
+	if err != nil || tok.Name != "alice" {
+		t.Fatalf("Authenticate = %+v, %v", tok, err)
+	}
+	for _, bad := range []string{"", "pst_", "nope", secret[:len(secret)-1], secret + "x", plantstore.NewToken()} {
+		if _, err := a.Authenticate(context.Background(), bad); plantstore.ErrorCode(err) != plantstore.EUNAUTHORIZED {
+			t.Errorf("Authenticate(%q) = %v, want %s", bad, err, plantstore.EUNAUTHORIZED)
+		}
+	}
+	// A flipped character breaks the checksum: refused without a lookup.
+	flipped := []byte(secret)
+	flipped[10] ^= 1
+	if plantstore.WellFormedToken(string(flipped)) {
+		t.Error("a token with a flipped character is still well formed")
+	}
+}
+
+// A revocation bites once the cached entry expires, never later.
+func TestRevocationWithinCacheTTL(t *testing.T) {
+	a, db, c := setup(t)
+	secret := issue(t, db, "bob")
+	if _, err := a.Authenticate(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RevokeToken(context.Background(), "bob", c.now()); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(2 * time.Second)
+	if _, err := a.Authenticate(context.Background(), secret); plantstore.ErrorCode(err) != plantstore.EUNAUTHORIZED {
+		t.Errorf("revoked token after the cache TTL: %v, want %s", err, plantstore.EUNAUTHORIZED)
+	}
+}
+
+func TestLastUseFlushed(t *testing.T) {
+	a, db, c := setup(t)
+	secret := issue(t, db, "carol")
+	if _, err := a.Authenticate(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(time.Second) // a cached hit later still counts as use
+	if _, err := a.Authenticate(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := db.TokenByHash(context.Background(), plantstore.HashToken(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tok.LastUsedAt.Equal(c.now()) {
+		t.Errorf("LastUsedAt = %v, want %v", tok.LastUsedAt, c.now())
+	}
+}
+
+func TestCacheBounded(t *testing.T) {
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	a := New(db, Options{CacheSize: 3})
+	for i := range 10 {
+		secret := issue(t, db, string(rune('a'+i)))
+		if _, err := a.Authenticate(context.Background(), secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(a.cache); n > 3 {
+		t.Errorf("cache holds %d entries, bound is 3", n)
+	}
+}

@@ -1,0 +1,227 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
+	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/httpapi"
+	"github.com/plantstore/plantstore/internal/sqlite"
+)
+
+// TestMain fails a full run in which some answer the document promises was
+// never received: the status table is covered or the suite says so.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 && flag.Lookup("test.run").Value.String() == "" && !testing.Short() {
+		c, err := apitest.Load()
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		if unseen := c.Unseen(); len(unseen) > 0 {
+			fmt.Println("FAIL: documented answers that no test received:")
+			for _, u := range unseen {
+				fmt.Println("   ", u)
+			}
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type options struct {
+	cfg     httpapi.Config
+	limits  httpapi.Limits
+	sqlite  sqlite.Options
+	wrap    func(plantstore.Store) plantstore.Store
+	authTTL time.Duration
+}
+
+type env struct {
+	t          *testing.T
+	url        string
+	addr       string
+	db         *sqlite.DB
+	dbPath     string
+	client     *http.Client
+	logs       *lockedBuffer
+	writeToken string // plants:read and plants:write
+	readToken  string // plants:read only
+}
+
+// start runs the API as serve does, on a real loopback listener over a
+// real SQLite file.
+func start(t *testing.T, opts options) *env {
+	t.Helper()
+	dbPath := filepath.Join(t.TempDir(), "plants.db")
+	db, err := sqlite.Open(context.Background(), dbPath, opts.sqlite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var store plantstore.Store = db
+	if opts.wrap != nil {
+		store = opts.wrap(db)
+	}
+	logs := &lockedBuffer{}
+	opts.cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	authn := auth.New(store, auth.Options{CacheTTL: opts.authTTL})
+	srv := httpapi.NewHTTPServer(httpapi.NewServer(store, authn, opts.cfg), opts.limits)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(httpapi.JSONErrorListener(ln))
+	t.Cleanup(func() {
+		srv.Close()
+		db.Close()
+	})
+	e := &env{t: t, url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), db: db, dbPath: dbPath, client: apitest.Client(t), logs: logs}
+	e.writeToken = e.issue("writer", plantstore.KnownScopes...)
+	e.readToken = e.issue("reader", plantstore.ScopePlantsRead)
+	return e
+}
+
+func (e *env) issue(name string, scopes ...string) string {
+	e.t.Helper()
+	secret := plantstore.NewToken()
+	if _, err := e.db.CreateToken(context.Background(), plantstore.Token{Name: name, Scopes: scopes}, plantstore.HashToken(secret)); err != nil {
+		e.t.Fatal(err)
+	}
+	return secret
+}
+
+// do sends a request; header values of "" are left out.
+func (e *env) do(method, path string, header map[string]string, body io.Reader) (*http.Response, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for k, v := range header {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp, b
+}
+
+// create POSTs body as JSON with the write token.
+func (e *env) create(body string) (*http.Response, []byte) {
+	e.t.Helper()
+	return e.do("POST", "/plants", map[string]string{
+		"Authorization": "Bearer " + e.writeToken,
+		"Content-Type":  "application/json",
+	}, strings.NewReader(body))
+}
+
+func (e *env) stored(id int64) (plantstore.Plant, bool) {
+	e.t.Helper()
+	p, err := e.db.GetPlant(context.Background(), id)
+	if plantstore.ErrorCode(err) == plantstore.ENOTFOUND {
+		return plantstore.Plant{}, false
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p, true
+}
+
+type errorBody struct {
+	Error   int    `json:"error"`
+	Message string `json:"message"`
+}
+
+// wantError checks status and that the Error message mentions each of
+// words (the contract checker has already checked its shape).
+func wantError(t *testing.T, resp *http.Response, body []byte, status int, words ...string) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("status %d, want %d; body %s", resp.StatusCode, status, body)
+	}
+	var e errorBody
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	for _, w := range words {
+		if !strings.Contains(e.Message, w) {
+			t.Errorf("message %q does not mention %q", e.Message, w)
+		}
+	}
+}
+
+// raw sends bytes on a fresh connection and reads one response, for
+// requests no http.Client would send.
+func (e *env) raw(request string) (*http.Response, []byte) {
+	e.t.Helper()
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, request); err != nil {
+		e.t.Fatal(err)
+	}
+	return readRaw(e.t, conn, request)
+}
+
+func readRaw(t *testing.T, conn net.Conn, request string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	method, rest, _ := strings.Cut(request, " ")
+	path, _, _ := strings.Cut(rest, " ")
+	if !strings.HasPrefix(path, "/") {
+		path = "/"
+	}
+	req, _ := http.NewRequest(method, "http://"+conn.RemoteAddr().String()+path, nil)
+	if req == nil {
+		req, _ = http.NewRequest("GET", "http://"+conn.RemoteAddr().String()+"/", nil)
+	}
+	return resp, apitest.CheckRaw(t, req, resp)
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,188 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore/api"
+	"github.com/plantstore/plantstore/internal/httpapi"
+)
+
+func TestUnknownPathsAndMethods(t *testing.T) {
+	e := start(t, options{})
+	auth := map[string]string{"Authorization": "Bearer " + e.writeToken}
+	resp, body := e.do("GET", "/nowhere", auth, nil)
+	wantError(t, resp, body, 404, "/nowhere")
+	resp, body = e.do("GET", "/plants/1", auth, nil)
+	wantError(t, resp, body, 404)
+	for _, m := range []string{"GET", "PUT", "DELETE", "PATCH"} {
+		resp, body := e.do(m, "/plants", auth, nil)
+		wantError(t, resp, body, 405, m)
+		if got := resp.Header.Get("Allow"); got != "POST" {
+			t.Errorf("%s /plants: Allow %q, want POST", m, got)
+		}
+	}
+	resp, body = e.do("POST", "/healthz", nil, nil)
+	wantError(t, resp, body, 405)
+	if allow := resp.Header.Get("Allow"); !strings.Contains(allow, "GET") {
+		t.Errorf("POST /healthz: Allow %q", allow)
+	}
+}
+
+func TestOpenAPIServed(t *testing.T) {
+	e := start(t, options{})
+	resp, body := e.do("GET", "/openapi.json", nil, nil)
+	if resp.Header.Get("Content-Type") != "application/json" || !bytes.Equal(body, api.JSON) {
+		t.Errorf("/openapi.json: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+	}
+	resp, body = e.do("GET", "/openapi.yaml", nil, nil)
+	if resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(body, api.YAML) {
+		t.Errorf("/openapi.yaml: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+	}
+}
+
+func TestUnsupportedMediaType(t *testing.T) {
+	e := start(t, options{})
+	for _, tc := range []struct{ contentType, encoding string }{
+		{"", ""},
+		{"text/plain", ""},
+		{"application/x-www-form-urlencoded", ""},
+		{"application/xml", ""},
+		{"application/jsonx", ""},
+		{"application/merge-patch+json", ""},
+		{"application/json; charset=iso-8859-1", ""},
+		{"application/json;;", ""},
+		{"application/json", "gzip"},
+	} {
+		resp, body := e.do("POST", "/plants", map[string]string{
+			"Authorization": "Bearer " + e.writeToken, "Content-Type": tc.contentType, "Content-Encoding": tc.encoding,
+		}, strings.NewReader(`{"id":60,"name":"a"}`))
+		wantError(t, resp, body, 415)
+		if _, ok := e.stored(60); ok {
+			t.Fatalf("Content-Type %q stored a plant", tc.contentType)
+		}
+	}
+	for i, ct := range []string{"application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON"} {
+		resp, body := e.do("POST", "/plants", map[string]string{
+			"Authorization": "Bearer " + e.writeToken, "Content-Type": ct,
+		}, strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"a"}`, 61+i)))
+		if resp.StatusCode != 200 {
+			t.Errorf("Content-Type %q: %d %s", ct, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	const limit = 64 << 10
+	e := start(t, options{})
+	pad := func(size int) string {
+		head := `{"id":70,"name":"big","pad":"`
+		return head + strings.Repeat("x", size-len(head)-2) + `"}`
+	}
+	if resp, body := e.create(pad(limit)); resp.StatusCode != 200 {
+		t.Fatalf("a body of exactly the limit: %d %s", resp.StatusCode, body)
+	}
+	resp, body := e.create(strings.Replace(pad(limit+1), `"id":70`, `"id":71`, 1))
+	wantError(t, resp, body, 413, "65536")
+	// Without a Content-Length (chunked), the limit holds while reading.
+	chunked := io.MultiReader(strings.NewReader(strings.Replace(pad(limit+100), `"id":70`, `"id":72`, 1)))
+	resp, body = e.do("POST", "/plants", map[string]string{
+		"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json",
+	}, chunked)
+	wantError(t, resp, body, 413)
+	if _, ok := e.stored(71); ok {
+		t.Error("an oversized body was stored")
+	}
+	if _, ok := e.stored(72); ok {
+		t.Error("an oversized chunked body was stored")
+	}
+
+	small := start(t, options{cfg: httpapi.Config{MaxBodyBytes: 100}})
+	resp, body = small.create(`{"id":1,"name":"` + strings.Repeat("a", 100) + `"}`)
+	wantError(t, resp, body, 413, "100 bytes")
+}
+
+func TestHeaderLimit(t *testing.T) {
+	e := start(t, options{})
+	resp, body := e.do("GET", "/healthz", map[string]string{"X-Big": strings.Repeat("a", 64<<10)}, nil)
+	wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
+	resp, body = e.do("POST", "/plants", map[string]string{
+		"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json",
+		"X-Big": strings.Repeat("a", 64<<10),
+	}, strings.NewReader(`{"id":90,"name":"a"}`))
+	wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge, "header")
+	if _, ok := e.stored(90); ok {
+		t.Error("a request with oversized headers stored a plant")
+	}
+}
+
+func TestMalformedHTTPGetsErrorBody(t *testing.T) {
+	e := start(t, options{})
+	for _, req := range []string{
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nthis is not a header\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\n\r\n", // no Host
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+	} {
+		resp, body := e.raw(req)
+		wantError(t, resp, body, 400, "malformed HTTP request")
+	}
+	resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+	wantError(t, resp, body, http.StatusNotImplemented)
+}
+
+// A client that sends its headers slowly is cut off at the read-header
+// timeout, answered or not.
+func TestSlowlorisCutOff(t *testing.T) {
+	e := start(t, options{limits: httpapi.Limits{ReadHeaderTimeout: 300 * time.Millisecond}})
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	begin := time.Now()
+	io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	closed := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, conn)
+		close(closed)
+	}()
+	for i := 0; ; i++ {
+		select {
+		case <-closed:
+			if took := time.Since(begin); took > 2*time.Second {
+				t.Errorf("cut off after %v", took)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+			if i > 50 {
+				t.Fatal("a slowloris client held its connection for 5 s")
+			}
+			fmt.Fprintf(conn, "X-Slow-%d: a\r\n", i)
+		}
+	}
+}
+
+// A body that arrives too slowly gets 408 once the read timeout passes.
+func TestSlowBodyTimesOut(t *testing.T) {
+	e := start(t, options{limits: httpapi.Limits{ReadTimeout: 500 * time.Millisecond}})
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	request := "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+		"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":80,"
+	io.WriteString(conn, request)
+	resp, body := readRaw(t, conn, request)
+	wantError(t, resp, body, http.StatusRequestTimeout)
+	if _, ok := e.stored(80); ok {
+		t.Error("a timed-out body was stored")
+	}
+}

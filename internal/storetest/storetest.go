@@ -1,0 +1,254 @@
+// Package storetest is the storage conformance suite: one specification of
+// plantstore.Store's behaviour that every engine must pass.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// Run runs the suite. open returns a new, empty store for each subtest.
+func Run(t *testing.T, open func(t *testing.T) plantstore.Store) {
+	t.Run("CreateThenGet", func(t *testing.T) { testCreateThenGet(t, open(t)) })
+	t.Run("TagAbsentDiffersFromEmpty", func(t *testing.T) { testTagAbsentDiffersFromEmpty(t, open(t)) })
+	t.Run("IdempotentReplay", func(t *testing.T) { testIdempotentReplay(t, open(t)) })
+	t.Run("Conflict", func(t *testing.T) { testConflict(t, open(t)) })
+	t.Run("ConcurrentCreatesOfOneID", func(t *testing.T) { testConcurrentCreates(t, open(t)) })
+	t.Run("Int64Extremes", func(t *testing.T) { testInt64Extremes(t, open(t)) })
+	t.Run("GetMissing", func(t *testing.T) { testGetMissing(t, open(t)) })
+	t.Run("Tokens", func(t *testing.T) { testTokens(t, open(t)) })
+	t.Run("TokenRevocation", func(t *testing.T) { testTokenRevocation(t, open(t)) })
+	t.Run("TokenUse", func(t *testing.T) { testTokenUse(t, open(t)) })
+	t.Run("Ping", func(t *testing.T) {
+		if err := open(t).Ping(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func ptr(s string) *string { return &s }
+
+func mustGet(t *testing.T, s plantstore.Store, id int64) plantstore.Plant {
+	t.Helper()
+	p, err := s.GetPlant(context.Background(), id)
+	if err != nil {
+		t.Fatalf("GetPlant(%d): %v", id, err)
+	}
+	return p
+}
+
+func testCreateThenGet(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	want := plantstore.Plant{ID: 7, Name: "Monstera deliciosa", Tag: ptr("tropical")}
+	created, err := s.CreatePlant(ctx, want)
+	if err != nil || !created {
+		t.Fatalf("CreatePlant = %v, %v; want true, nil", created, err)
+	}
+	if got := mustGet(t, s, 7); !got.SameContent(want) {
+		t.Errorf("GetPlant = %v, want %v", got, want)
+	}
+	untagged := plantstore.Plant{ID: 8, Name: "Aloe"}
+	if _, err := s.CreatePlant(ctx, untagged); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, 8); got.Tag != nil {
+		t.Errorf("untagged plant came back with tag %q", *got.Tag)
+	}
+}
+
+func testTagAbsentDiffersFromEmpty(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	if _, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "a", Tag: ptr("")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, 1); got.Tag == nil || *got.Tag != "" {
+		t.Errorf("empty tag came back as %v", got.Tag)
+	}
+	_, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "a"})
+	if code := plantstore.ErrorCode(err); code != plantstore.ECONFLICT {
+		t.Errorf("no tag over empty tag: %v, want %s", err, plantstore.ECONFLICT)
+	}
+}
+
+func testIdempotentReplay(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	p := plantstore.Plant{ID: 1, Name: "Fern", Tag: ptr("shade")}
+	if _, err := s.CreatePlant(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	created, err := s.CreatePlant(ctx, p)
+	if err != nil || created {
+		t.Errorf("replay = %v, %v; want false, nil", created, err)
+	}
+}
+
+func testConflict(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	orig := plantstore.Plant{ID: 1, Name: "Fern", Tag: ptr("shade")}
+	if _, err := s.CreatePlant(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []plantstore.Plant{
+		{ID: 1, Name: "Fern"},
+		{ID: 1, Name: "Fern", Tag: ptr("sun")},
+		{ID: 1, Name: "fern", Tag: ptr("shade")},
+	} {
+		if _, err := s.CreatePlant(ctx, other); plantstore.ErrorCode(err) != plantstore.ECONFLICT {
+			t.Errorf("CreatePlant(%v) = %v, want %s", other, err, plantstore.ECONFLICT)
+		}
+	}
+	if got := mustGet(t, s, 1); !got.SameContent(orig) {
+		t.Errorf("after conflicts the plant is %v, want %v", got, orig)
+	}
+}
+
+func testConcurrentCreates(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.CreatePlant(ctx, plantstore.Plant{ID: 99, Name: fmt.Sprintf("contender %d", i)})
+		})
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch plantstore.ErrorCode(err) {
+		case "":
+			if winner >= 0 {
+				t.Fatalf("contenders %d and %d both won", winner, i)
+			}
+			winner = i
+		case plantstore.ECONFLICT:
+		default:
+			t.Errorf("contender %d: %v", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no contender won")
+	}
+	if got := mustGet(t, s, 99); got.Name != fmt.Sprintf("contender %d", winner) {
+		t.Errorf("stored %q, but contender %d won", got.Name, winner)
+	}
+}
+
+func testInt64Extremes(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	for _, id := range []int64{-1 << 63, -1, 0, 1<<63 - 1} {
+		p := plantstore.Plant{ID: id, Name: fmt.Sprint(id)}
+		if _, err := s.CreatePlant(ctx, p); err != nil {
+			t.Fatalf("CreatePlant(%d): %v", id, err)
+		}
+		if got := mustGet(t, s, id); !got.SameContent(p) {
+			t.Errorf("GetPlant(%d) = %v", id, got)
+		}
+	}
+}
+
+func testGetMissing(t *testing.T, s plantstore.Store) {
+	if _, err := s.GetPlant(context.Background(), 404); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("GetPlant(missing) = %v, want %s", err, plantstore.ENOTFOUND)
+	}
+}
+
+func testTokens(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	secret := plantstore.NewToken()
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tok, err := s.CreateToken(ctx, plantstore.Token{Name: "ci", Scopes: []string{plantstore.ScopePlantsRead}, CreatedAt: created}, plantstore.HashToken(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.ID == 0 {
+		t.Error("CreateToken gave no id")
+	}
+	got, err := s.TokenByHash(ctx, plantstore.HashToken(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "ci" || !got.HasScope(plantstore.ScopePlantsRead) || got.HasScope(plantstore.ScopePlantsWrite) || !got.CreatedAt.Equal(created) {
+		t.Errorf("TokenByHash = %+v", got)
+	}
+	if _, err := s.TokenByHash(ctx, plantstore.HashToken(plantstore.NewToken())); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("unknown hash: %v, want %s", err, plantstore.ENOTFOUND)
+	}
+	_, err = s.CreateToken(ctx, plantstore.Token{Name: "ci", Scopes: []string{plantstore.ScopePlantsRead}}, plantstore.HashToken(plantstore.NewToken()))
+	if plantstore.ErrorCode(err) != plantstore.ECONFLICT {
+		t.Errorf("second active token named ci: %v, want %s", err, plantstore.ECONFLICT)
+	}
+	if _, err := s.CreateToken(ctx, plantstore.Token{Name: "admin", Scopes: plantstore.KnownScopes}, plantstore.HashToken(plantstore.NewToken())); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListTokens(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Name != "admin" || list[1].Name != "ci" {
+		t.Errorf("ListTokens = %+v, want admin then ci", list)
+	}
+}
+
+func testTokenRevocation(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	secret := plantstore.NewToken()
+	if _, err := s.CreateToken(ctx, plantstore.Token{Name: "temp", Scopes: plantstore.KnownScopes}, plantstore.HashToken(secret)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RevokeToken(ctx, "temp", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TokenByHash(ctx, plantstore.HashToken(secret)); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("revoked token still found: %v", err)
+	}
+	if err := s.RevokeToken(ctx, "temp", time.Now()); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("second revoke: %v, want %s", err, plantstore.ENOTFOUND)
+	}
+	// The name can be issued again.
+	if _, err := s.CreateToken(ctx, plantstore.Token{Name: "temp", Scopes: plantstore.KnownScopes}, plantstore.HashToken(plantstore.NewToken())); err != nil {
+		t.Errorf("reissue revoked name: %v", err)
+	}
+	active, _ := s.ListTokens(ctx, false)
+	all, _ := s.ListTokens(ctx, true)
+	if len(active) != 1 || len(all) != 2 {
+		t.Errorf("ListTokens: %d active, %d in all; want 1 and 2", len(active), len(all))
+	}
+	for _, tok := range all {
+		if tok.RevokedAt.IsZero() == (tok.ID != active[0].ID) {
+			t.Errorf("token %d: RevokedAt %v", tok.ID, tok.RevokedAt)
+		}
+	}
+}
+
+func testTokenUse(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	secret := plantstore.NewToken()
+	tok, err := s.CreateToken(ctx, plantstore.Token{Name: "u", Scopes: plantstore.KnownScopes}, plantstore.HashToken(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tok.LastUsedAt.IsZero() {
+		t.Errorf("new token has LastUsedAt %v", tok.LastUsedAt)
+	}
+	later := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	earlier := later.Add(-time.Hour)
+	if err := s.RecordTokenUse(ctx, map[int64]time.Time{tok.ID: later}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordTokenUse(ctx, map[int64]time.Time{tok.ID: earlier}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.TokenByHash(ctx, plantstore.HashToken(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.LastUsedAt.Equal(later) {
+		t.Errorf("LastUsedAt = %v, want the later %v", got.LastUsedAt, later)
+	}
+}

@@ -1,0 +1,84 @@
+package plantstore_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/plantstore/plantstore"
+)
+
+func TestNewTokenShape(t *testing.T) {
+	shape := regexp.MustCompile(`^pst_[0-9A-Za-z]{38}$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		tok := plantstore.NewToken()
+		if !shape.MatchString(tok) || !plantstore.WellFormedToken(tok) {
+			t.Fatalf("token %q is not well formed", tok)
+		}
+		if seen[tok] {
+			t.Fatalf("token %q issued twice", tok)
+		}
+		seen[tok] = true
+	}
+	tok := plantstore.NewToken()
+	for i := len(plantstore.TokenPrefix); i < len(tok); i++ {
+		b := []byte(tok)
+		if b[i] == 'a' {
+			b[i] = 'b'
+		} else {
+			b[i] = 'a'
+		}
+		if plantstore.WellFormedToken(string(b)) {
+			t.Errorf("changing character %d of %q keeps it well formed", i, tok)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tag := func(s string) *string { return &s }
+	good := []plantstore.Plant{
+		{Name: "a"}, {Name: strings.Repeat("é", 200), Tag: tag(strings.Repeat("x", 100))}, {Name: "a", Tag: tag("")},
+		{Name: "tab-free \u2028 line separator is not a control"},
+	}
+	for _, p := range good {
+		if err := p.Validate(); err != nil {
+			t.Errorf("%v: %v", p, err)
+		}
+	}
+	bad := []plantstore.Plant{
+		{Name: ""}, {Name: strings.Repeat("é", 201)}, {Name: "a\tb"}, {Name: "a\x00"}, {Name: "\x7f"},
+		{Name: "a", Tag: tag(strings.Repeat("x", 101))}, {Name: "a", Tag: tag("\u0085")}, {Name: "bad \xff utf8"},
+	}
+	for _, p := range bad {
+		if err := p.Validate(); plantstore.ErrorCode(err) != plantstore.EINVALID {
+			t.Errorf("%v: %v, want %s", p, err, plantstore.EINVALID)
+		}
+	}
+}
+
+func TestParseScopes(t *testing.T) {
+	got, err := plantstore.ParseScopes(" plants:write , plants:read,plants:write")
+	if err != nil || strings.Join(got, " ") != "plants:read plants:write" {
+		t.Errorf("ParseScopes = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", ",", "plants:admin", "plants:read,root"} {
+		if _, err := plantstore.ParseScopes(bad); err == nil {
+			t.Errorf("ParseScopes(%q) accepted", bad)
+		}
+	}
+}
+
+func TestErrorCodes(t *testing.T) {
+	err := plantstore.WrapError(plantstore.EUNAVAILABLE, "try later", errSecret{})
+	if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || plantstore.ErrorMessage(err) != "try later" {
+		t.Errorf("code %q message %q", plantstore.ErrorCode(err), plantstore.ErrorMessage(err))
+	}
+	if plantstore.ErrorCode(errSecret{}) != plantstore.EINTERNAL || plantstore.ErrorMessage(errSecret{}) != "internal error" {
+		t.Error("an unknown error must be internal, its text hidden")
+	}
+}
+
+type errSecret struct{}
+
+func (errSecret) Error() string { return "password=hunter2" }

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore/internal/apitest"
+)
+
+// These tests run the built binary, as a user would.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "plantstore-bin")
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "plantstore")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Println("build:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var tokenShape = regexp.MustCompile(`^pst_[0-9A-Za-z]{38}\n$`)
+
+type result struct {
+	stdout, stderr string
+	exit           int
+}
+
+// cli runs the binary to completion in dir with env added.
+func cli(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+		r.exit = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustToken(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	r := cli(t, dir, nil, append([]string{"token", "create"}, args...)...)
+	if r.exit != 0 || !tokenShape.MatchString(r.stdout) {
+		t.Fatalf("token create: exit %d, stdout %q, stderr %q", r.exit, r.stdout, r.stderr)
+	}
+	return strings.TrimSpace(r.stdout)
+}
+
+// server is a running "plantstore serve".
+type server struct {
+	cmd  *exec.Cmd
+	url  string
+	logs *syncBuffer
+	done chan error
+}
+
+// serve starts the binary in dir and waits until it listens.
+func serve(t *testing.T, dir string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Dir = dir
+	logs := &syncBuffer{}
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
+	addr := make(chan string, 1)
+	go func() {
+		scan := bufio.NewScanner(pr)
+		scan.Buffer(make([]byte, 1<<20), 1<<20)
+		for scan.Scan() {
+			logs.Write(append(scan.Bytes(), '\n'))
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(scan.Bytes(), &line) == nil && line.Msg == "listening" {
+				addr <- line.Addr
+			}
+		}
+	}()
+	go func() {
+		s.done <- cmd.Wait()
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-s.done
+	})
+	select {
+	case a := <-addr:
+		s.url = "http://" + a
+	case err := <-s.done:
+		t.Fatalf("serve exited before listening: %v\n%s", err, logs)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not listen within 20 s\n%s", logs)
+	}
+	return s
+}
+
+// stop signals the server and returns its exit code.
+func (s *server) stop(t *testing.T, sig os.Signal) int {
+	t.Helper()
+	s.cmd.Process.Signal(sig)
+	select {
+	case err := <-s.done:
+		s.done <- err // for the cleanup
+		if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+			return exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not exit within 30 s")
+		return -1
+	}
+}
+
+func create(t *testing.T, client *http.Client, url, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+"/plants", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestTokenCLI(t *testing.T) {
+	dir := t.TempDir()
+	secret := mustToken(t, dir, "--name", "deploy", "--scope", "plants:read")
+	r := cli(t, dir, nil, "token", "list")
+	if r.exit != 0 || !strings.Contains(r.stdout, "deploy") || !strings.Contains(r.stdout, "plants:read") {
+		t.Errorf("token list: %+v", r)
+	}
+	if strings.Contains(r.stdout, secret) || strings.Contains(r.stdout, "pst_") {
+		t.Errorf("token list shows a secret:\n%s", r.stdout)
+	}
+	for _, col := range []string{"NAME", "SCOPES", "CREATED", "LAST USED"} {
+		if !strings.Contains(r.stdout, col) {
+			t.Errorf("token list has no %s column:\n%s", col, r.stdout)
+		}
+	}
+	if r := cli(t, dir, nil, "token", "create", "--name", "deploy"); r.exit != 1 || !strings.Contains(r.stderr, "already exists") || r.stdout != "" {
+		t.Errorf("duplicate name: %+v", r)
+	}
+	if r := cli(t, dir, nil, "token", "revoke", "deploy"); r.exit != 0 {
+		t.Errorf("revoke: %+v", r)
+	}
+	if r := cli(t, dir, nil, "token", "revoke", "deploy"); r.exit != 1 || !strings.Contains(r.stderr, "no active token") {
+		t.Errorf("second revoke: %+v", r)
+	}
+	if r := cli(t, dir, nil, "token", "list"); strings.Contains(r.stdout, "deploy") {
+		t.Errorf("revoked token still listed:\n%s", r.stdout)
+	}
+	if r := cli(t, dir, nil, "token", "list", "--all"); !strings.Contains(r.stdout, "deploy") || !strings.Contains(r.stdout, "REVOKED") {
+		t.Errorf("token list --all:\n%s", r.stdout)
+	}
+	mustToken(t, dir, "--name", "deploy") // a revoked name can be issued again
+	for _, args := range [][]string{
+		{"token", "create"},
+		{"token", "create", "--name", "x", "--scope", "plants:admin"},
+		{"token", "create", "--name", ""},
+		{"token", "revoke"},
+		{"token", "frobnicate"},
+		{"token"},
+		{"bogus"},
+		{},
+		{"serve", "extra-argument"},
+	} {
+		if r := cli(t, dir, nil, args...); r.exit != 2 || r.stdout != "" {
+			t.Errorf("%q: exit %d stdout %q, want exit 2", args, r.exit, r.stdout)
+		}
+	}
+	// --db and its variable select the file.
+	other := filepath.Join(t.TempDir(), "other.db")
+	mustToken(t, dir, "--name", "elsewhere", "--db", other)
+	if r := cli(t, dir, []string{"PLANTSTORE_DB=" + other}, "token", "list"); !strings.Contains(r.stdout, "elsewhere") {
+		t.Errorf("PLANTSTORE_DB not honoured:\n%s", r.stdout)
+	}
+	if r := cli(t, dir, []string{"PLANTSTORE_BUSY_TIMEOUT=soon"}, "token", "list"); r.exit != 2 || !strings.Contains(r.stderr, "PLANTSTORE_BUSY_TIMEOUT") {
+		t.Errorf("a bad variable: %+v", r)
+	}
+}
+
+// The README's quick start: serve on the defaults in a directory, issue a
+// token there while it runs, create a plant.
+func TestQuickStart(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, dir)
+	token := mustToken(t, dir, "--name", "me")
+	client := apitest.Client(t)
+	status, body := create(t, client, s.url, token, `{"id":1,"name":"Monstera","tag":"tropical"}`)
+	if status != 200 || body != `{"name":"Monstera","tag":"tropical"}` {
+		t.Fatalf("first create: %d %s", status, body)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "plantstore.db")); err != nil {
+		t.Errorf("the default store ./plantstore.db: %v", err)
+	}
+	if code := s.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+	if strings.Contains(s.logs.String(), token) {
+		t.Error("the token appears in the server's log")
+	}
+	// Last use is recorded by the time the server has stopped.
+	if r := cli(t, dir, nil, "token", "list"); !regexp.MustCompile(`me\s+\S+\s+\S+\s+20\d\d-`).MatchString(r.stdout) {
+		t.Errorf("last use not recorded:\n%s", r.stdout)
+	}
+}
+
+func TestTokensChangeWhileServing(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, dir)
+	client := apitest.Client(t)
+	token := mustToken(t, dir, "--name", "late")
+	if status, body := create(t, client, s.url, token, `{"id":1,"name":"a"}`); status != 200 {
+		t.Fatalf("a token created while serving: %d %s", status, body)
+	}
+	if r := cli(t, dir, nil, "token", "revoke", "late"); r.exit != 0 {
+		t.Fatalf("revoke: %+v", r)
+	}
+	revoked := time.Now()
+	for {
+		status, _ := create(t, client, s.url, token, `{"id":1,"name":"a"}`)
+		if status == 401 {
+			break
+		}
+		if time.Since(revoked) > 5*time.Second {
+			t.Fatal("a revoked token still works 5 s later")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("revocation took effect after %v", time.Since(revoked).Round(time.Millisecond))
+}
+
+// SIGTERM lets a request in flight finish, then exits 0.
+func TestGracefulShutdown(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, dir)
+	token := mustToken(t, dir, "--name", "me")
+	body := `{"id":5,"name":"slow upload"}`
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", s.url+"/plants", pr)
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := apitest.Client(t).Do(req)
+		if err != nil {
+			t.Error(err)
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	io.WriteString(pw, body[:10])
+	time.Sleep(200 * time.Millisecond) // the request is in flight
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(pw, body[10:])
+	pw.Close()
+	if status := <-answered; status != 200 {
+		t.Errorf("the in-flight request got %d", status)
+	}
+	if code := s.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+	if !strings.Contains(s.logs.String(), `"msg":"stopped"`) {
+		t.Errorf("no clean stop in the log:\n%s", s.logs)
+	}
+}
+
+func TestSIGINTExitsZero(t *testing.T) {
+	s := serve(t, t.TempDir())
+	if code := s.stop(t, os.Interrupt); code != 0 {
+		t.Errorf("exit %d after SIGINT", code)
+	}
+}
+
+func TestPersistenceAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "me")
+	client := apitest.Client(t)
+	s := serve(t, dir)
+	if status, body := create(t, client, s.url, token, `{"id":9,"name":"Cactus","tag":"desert"}`); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	s.stop(t, syscall.SIGTERM)
+	s = serve(t, dir)
+	if status, body := create(t, client, s.url, token, `{"id":9,"name":"Cactus","tag":"desert"}`); status != 200 || body != `{"name":"Cactus","tag":"desert"}` {
+		t.Errorf("replay after restart: %d %s", status, body)
+	}
+	if status, _ := create(t, client, s.url, token, `{"id":9,"name":"Cactus"}`); status != 409 {
+		t.Errorf("conflict after restart: %d, want 409", status)
+	}
+}
+
+func TestEnvironmentConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(t.TempDir(), "env.db")
+	cmd := exec.Command(binary, "serve")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PLANTSTORE_ADDR=127.0.0.1:0", "PLANTSTORE_DB="+db, "PLANTSTORE_LOG_FORMAT=text")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stderr.String(), "msg=listening") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no text-format listening line:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), "db="+db) {
+		t.Errorf("PLANTSTORE_DB not used:\n%s", stderr.String())
+	}
+	if _, err := os.Stat(db); err != nil {
+		t.Error(err)
+	}
+}
+
+// The process is killed with SIGKILL at a random moment during concurrent
+// creates; after a restart every plant it acknowledged is there, intact.
+func TestCrashLosesNoAcknowledgedPlant(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "crash")
+	client := &http.Client{Timeout: 10 * time.Second}
+	acked := map[int64]string{}
+	var mu sync.Mutex
+	for round := range 3 {
+		s := serve(t, dir)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := int64(0); ctx.Err() == nil; i++ {
+					id := int64(round)<<40 | int64(w)<<32 | i
+					name := fmt.Sprintf("plant %d/%d/%d", round, w, i)
+					req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/plants",
+						strings.NewReader(fmt.Sprintf(`{"id":%d,"name":%q}`, id, name)))
+					req.Header.Set("Authorization", "Bearer "+token)
+					req.Header.Set("Content-Type", "application/json")
+					resp, err := client.Do(req)
+					if err != nil {
+						return // the server is gone
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode == 200 {
+						mu.Lock()
+						acked[id] = name
+						mu.Unlock()
+					} else {
+						t.Errorf("create %d: %d", id, resp.StatusCode)
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(time.Duration(300+round*250) * time.Millisecond)
+		s.cmd.Process.Kill()
+		<-s.done
+		s.done <- nil
+		cancel()
+		wg.Wait()
+	}
+	if len(acked) < 100 {
+		t.Fatalf("only %d creates were acknowledged; the test proves little", len(acked))
+	}
+	checkStore(t, filepath.Join(dir, "plantstore.db"), acked)
+	t.Logf("%d acknowledged plants survived 3 SIGKILLs", len(acked))
+
+	// And the service itself comes back and knows them.
+	s := serve(t, dir)
+	checked := 0
+	for id, name := range acked {
+		status, _ := create(t, apitest.Client(t), s.url, token, fmt.Sprintf(`{"id":%d,"name":%q}`, id, name))
+		if status != 200 {
+			t.Errorf("replay of acknowledged plant %d: %d", id, status)
+		}
+		if status, _ := create(t, apitest.Client(t), s.url, token, fmt.Sprintf(`{"id":%d,"name":"other"}`, id)); status != 409 {
+			t.Errorf("plant %d: a different name got %d, want 409 (is it stored?)", id, status)
+		}
+		if checked++; checked == 50 {
+			break
+		}
+	}
+}

@@ -169,7 +169,11 @@ func (c *Contract) checkUnrouted(req *http.Request, resp *http.Response) error {
 // isProtocolRejection tells the statuses net/http answers, before any
 // routing, to requests that are not valid HTTP/1.1.
 func isProtocolRejection(status int) bool {
-	return status == http.StatusBadRequest || status == http.StatusRequestHeaderFieldsTooLarge || status == http.StatusNotImplemented
+	switch status {
+	case http.StatusBadRequest, http.StatusExpectationFailed, http.StatusRequestHeaderFieldsTooLarge, http.StatusNotImplemented:
+		return true
+	}
+	return false
 }
 
 func (c *Contract) documentedMethods(path string) []string {

@@ -71,7 +71,15 @@ type jsonErrorConn struct{ net.Conn }
 // from handlers always carry a Date and a length, so they never match.
 var plainErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
 
+// net/http answers 417 to an Expect other than 100-continue by itself,
+// with an empty body, before any handler runs; no handler of ours answers
+// 417, so any 417 is that one.
+var expectationFailed = []byte("HTTP/1.1 417 ")
+
 func (c jsonErrorConn) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, expectationFailed) {
+		return c.writeError(p, http.StatusExpectationFailed, "only the expectation 100-continue is supported")
+	}
 	if !bytes.HasPrefix(p, []byte("HTTP/1.1 ")) || len(p) < 13 {
 		return c.Conn.Write(p)
 	}
@@ -98,6 +106,12 @@ func (c jsonErrorConn) Write(p []byte) (int, error) {
 	if detail != "" {
 		message += ": " + detail
 	}
+	return c.writeError(p, status, message)
+}
+
+// writeError sends the Error body in place of p, a whole answer net/http
+// wrote before closing the connection.
+func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, error) {
 	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
 	answer := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		status, http.StatusText(status), len(body), body)

@@ -134,6 +134,8 @@ func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 	}
 	resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
 	wantError(t, resp, body, http.StatusNotImplemented)
+	resp, body = e.raw("GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n")
+	wantError(t, resp, body, http.StatusExpectationFailed, "100-continue")
 }
 
 // A client that sends its headers slowly is cut off at the read-header

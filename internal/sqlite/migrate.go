@@ -53,10 +53,21 @@ func (db *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	// In a transaction that takes the write lock up front: in autocommit the
+	// statement would start as a reader and its upgrade to a writer fails at
+	// once, without waiting, when another process has written meanwhile.
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return storeError("begin", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT    NOT NULL,
 		applied_at INTEGER NOT NULL)`); err != nil {
+		return storeError("create schema_migrations", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return storeError("create schema_migrations", err)
 	}
 	for _, m := range ms {

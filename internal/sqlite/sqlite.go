@@ -7,9 +7,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -38,8 +40,9 @@ type DB struct {
 	// its transactions begin IMMEDIATE so a write never upgrades a read lock.
 	write *sql.DB
 	// Readers run in parallel beside the writer, as WAL allows.
-	read *sql.DB
-	now  func() time.Time
+	read   *sql.DB
+	now    func() time.Time
+	closed atomic.Bool
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -83,8 +86,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	write.SetConnMaxIdleTime(0)
 	db := &DB{write: write, now: opts.Now}
 	// The first connection sets WAL mode, which needs the file to be
-	// writable; open the readers only after it.
-	if err := db.migrate(ctx); err != nil {
+	// writable; open the readers only after it. When processes start
+	// together on a new file, switching it to WAL and creating the schema
+	// can fail with SQLITE_BUSY without waiting; every step is idempotent,
+	// so retry until the busy timeout.
+	if err := retryBusy(ctx, opts.BusyTimeout, db.migrate); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -98,6 +104,17 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	read.SetMaxIdleConns(readers)
 	db.read = read
 	return db, nil
+}
+
+func retryBusy(ctx context.Context, timeout time.Duration, fn func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn(ctx)
+		if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
+	}
 }
 
 func dsn(path string, q url.Values) string {
@@ -116,6 +133,7 @@ func cloneValues(v url.Values) url.Values {
 // Close flushes nothing (every commit is already durable) and releases the
 // file.
 func (db *DB) Close() error {
+	db.closed.Store(true)
 	var errRead error
 	if db.read != nil {
 		errRead = db.read.Close()
@@ -125,6 +143,9 @@ func (db *DB) Close() error {
 
 // Ping reads from the file through the read pool.
 func (db *DB) Ping(ctx context.Context) error {
+	if db.closed.Load() {
+		return plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
+	}
 	var n int
 	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		return storeError("ping", err)
@@ -149,9 +170,6 @@ func storeError(op string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the request was cancelled", wrapped)
-	}
-	if errors.Is(err, sql.ErrConnDone) || err.Error() == "sql: database is closed" {
-		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store is closed", wrapped)
 	}
 	if e, ok := errors.AsType[*sqlite.Error](err); ok {
 		switch e.Code() & 0xff {

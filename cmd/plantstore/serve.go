@@ -71,7 +71,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	background.Go(func() { authn.Run(bgCtx) })
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(httpapi.JSONErrorListener(ln)) }()
+	go func() { serveErr <- srv.Serve(httpapi.JSONErrorListener(ln, log)) }()
 
 	select {
 	case err = <-serveErr:

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 )
 
 // readJSONBody checks the request's media type and reads its body within
@@ -14,6 +15,9 @@ import (
 // charset or charset=utf-8, as RFC 8259 requires UTF-8), 413 above the
 // limit, 408 when the client sends too slowly.
 func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if len(r.Header.Values("Content-Type")) > 1 {
+		return nil, errorStatus(http.StatusUnsupportedMediaType, "send exactly one Content-Type header")
+	}
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		return nil, errorStatus(http.StatusUnsupportedMediaType, "Content-Type is missing; send application/json")
@@ -38,6 +42,9 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, e
 			return nil, tooLarge(limit)
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The write deadline was set when the headers arrived and ends
+			// about when the read deadline does: give the answer time to go.
+			http.NewResponseController(w).SetWriteDeadline(time.Now().Add(5 * time.Second))
 			return nil, errorStatus(http.StatusRequestTimeout, "the request body was not received in time")
 		}
 		return nil, errorStatus(http.StatusBadRequest, "the request body could not be read: %v", err)

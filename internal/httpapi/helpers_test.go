@@ -80,14 +80,15 @@ func start(t *testing.T, opts options) *env {
 		store = opts.wrap(db)
 	}
 	logs := &lockedBuffer{}
-	opts.cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	opts.cfg.Logger = log
 	authn := auth.New(store, auth.Options{CacheTTL: opts.authTTL})
 	srv := httpapi.NewHTTPServer(httpapi.NewServer(store, authn, opts.cfg), opts.limits)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(httpapi.JSONErrorListener(ln))
+	go srv.Serve(httpapi.JSONErrorListener(ln, log))
 	t.Cleanup(func() {
 		srv.Close()
 		db.Close()

@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -46,25 +48,40 @@ func NewHTTPServer(handler http.Handler, l Limits) *http.Server {
 		WriteTimeout:      l.WriteTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
+		// Let "OPTIONS *" reach our handler too, to be logged and answered
+		// like any other request.
+		DisableGeneralOptionsHandler: true,
 	}
 }
 
 // JSONErrorListener wraps ln so that the errors net/http answers by itself,
 // before any handler runs (431 for oversized headers, 400 for a malformed
-// request, 501 for an unknown transfer coding), carry the Error body too.
-func JSONErrorListener(ln net.Listener) net.Listener { return jsonErrorListener{ln} }
+// request, 417, 501 for an unknown transfer coding), carry the Error body
+// too, and are logged, as no access log line is written for them.
+func JSONErrorListener(ln net.Listener, log *slog.Logger) net.Listener {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return jsonErrorListener{ln, log}
+}
 
-type jsonErrorListener struct{ net.Listener }
+type jsonErrorListener struct {
+	net.Listener
+	log *slog.Logger
+}
 
 func (l jsonErrorListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return jsonErrorConn{c}, nil
+	return jsonErrorConn{c, l.log}, nil
 }
 
-type jsonErrorConn struct{ net.Conn }
+type jsonErrorConn struct {
+	net.Conn
+	log *slog.Logger
+}
 
 // net/http writes each of these answers in one Write, shaped
 // "HTTP/1.1 NNN Text[: detail]" followed by exactly these headers. Answers
@@ -112,6 +129,8 @@ func (c jsonErrorConn) Write(p []byte) (int, error) {
 // writeError sends the Error body in place of p, a whole answer net/http
 // wrote before closing the connection.
 func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, error) {
+	c.log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
+		slog.Int("status", status), slog.String("message", message), slog.String("remote", c.RemoteAddr().String()))
 	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
 	answer := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		status, http.StatusText(status), len(body), body)

@@ -107,6 +107,8 @@ func (rec *recorder) WriteHeader(status int) {
 
 func (rec *recorder) defaultMessage(status int) string {
 	switch status {
+	case http.StatusBadRequest:
+		return fmt.Sprintf("the request target %q is not a path this service serves", truncate(rec.r.RequestURI, 200))
 	case http.StatusNotFound:
 		return fmt.Sprintf("there is no resource at %s", truncate(rec.r.URL.Path, 200))
 	case http.StatusMethodNotAllowed:

@@ -68,6 +68,9 @@ func TestUnsupportedMediaType(t *testing.T) {
 			t.Fatalf("Content-Type %q stored a plant", tc.contentType)
 		}
 	}
+	resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+		"\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: 20\r\n\r\n{\"id\":60,\"name\":\"a\"}")
+	wantError(t, resp, body, 415, "one Content-Type")
 	for i, ct := range []string{"application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON"} {
 		resp, body := e.do("POST", "/plants", map[string]string{
 			"Authorization": "Bearer " + e.writeToken, "Content-Type": ct,
@@ -136,6 +139,18 @@ func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 	wantError(t, resp, body, http.StatusNotImplemented)
 	resp, body = e.raw("GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n")
 	wantError(t, resp, body, http.StatusExpectationFailed, "100-continue")
+	resp, body = e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+	wantError(t, resp, body, http.StatusExpectationFailed)
+	if n := strings.Count(e.logs.String(), "rejected before routing"); n != 6 {
+		t.Errorf("%d protocol rejections logged, want 6:\n%s", n, e.logs)
+	}
+	resp, body = e.raw("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode >= 300 {
+		wantError(t, resp, body, resp.StatusCode)
+	}
+	if !strings.Contains(e.logs.String(), `"method":"OPTIONS"`) {
+		t.Error("OPTIONS * left no access log line")
+	}
 }
 
 // A client that sends its headers slowly is cut off at the read-header
@@ -172,7 +187,8 @@ func TestSlowlorisCutOff(t *testing.T) {
 
 // A body that arrives too slowly gets 408 once the read timeout passes.
 func TestSlowBodyTimesOut(t *testing.T) {
-	e := start(t, options{limits: httpapi.Limits{ReadTimeout: 500 * time.Millisecond}})
+	// The write timeout ends with the read timeout, as with the defaults.
+	e := start(t, options{limits: httpapi.Limits{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}})
 	conn, err := net.Dial("tcp", e.addr)
 	if err != nil {
 		t.Fatal(err)

@@ -12,10 +12,12 @@ import (
 )
 
 // Limits on plant fields, counted in Unicode code points as JSON Schema's
-// minLength and maxLength count them.
+// minLength and maxLength count them, and on list pages.
 const (
-	MaxNameLength = 200
-	MaxTagLength  = 100
+	MaxNameLength    = 200
+	MaxTagLength     = 100
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
 )
 
 // Plant is a plant record. Its ID is chosen by the client that creates it.
@@ -50,6 +52,9 @@ func (p Plant) Validate() error {
 	return nil
 }
 
+// ValidateTag checks a tag on its own, as a list filter is checked.
+func ValidateTag(tag string) error { return validateText("tag", tag, 0, MaxTagLength) }
+
 func validateText(field, s string, minLen, maxLen int) error {
 	if !utf8.ValidString(s) {
 		return Errorf(EINVALID, "%s: must be valid UTF-8", field)
@@ -79,6 +84,24 @@ type PlantStore interface {
 	CreatePlant(ctx context.Context, p Plant) (created bool, err error)
 	// GetPlant returns the plant stored under id, or ENOTFOUND.
 	GetPlant(ctx context.Context, id int64) (Plant, error)
+	// ListPlants returns up to opts.Limit plants in ascending id order:
+	// those with an id greater than *opts.After when it is set, and a tag
+	// equal to *opts.Tag when it is set. It costs the same wherever the page
+	// starts (keyset paging).
+	ListPlants(ctx context.Context, opts ListOptions) ([]Plant, error)
+	// UpdatePlant replaces the name and tag of the plant with p.ID, which
+	// the caller has validated, or returns ENOTFOUND.
+	UpdatePlant(ctx context.Context, p Plant) error
+	// DeletePlant removes the plant with id, or returns ENOTFOUND. The id
+	// can then be created again.
+	DeletePlant(ctx context.Context, id int64) error
+}
+
+// ListOptions select a page of plants.
+type ListOptions struct {
+	After *int64  // only ids greater than this
+	Tag   *string // only plants with exactly this tag
+	Limit int     // at most this many; 1 to MaxListLimit
 }
 
 // Store is everything a storage engine provides.

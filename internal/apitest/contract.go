@@ -176,17 +176,32 @@ func isProtocolRejection(status int) bool {
 	return false
 }
 
+// documentedMethods lists the methods the document has for a concrete
+// path, matching templates segment by segment ({id} matches any segment).
 func (c *Contract) documentedMethods(path string) []string {
-	item := c.Doc.Paths.Find(path)
-	if item == nil {
-		return nil
+	segments := strings.Split(path, "/")
+	for template, item := range c.Doc.Paths.Map() {
+		want := strings.Split(template, "/")
+		if len(want) != len(segments) {
+			continue
+		}
+		match := true
+		for i, w := range want {
+			if !(strings.HasPrefix(w, "{") && strings.HasSuffix(w, "}") && segments[i] != "") && w != segments[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			var methods []string
+			for m := range item.Operations() {
+				methods = append(methods, m)
+			}
+			slices.Sort(methods)
+			return methods
+		}
 	}
-	var methods []string
-	for m := range item.Operations() {
-		methods = append(methods, m)
-	}
-	slices.Sort(methods)
-	return methods
+	return nil
 }
 
 // Unseen lists the documented answers ("METHOD /path STATUS") that no

@@ -1,11 +1,15 @@
 package apitest
 
 import (
+	"encoding/json"
 	"io"
+	"os"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
 )
 
 func TestDocumentIsValid(t *testing.T) {
@@ -13,8 +17,8 @@ func TestDocumentIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Doc.Info.Version; got != "1.0.0" {
-		t.Errorf("info.version = %q, want 1.0.0", got)
+	if got := c.Doc.Info.Version; got != "1.1.0" {
+		t.Errorf("info.version = %q, want 1.1.0", got)
 	}
 	op := c.Doc.Paths.Find("/plants").Post
 	if op == nil {
@@ -73,4 +77,63 @@ func TestCheckCatchesDrift(t *testing.T) {
 	if err := c.Check(req, resp, []byte(good)); err != nil {
 		t.Errorf("Check refused a good Plant: %v", err)
 	}
+}
+
+// 1.1.0 is additive: every operation, answer and schema of 1.0.0 holds.
+func TestAdditiveOverV1_0_0(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("../../api/testdata/openapi-1.0.0.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := openapi3.NewLoader().LoadFromData(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Info.Version != "1.0.0" {
+		t.Fatalf("the snapshot is version %s", old.Info.Version)
+	}
+	for path, item := range old.Paths.Map() {
+		for method, op := range item.Operations() {
+			now := c.Doc.Paths.Find(path)
+			if now == nil || now.GetOperation(method) == nil {
+				t.Errorf("1.0.0's %s %s is gone", method, path)
+				continue
+			}
+			for status, resp := range op.Responses.Map() {
+				got := now.GetOperation(method).Responses.Value(status)
+				if got == nil {
+					t.Errorf("1.0.0's %s %s %s is gone", method, path, status)
+					continue
+				}
+				if a, b := schemaRefs(resp.Value), schemaRefs(got.Value); a != b {
+					t.Errorf("%s %s %s: body was %s, is %s", method, path, status, a, b)
+				}
+			}
+		}
+	}
+	for name, schema := range old.Components.Schemas {
+		a, _ := json.Marshal(schema.Value)
+		now := c.Doc.Components.Schemas[name]
+		if now == nil {
+			t.Errorf("schema %s is gone", name)
+			continue
+		}
+		if b, _ := json.Marshal(now.Value); string(a) != string(b) {
+			t.Errorf("schema %s changed:\n was %s\n is  %s", name, a, b)
+		}
+	}
+}
+
+func schemaRefs(r *openapi3.Response) string {
+	var out string
+	for ct, mt := range r.Content {
+		if mt.Schema != nil {
+			out += ct + "=" + mt.Schema.Ref + ";"
+		}
+	}
+	return out
 }

@@ -12,26 +12,41 @@ import (
 	"github.com/plantstore/plantstore"
 )
 
-// decodeNewPlant reads a NewPlant from body, strictly: one JSON object in
-// valid UTF-8 with no duplicate member names, an integral id in int64 range,
+// decodeNewPlant reads the body of a create: a NewPlant, whose id is
+// required.
+func decodeNewPlant(body []byte) (plantstore.Plant, error) {
+	p, _, err := decodePlant(body, "NewPlant", true)
+	return p, err
+}
+
+// decodePlant reads a plant from body, strictly: one JSON object in valid
+// UTF-8 with no duplicate member names, an integral id in int64 range,
 // string name and tag. Member names match exactly; other members are
-// skipped, as the schema is open. Lengths and characters are left to
-// Plant.Validate.
+// skipped, as the schema is open. It reports whether an id was present.
+// Lengths and characters are left to Plant.Validate.
 //
 // It walks tokens itself rather than unmarshalling into a struct because a
 // struct cannot tell a missing member from null, nor a missing tag from
 // "tag": null, and the contract rejects nulls.
-func decodeNewPlant(body []byte) (plantstore.Plant, error) {
+func decodePlant(body []byte, schema string, idRequired bool) (p plantstore.Plant, haveID bool, err error) {
+	p, haveID, err = decodeMembers(body, schema)
+	if err == nil && idRequired && !haveID {
+		err = invalid("id: required member is missing")
+	}
+	return p, haveID, err
+}
+
+func decodeMembers(body []byte, schema string) (plantstore.Plant, bool, error) {
 	dec := jsontext.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.ReadToken()
 	if errors.Is(err, io.EOF) {
-		return plantstore.Plant{}, invalid("the request body is empty; a NewPlant JSON object is required")
+		return plantstore.Plant{}, false, invalid("the request body is empty; a %s JSON object is required", schema)
 	}
 	if err != nil {
-		return plantstore.Plant{}, syntaxError(err)
+		return plantstore.Plant{}, false, syntaxError(err)
 	}
 	if tok.Kind() != '{' {
-		return plantstore.Plant{}, invalid("the request body must be a JSON object (NewPlant), not %s", kindName(tok.Kind()))
+		return plantstore.Plant{}, false, invalid("the request body must be a JSON object (%s), not %s", schema, kindName(tok.Kind()))
 	}
 
 	var p plantstore.Plant
@@ -39,7 +54,7 @@ func decodeNewPlant(body []byte) (plantstore.Plant, error) {
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return plantstore.Plant{}, syntaxError(err)
+			return plantstore.Plant{}, false, syntaxError(err)
 		}
 		if tok.Kind() == '}' {
 			break
@@ -48,23 +63,23 @@ func decodeNewPlant(body []byte) (plantstore.Plant, error) {
 		case "id":
 			v, err := dec.ReadValue()
 			if err != nil {
-				return plantstore.Plant{}, syntaxError(err)
+				return plantstore.Plant{}, false, syntaxError(err)
 			}
 			if v.Kind() != '0' {
-				return plantstore.Plant{}, invalid("id: must be an integer, not %s", kindName(v.Kind()))
+				return plantstore.Plant{}, false, invalid("id: must be an integer, not %s", kindName(v.Kind()))
 			}
 			id, err := parseInt64(string(v))
 			if err != nil {
-				return plantstore.Plant{}, err
+				return plantstore.Plant{}, false, err
 			}
 			p.ID, haveID = id, true
 		case "name", "tag":
 			v, err := dec.ReadToken()
 			if err != nil {
-				return plantstore.Plant{}, syntaxError(err)
+				return plantstore.Plant{}, false, syntaxError(err)
 			}
 			if v.Kind() != '"' {
-				return plantstore.Plant{}, invalid("%s: must be a string, not %s", member, kindName(v.Kind()))
+				return plantstore.Plant{}, false, invalid("%s: must be a string, not %s", member, kindName(v.Kind()))
 			}
 			s := v.String()
 			if member == "name" {
@@ -74,23 +89,20 @@ func decodeNewPlant(body []byte) (plantstore.Plant, error) {
 			}
 		default:
 			if err := dec.SkipValue(); err != nil {
-				return plantstore.Plant{}, syntaxError(err)
+				return plantstore.Plant{}, false, syntaxError(err)
 			}
 		}
 	}
 	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		if err != nil && !isTrailingGarbage(err) {
-			return plantstore.Plant{}, syntaxError(err)
+			return plantstore.Plant{}, false, syntaxError(err)
 		}
-		return plantstore.Plant{}, invalid("unexpected data after the JSON object")
-	}
-	if !haveID {
-		return plantstore.Plant{}, invalid("id: required member is missing")
+		return plantstore.Plant{}, false, invalid("unexpected data after the JSON object")
 	}
 	if !haveName {
-		return plantstore.Plant{}, invalid("name: required member is missing")
+		return plantstore.Plant{}, false, invalid("name: required member is missing")
 	}
-	return p, nil
+	return p, haveID, nil
 }
 
 func invalid(format string, args ...any) error {

@@ -15,18 +15,49 @@ import (
 )
 
 // panickingStore stands in for a bug: no real part can be made to panic.
+// Tokens still work, so requests reach the plant operations.
 type panickingStore struct{ plantstore.Store }
 
 func (panickingStore) CreatePlant(context.Context, plantstore.Plant) (bool, error) {
 	panic("a bug in the store")
 }
+func (panickingStore) GetPlant(context.Context, int64) (plantstore.Plant, error) {
+	panic("a bug in the store")
+}
+func (panickingStore) ListPlants(context.Context, plantstore.ListOptions) ([]plantstore.Plant, error) {
+	panic("a bug in the store")
+}
+func (panickingStore) UpdatePlant(context.Context, plantstore.Plant) error {
+	panic("a bug in the store")
+}
+func (panickingStore) DeletePlant(context.Context, int64) error { panic("a bug in the store") }
+
+// everyOperation is one well-formed request per plant operation.
+var everyOperation = []struct{ method, path, body string }{
+	{"GET", "/plants", ""},
+	{"POST", "/plants", `{"id":1,"name":"a"}`},
+	{"GET", "/plants/1", ""},
+	{"PUT", "/plants/1", `{"name":"b"}`},
+	{"DELETE", "/plants/1", ""},
+}
+
+func (e *env) send(method, path, body string, extra map[string]string) (*http.Response, []byte) {
+	e.t.Helper()
+	header := map[string]string{"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json"}
+	for k, v := range extra {
+		header[k] = v
+	}
+	return e.do(method, path, header, strings.NewReader(body))
+}
 
 func TestPanicBecomes500(t *testing.T) {
 	e := start(t, options{wrap: func(s plantstore.Store) plantstore.Store { return panickingStore{s} }})
-	resp, body := e.create(`{"id":1,"name":"a"}`)
-	wantError(t, resp, body, 500, "internal error")
-	if strings.Contains(string(body), "bug") {
-		t.Errorf("the panic's detail reached the client: %s", body)
+	for _, op := range everyOperation {
+		resp, body := e.send(op.method, op.path, op.body, nil)
+		wantError(t, resp, body, 500, "internal error")
+		if strings.Contains(string(body), "bug") {
+			t.Errorf("the panic's detail reached the client: %s", body)
+		}
 	}
 	if resp, _ := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
 		t.Errorf("after a panic /healthz answers %d", resp.StatusCode)
@@ -62,13 +93,24 @@ func holdWriteLock(t *testing.T, e *env) func() {
 
 func TestStoreBusyIs503(t *testing.T) {
 	e := start(t, options{sqlite: sqlite.Options{BusyTimeout: 100 * time.Millisecond}})
+	e.create(`{"id":1,"name":"a"}`)
 	release := holdWriteLock(t, e)
-	resp, body := e.create(`{"id":1,"name":"a"}`)
-	wantError(t, resp, body, 503, "busy")
-	if resp.Header.Get("Retry-After") == "" {
-		t.Error("503 without Retry-After")
+	for _, op := range everyOperation {
+		resp, body := e.send(op.method, op.path, op.body, nil)
+		if op.method == "GET" {
+			// Readers do not wait for the writer in WAL mode.
+			if resp.StatusCode != 200 {
+				t.Errorf("%s %s under a write lock: %d %s", op.method, op.path, resp.StatusCode, body)
+			}
+			continue
+		}
+		wantError(t, resp, body, 503, "busy")
+		if resp.Header.Get("Retry-After") == "" {
+			t.Error("503 without Retry-After")
+		}
 	}
 	release()
+	e.api.Delete(context.Background(), 1)
 	if resp, body := e.create(`{"id":1,"name":"a"}`); resp.StatusCode != 200 {
 		t.Errorf("after the lock is released: %d %s", resp.StatusCode, body)
 	}
@@ -86,6 +128,23 @@ func TestRequestTimeoutIs503(t *testing.T) {
 	wantError(t, resp, body, 503)
 	if took := time.Since(begin); took > 3*time.Second {
 		t.Errorf("answered after %v with a 300ms request timeout", took)
+	}
+}
+
+// Past the request timeout every operation answers 503, reads included.
+func TestEveryOperationTimesOutWith503(t *testing.T) {
+	e := start(t, options{cfg: httpapi.Config{RequestTimeout: time.Nanosecond}})
+	for _, op := range everyOperation {
+		resp, body := e.send(op.method, op.path, op.body, nil)
+		wantError(t, resp, body, 503)
+	}
+}
+
+func TestEveryOperationLimitsHeaders(t *testing.T) {
+	e := start(t, options{})
+	for _, op := range everyOperation {
+		resp, body := e.send(op.method, op.path, op.body, map[string]string{"X-Big": strings.Repeat("h", 64<<10)})
+		wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
 	}
 }
 
@@ -110,6 +169,18 @@ func TestStoreFullIs507ReadsGoOn(t *testing.T) {
 	}
 	if resp, _ := e.do("GET", "/readyz", nil, nil); resp.StatusCode != 200 {
 		t.Errorf("readyz on a full store: %d", resp.StatusCode)
+	}
+	// Growing a stored plant needs space too; the plant stays as it was.
+	long := fmt.Sprintf(`{"name":%q,"tag":%q}`, strings.Repeat("m", 200), strings.Repeat("t", 100))
+	for i := range id {
+		resp, body = e.send("PUT", fmt.Sprint("/plants/", i), long, nil)
+		if resp.StatusCode != 200 {
+			break
+		}
+	}
+	wantError(t, resp, body, http.StatusInsufficientStorage)
+	if resp, body := e.send("GET", "/plants?limit=1000", "", nil); resp.StatusCode != 200 {
+		t.Errorf("a listing on a full store: %d %s", resp.StatusCode, body)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/client"
 	"github.com/plantstore/plantstore/internal/apitest"
 	"github.com/plantstore/plantstore/internal/auth"
 	"github.com/plantstore/plantstore/internal/httpapi"
@@ -35,15 +36,29 @@ func TestMain(m *testing.M) {
 			fmt.Println(err)
 			os.Exit(1)
 		}
-		if unseen := c.Unseen(); len(unseen) > 0 {
+		var missing []string
+		for _, u := range c.Unseen() {
+			if reason, ok := notReachable[u]; ok {
+				fmt.Printf("not covered here: %s (%s)\n", u, reason)
+				continue
+			}
+			missing = append(missing, u)
+		}
+		if len(missing) > 0 {
 			fmt.Println("FAIL: documented answers that no test received:")
-			for _, u := range unseen {
+			for _, u := range missing {
 				fmt.Println("   ", u)
 			}
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// notReachable are documented answers these tests cannot cause, each with
+// the reason. Keep it short: every entry is a gap in the proof.
+var notReachable = map[string]string{
+	"DELETE /plants/{id} 507": "a delete never grows the file, so only a really full disk causes it; the store maps SQLITE_FULL the same for every write (TestFullIsInsufficient)",
 }
 
 type options struct {
@@ -61,6 +76,7 @@ type env struct {
 	db         *sqlite.DB
 	dbPath     string
 	client     *http.Client
+	api        *client.Client // with writeToken
 	logs       *lockedBuffer
 	writeToken string // plants:read and plants:write
 	readToken  string // plants:read only
@@ -96,7 +112,19 @@ func start(t *testing.T, opts options) *env {
 	e := &env{t: t, url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), db: db, dbPath: dbPath, client: apitest.Client(t), logs: logs}
 	e.writeToken = e.issue("writer", plantstore.KnownScopes...)
 	e.readToken = e.issue("reader", plantstore.ScopePlantsRead)
+	e.api = e.clientWith(e.writeToken)
 	return e
+}
+
+// clientWith returns our public client, with token, whose every response is
+// checked against the contract.
+func (e *env) clientWith(token string) *client.Client {
+	e.t.Helper()
+	c, err := client.New(e.url, token, client.WithHTTPClient(e.client))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
 }
 
 func (e *env) issue(name string, scopes ...string) string {

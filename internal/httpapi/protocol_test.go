@@ -17,21 +17,23 @@ import (
 func TestUnknownPathsAndMethods(t *testing.T) {
 	e := start(t, options{})
 	auth := map[string]string{"Authorization": "Bearer " + e.writeToken}
-	resp, body := e.do("GET", "/nowhere", auth, nil)
-	wantError(t, resp, body, 404, "/nowhere")
-	resp, body = e.do("GET", "/plants/1", auth, nil)
-	wantError(t, resp, body, 404)
-	for _, m := range []string{"GET", "PUT", "DELETE", "PATCH"} {
-		resp, body := e.do(m, "/plants", auth, nil)
-		wantError(t, resp, body, 405, m)
-		if got := resp.Header.Get("Allow"); got != "POST" {
-			t.Errorf("%s /plants: Allow %q, want POST", m, got)
-		}
+	for _, path := range []string{"/nowhere", "/plants/1/leaves", "/plants/", "/PLANTS"} {
+		resp, body := e.do("GET", path, auth, nil)
+		wantError(t, resp, body, 404)
 	}
-	resp, body = e.do("POST", "/healthz", nil, nil)
-	wantError(t, resp, body, 405)
-	if allow := resp.Header.Get("Allow"); !strings.Contains(allow, "GET") {
-		t.Errorf("POST /healthz: Allow %q", allow)
+	for _, tc := range []struct{ method, path, allow string }{
+		{"PUT", "/plants", "GET, HEAD, POST"},
+		{"DELETE", "/plants", "GET, HEAD, POST"},
+		{"PATCH", "/plants", "GET, HEAD, POST"},
+		{"POST", "/plants/1", "DELETE, GET, HEAD, PUT"},
+		{"PATCH", "/plants/1", "DELETE, GET, HEAD, PUT"},
+		{"POST", "/healthz", "GET, HEAD"},
+	} {
+		resp, body := e.do(tc.method, tc.path, auth, nil)
+		wantError(t, resp, body, 405, tc.method)
+		if got := resp.Header.Get("Allow"); got != tc.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+		}
 	}
 }
 
@@ -189,18 +191,24 @@ func TestSlowlorisCutOff(t *testing.T) {
 func TestSlowBodyTimesOut(t *testing.T) {
 	// The write timeout ends with the read timeout, as with the defaults.
 	e := start(t, options{limits: httpapi.Limits{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}})
-	conn, err := net.Dial("tcp", e.addr)
-	if err != nil {
-		t.Fatal(err)
+	e.create(`{"id":81,"name":"before"}`)
+	for _, start := range []string{"POST /plants", "PUT /plants/81"} {
+		conn, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		request := start + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":80,"
+		io.WriteString(conn, request)
+		resp, body := readRaw(t, conn, request)
+		wantError(t, resp, body, http.StatusRequestTimeout)
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	request := "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
-		"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":80,"
-	io.WriteString(conn, request)
-	resp, body := readRaw(t, conn, request)
-	wantError(t, resp, body, http.StatusRequestTimeout)
 	if _, ok := e.stored(80); ok {
 		t.Error("a timed-out body was stored")
+	}
+	if p, _ := e.stored(81); p.Name != "before" {
+		t.Errorf("a timed-out update changed the plant: %v", p)
 	}
 }

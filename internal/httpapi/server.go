@@ -67,41 +67,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // Anything else gets 404, or 405 with Allow, from the mux, turned into the
 // Error body by observe.
 func (s *Server) routes(mux *http.ServeMux) {
-	mux.Handle("POST /plants", s.requireScope(plantstore.ScopePlantsWrite, s.handleCreatePlant()))
+	read, write := plantstore.ScopePlantsRead, plantstore.ScopePlantsWrite
+	mux.Handle("GET /plants", s.requireScope(read, s.handleListPlants()))
+	mux.Handle("POST /plants", s.requireScope(write, s.handleCreatePlant()))
+	mux.Handle("GET /plants/{id}", s.requireScope(read, s.handleGetPlant()))
+	mux.Handle("PUT /plants/{id}", s.requireScope(write, s.handleUpdatePlant()))
+	mux.Handle("DELETE /plants/{id}", s.requireScope(write, s.handleDeletePlant()))
 
 	mux.Handle("GET /healthz", s.handleHealth())
 	mux.Handle("GET /readyz", s.handleReady())
 	mux.Handle("GET /openapi.json", serveDocument("application/json", api.JSON))
 	mux.Handle("GET /openapi.yaml", serveDocument("application/yaml", api.YAML))
-}
-
-// plantBody is the contract's Plant: the answer to a create carries no id.
-type plantBody struct {
-	Name string  `json:"name"`
-	Tag  *string `json:"tag,omitzero"`
-}
-
-func (s *Server) handleCreatePlant() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := s.readJSONBody(w, r)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		p, err := decodeNewPlant(body)
-		if err == nil {
-			err = p.Validate()
-		}
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if _, err := s.store.CreatePlant(r.Context(), p); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, plantBody{Name: p.Name, Tag: p.Tag})
-	})
 }
 
 type statusBody struct {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/plantstore/plantstore"
 )
@@ -52,6 +53,76 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 		return plantstore.Plant{}, storeError(fmt.Sprintf("get plant %d", id), err)
 	}
 	return p, nil
+}
+
+// ListPlants reads one page by keyset: "id >= lower" on the primary key,
+// or "(tag, id)" on plants_by_tag, so the page's position in the table does
+// not change its cost. Both queries are fixed text with parameters.
+func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
+	lower := int64(math.MinInt64)
+	if opts.After != nil {
+		if *opts.After == math.MaxInt64 {
+			return []plantstore.Plant{}, nil
+		}
+		lower = *opts.After + 1
+	}
+	var rows *sql.Rows
+	var err error
+	if opts.Tag != nil {
+		rows, err = db.read.QueryContext(ctx, `SELECT id, name, tag FROM plants
+			WHERE tag = ? AND id >= ? ORDER BY id LIMIT ?`, *opts.Tag, lower, opts.Limit)
+	} else {
+		rows, err = db.read.QueryContext(ctx, `SELECT id, name, tag FROM plants
+			WHERE id >= ? ORDER BY id LIMIT ?`, lower, opts.Limit)
+	}
+	if err != nil {
+		return nil, storeError("list plants", err)
+	}
+	defer rows.Close()
+	plants := make([]plantstore.Plant, 0, min(opts.Limit, 1024))
+	for rows.Next() {
+		var p plantstore.Plant
+		var tag sql.NullString
+		if err := rows.Scan(&p.ID, &p.Name, &tag); err != nil {
+			return nil, storeError("list plants", err)
+		}
+		if tag.Valid {
+			p.Tag = &tag.String
+		}
+		plants = append(plants, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storeError("list plants", err)
+	}
+	return plants, nil
+}
+
+func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant) error {
+	op := fmt.Sprintf("update plant %d", p.ID)
+	res, err := db.write.ExecContext(ctx, `UPDATE plants SET name = ?, tag = ? WHERE id = ?`, p.Name, nullString(p.Tag), p.ID)
+	return rowsOrNotFound(op, p.ID, res, err)
+}
+
+func (db *DB) DeletePlant(ctx context.Context, id int64) error {
+	op := fmt.Sprintf("delete plant %d", id)
+	res, err := db.write.ExecContext(ctx, `DELETE FROM plants WHERE id = ?`, id)
+	return rowsOrNotFound(op, id, res, err)
+}
+
+// rowsOrNotFound turns a statement's outcome into nil when it changed a
+// row and ENOTFOUND when there was none.
+func rowsOrNotFound(op string, id int64, res sql.Result, err error) error {
+	if err != nil {
+		return storeError(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return storeError(op, err)
+	}
+	if n == 0 {
+		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+	}
+	return nil
 }
 
 type queryRower interface {

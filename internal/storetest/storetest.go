@@ -21,6 +21,11 @@ func Run(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("ConcurrentCreatesOfOneID", func(t *testing.T) { testConcurrentCreates(t, open(t)) })
 	t.Run("Int64Extremes", func(t *testing.T) { testInt64Extremes(t, open(t)) })
 	t.Run("GetMissing", func(t *testing.T) { testGetMissing(t, open(t)) })
+	t.Run("ListPaging", func(t *testing.T) { testListPaging(t, open(t)) })
+	t.Run("ListByTag", func(t *testing.T) { testListByTag(t, open(t)) })
+	t.Run("ListEdges", func(t *testing.T) { testListEdges(t, open(t)) })
+	t.Run("Update", func(t *testing.T) { testUpdate(t, open(t)) })
+	t.Run("Delete", func(t *testing.T) { testDelete(t, open(t)) })
 	t.Run("Tokens", func(t *testing.T) { testTokens(t, open(t)) })
 	t.Run("TokenRevocation", func(t *testing.T) { testTokenRevocation(t, open(t)) })
 	t.Run("TokenUse", func(t *testing.T) { testTokenUse(t, open(t)) })
@@ -250,5 +255,138 @@ func testTokenUse(t *testing.T, s plantstore.Store) {
 	}
 	if !got.LastUsedAt.Equal(later) {
 		t.Errorf("LastUsedAt = %v, want the later %v", got.LastUsedAt, later)
+	}
+}
+
+func i64(n int64) *int64 { return &n }
+
+func seed(t *testing.T, s plantstore.Store, ids ...int64) {
+	t.Helper()
+	for _, id := range ids {
+		p := plantstore.Plant{ID: id, Name: fmt.Sprint("plant ", id)}
+		if id%3 == 0 {
+			p.Tag = ptr("fizz")
+		}
+		if _, err := s.CreatePlant(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func ids(ps []plantstore.Plant) []int64 {
+	out := make([]int64, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID
+	}
+	return out
+}
+
+func testListPaging(t *testing.T, s plantstore.Store) {
+	seed(t, s, 5, -3, 9, 0, 12, 1, 7, -1<<63, 1<<63-1, 3)
+	want := []int64{-1 << 63, -3, 0, 1, 3, 5, 7, 9, 12, 1<<63 - 1}
+	var got []int64
+	opts := plantstore.ListOptions{Limit: 3}
+	for range 10 {
+		page, err := s.ListPlants(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 3 {
+			t.Fatalf("page of %d with limit 3", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		got = append(got, ids(page)...)
+		opts.After = i64(page[len(page)-1].ID)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("paging visited %v, want %v", got, want)
+	}
+	first, _ := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: 1})
+	if len(first) != 1 || first[0].Name != fmt.Sprint("plant ", int64(-1<<63)) || first[0].Tag != nil {
+		t.Errorf("first plant %v", first)
+	}
+}
+
+func testListByTag(t *testing.T, s plantstore.Store) {
+	seed(t, s, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	if _, err := s.CreatePlant(context.Background(), plantstore.Plant{ID: 11, Name: "x", Tag: ptr("")}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.ListPlants(context.Background(), plantstore.ListOptions{Tag: ptr("fizz"), Limit: 2, After: i64(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids(page)) != "[6 9]" {
+		t.Errorf("fizz after 3, limit 2: %v, want [6 9]", ids(page))
+	}
+	for _, p := range page {
+		if p.Tag == nil || *p.Tag != "fizz" {
+			t.Errorf("plant %d has tag %v", p.ID, p.Tag)
+		}
+	}
+	empty, _ := s.ListPlants(context.Background(), plantstore.ListOptions{Tag: ptr(""), Limit: 10})
+	if fmt.Sprint(ids(empty)) != "[11]" {
+		t.Errorf("empty tag lists %v, want only [11] (no tag is not the empty tag)", ids(empty))
+	}
+	none, _ := s.ListPlants(context.Background(), plantstore.ListOptions{Tag: ptr("FIZZ"), Limit: 10})
+	if len(none) != 0 {
+		t.Errorf("tags match exactly, but FIZZ lists %v", ids(none))
+	}
+}
+
+func testListEdges(t *testing.T, s plantstore.Store) {
+	empty, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: 10})
+	if err != nil || empty == nil || len(empty) != 0 {
+		t.Errorf("empty store lists %v, %v; want an empty, non-nil slice", empty, err)
+	}
+	seed(t, s, 1<<63-1, 1)
+	last, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: 10, After: i64(1<<63 - 1)})
+	if err != nil || len(last) != 0 {
+		t.Errorf("after the largest id: %v, %v", ids(last), err)
+	}
+	all, _ := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: 10, After: i64(-1 << 63)})
+	if len(all) != 2 {
+		t.Errorf("after the smallest id: %v", ids(all))
+	}
+}
+
+func testUpdate(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	seed(t, s, 3)
+	want := plantstore.Plant{ID: 3, Name: "renamed"}
+	if err := s.UpdatePlant(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, 3); !got.SameContent(want) {
+		t.Errorf("after update: %v, want %v (the tag is replaced too)", got, want)
+	}
+	if err := s.UpdatePlant(ctx, want); err != nil {
+		t.Errorf("an update to the same content: %v", err)
+	}
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 4, Name: "x"}); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("update of a missing plant: %v, want %s", err, plantstore.ENOTFOUND)
+	}
+	if _, err := s.GetPlant(ctx, 4); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Error("update created a plant")
+	}
+}
+
+func testDelete(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	seed(t, s, 3)
+	if err := s.DeletePlant(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetPlant(ctx, 3); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("deleted plant still found: %v", err)
+	}
+	if err := s.DeletePlant(ctx, 3); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("second delete: %v, want %s", err, plantstore.ENOTFOUND)
+	}
+	again := plantstore.Plant{ID: 3, Name: "reborn"}
+	if created, err := s.CreatePlant(ctx, again); err != nil || !created {
+		t.Errorf("create after delete: %v, %v", created, err)
 	}
 }

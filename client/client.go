@@ -1,0 +1,279 @@
+// Package client is a Go client for the Plant Store API.
+//
+//	c, err := client.New("http://127.0.0.1:8080", os.Getenv("PLANTSTORE_TOKEN"))
+//	p, err := c.Create(ctx, client.Plant{ID: 1, Name: "Monstera", Tag: client.Tag("tropical")})
+//	for p, err := range c.All(ctx, client.ListOptions{}) { ... }
+//
+// Every method takes a context. A non-2xx answer comes back as an *Error
+// carrying the status and the server's message.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Plant is a plant with its id. Tag is nil when the plant has none.
+type Plant struct {
+	ID   int64   `json:"id"`
+	Name string  `json:"name"`
+	Tag  *string `json:"tag,omitempty"`
+}
+
+// Tag returns a pointer to tag, for Plant literals.
+func Tag(tag string) *string { return &tag }
+
+// Error is a non-2xx answer of the service.
+type Error struct {
+	StatusCode int    // the HTTP status
+	Message    string // the server's message
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("plantstore: %d: %s", e.StatusCode, e.Message) }
+
+// StatusCode returns the HTTP status of an *Error in err's chain, or 0.
+func StatusCode(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.StatusCode
+	}
+	return 0
+}
+
+// Client calls one Plant Store service with one token. It is safe for
+// concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the *http.Client requests go through (default
+// http.DefaultClient).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// New returns a Client for the service at baseURL (which may carry a path
+// prefix) that sends token as a bearer credential.
+func New(baseURL, token string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("plantstore: base URL %q must be an absolute http(s) URL", baseURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	c := &Client{base: u, token: token, http: http.DefaultClient}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Create adds p. It succeeds too when a plant with p's id, name and tag
+// exists already (an idempotent replay), so a lost answer can be retried.
+// Another plant under the id is a 409 *Error.
+func (c *Client) Create(ctx context.Context, p Plant) (Plant, error) {
+	var got Plant // the service answers the Plant without its id
+	if err := c.do(ctx, http.MethodPost, c.url("/plants", nil), p, &got, nil); err != nil {
+		return Plant{}, err
+	}
+	got.ID = p.ID
+	return got, nil
+}
+
+// Get reads the plant with id; a missing one is a 404 *Error.
+func (c *Client) Get(ctx context.Context, id int64) (Plant, error) {
+	var p Plant
+	err := c.do(ctx, http.MethodGet, c.url("/plants/"+strconv.FormatInt(id, 10), nil), nil, &p, nil)
+	return p, err
+}
+
+// Update replaces the name and tag of the plant with p.ID (a nil Tag
+// removes the tag); a missing plant is a 404 *Error.
+func (c *Client) Update(ctx context.Context, p Plant) (Plant, error) {
+	var got Plant
+	err := c.do(ctx, http.MethodPut, c.url("/plants/"+strconv.FormatInt(p.ID, 10), nil), p, &got, nil)
+	return got, err
+}
+
+// Delete removes the plant with id; a missing one is a 404 *Error.
+func (c *Client) Delete(ctx context.Context, id int64) error {
+	return c.do(ctx, http.MethodDelete, c.url("/plants/"+strconv.FormatInt(id, 10), nil), nil, nil, nil)
+}
+
+// ListOptions select plants to list. The zero value lists all, 100 a page.
+type ListOptions struct {
+	Limit int     // plants per page, 1 to 1000; 0 means the server's default
+	After *int64  // only plants with a greater id
+	Tag   *string // only plants with exactly this tag
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Plants []Plant
+	// Next is the URL of the next page, "" on the last one.
+	Next string
+}
+
+// List reads the first page that opts select. Follow Page.Next with
+// ListNext, or use All.
+func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
+	q := url.Values{}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.After != nil {
+		q.Set("after", strconv.FormatInt(*opts.After, 10))
+	}
+	if opts.Tag != nil {
+		q.Set("tag", *opts.Tag)
+	}
+	return c.ListNext(ctx, c.url("/plants", q))
+}
+
+// ListNext reads the page at next, a Page.Next.
+func (c *Client) ListNext(ctx context.Context, next string) (Page, error) {
+	var page Page
+	var header http.Header
+	if err := c.do(ctx, http.MethodGet, next, nil, &page.Plants, &header); err != nil {
+		return Page{}, err
+	}
+	if link := nextLink(header.Values("Link")); link != "" {
+		ref, err := url.Parse(link)
+		if err != nil {
+			return Page{}, fmt.Errorf("plantstore: malformed Link %q: %w", link, err)
+		}
+		base, _ := url.Parse(next)
+		page.Next = base.ResolveReference(ref).String()
+	}
+	return page, nil
+}
+
+// All yields every plant opts select, in id order, reading page after
+// page. It stops at the first error, which it yields.
+func (c *Client) All(ctx context.Context, opts ListOptions) iter.Seq2[Plant, error] {
+	return func(yield func(Plant, error) bool) {
+		page, err := c.List(ctx, opts)
+		for {
+			if err != nil {
+				yield(Plant{}, err)
+				return
+			}
+			for _, p := range page.Plants {
+				if !yield(p, nil) {
+					return
+				}
+			}
+			if page.Next == "" {
+				return
+			}
+			page, err = c.ListNext(ctx, page.Next)
+		}
+	}
+}
+
+func (c *Client) url(path string, q url.Values) string {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// do sends one request with body as JSON, decodes a 2xx answer into out
+// (when not nil) and its headers into header (when not nil), and turns
+// any other answer into an *Error.
+func (c *Client) do(ctx context.Context, method, target string, body, out any, header *http.Header) error {
+	var reader io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		reader = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, reader)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		e := &Error{StatusCode: resp.StatusCode}
+		var decoded struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(data, &decoded) == nil && decoded.Message != "" {
+			e.Message = decoded.Message
+		} else {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+		return e
+	}
+	if header != nil {
+		*header = resp.Header
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("plantstore: %s %s: malformed answer: %w", method, req.URL.Path, err)
+		}
+	}
+	return nil
+}
+
+// nextLink finds the target of rel="next" in Link header values (RFC
+// 8288): comma-separated "<target>; param=value" entries.
+func nextLink(values []string) string {
+	for _, v := range values {
+		for v != "" {
+			v = strings.TrimLeft(v, " ,")
+			if !strings.HasPrefix(v, "<") {
+				return ""
+			}
+			end := strings.IndexByte(v, '>')
+			if end < 0 {
+				return ""
+			}
+			target := v[1:end]
+			params, rest, _ := strings.Cut(v[end+1:], ",")
+			v = rest
+			for param := range strings.SplitSeq(params, ";") {
+				name, value, _ := strings.Cut(strings.TrimSpace(param), "=")
+				if strings.EqualFold(name, "rel") && relHasNext(strings.Trim(value, `"`)) {
+					return target
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func relHasNext(rel string) bool {
+	for r := range strings.FieldsSeq(rel) {
+		if strings.EqualFold(r, "next") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,215 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+
+	"github.com/plantstore/plantstore"
+)
+
+// plantBody is the contract's Plant: the answer to a create carries no id.
+type plantBody struct {
+	Name string  `json:"name"`
+	Tag  *string `json:"tag,omitzero"`
+}
+
+// storedPlantBody is a Plant with its id, as read, listed and updated.
+type storedPlantBody struct {
+	ID   int64   `json:"id"`
+	Name string  `json:"name"`
+	Tag  *string `json:"tag,omitzero"`
+}
+
+func storedPlant(p plantstore.Plant) storedPlantBody {
+	return storedPlantBody{ID: p.ID, Name: p.Name, Tag: p.Tag}
+}
+
+func (s *Server) handleCreatePlant() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := s.readJSONBody(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		p, err := decodeNewPlant(body)
+		if err == nil {
+			err = p.Validate()
+		}
+		if err == nil {
+			_, err = s.store.CreatePlant(r.Context(), p)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, plantBody{Name: p.Name, Tag: p.Tag})
+	})
+}
+
+func (s *Server) handleGetPlant() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		p, err := s.store.GetPlant(r.Context(), id)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, storedPlant(p))
+	})
+}
+
+// handleUpdatePlant replaces a plant's name and tag. The body is a Plant;
+// an id in it must be the path's. It never creates: that is POST's job,
+// with the client's id.
+func (s *Server) handleUpdatePlant() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		body, err := s.readJSONBody(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		p, hasID, err := decodePlant(body, "Plant", false)
+		if err == nil && hasID && p.ID != id {
+			err = invalid("id: %d in the body differs from %d in the path", p.ID, id)
+		}
+		p.ID = id
+		if err == nil {
+			err = p.Validate()
+		}
+		if err == nil {
+			err = s.store.UpdatePlant(r.Context(), p)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, storedPlant(p))
+	})
+}
+
+func (s *Server) handleDeletePlant() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r)
+		if err == nil {
+			err = s.store.DeletePlant(r.Context(), id)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// handleListPlants answers one page of plants in id order. When the page
+// is full it links the next one (RFC 8288), keeping limit and tag, so that
+// following "next" visits every plant once.
+func (s *Server) handleListPlants() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		opts, err := listOptions(r.URL.RawQuery)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		// One more than asked tells whether another page follows.
+		want := opts.Limit
+		opts.Limit++
+		plants, err := s.store.ListPlants(r.Context(), opts)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if len(plants) > want {
+			plants = plants[:want]
+			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, nextPage(r, plants[want-1].ID, want, opts.Tag)))
+		}
+		page := make([]storedPlantBody, len(plants))
+		for i, p := range plants {
+			page[i] = storedPlant(p)
+		}
+		writeJSON(w, http.StatusOK, page)
+	})
+}
+
+// listOptions reads limit, after and tag from a query, strictly: a
+// parameter given twice, or a value out of range, is a 400; others are
+// ignored.
+func listOptions(rawQuery string) (plantstore.ListOptions, error) {
+	opts := plantstore.ListOptions{Limit: plantstore.DefaultListLimit}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return opts, invalid("the query string is malformed: %v", err)
+	}
+	for _, name := range []string{"limit", "after", "tag"} {
+		if len(q[name]) > 1 {
+			return opts, invalid("%s: give it at most once", name)
+		}
+	}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.ParseInt(v[0], 10, 32)
+		if err != nil || !plainInteger.MatchString(v[0]) || n < 1 || n > plantstore.MaxListLimit {
+			return opts, invalid("limit: must be an integer from 1 to %d, got %q", plantstore.MaxListLimit, truncate(v[0], 40))
+		}
+		opts.Limit = int(n)
+	}
+	if v, ok := q["after"]; ok {
+		after, err := parseID(v[0])
+		if err != nil {
+			return opts, invalid("after: %s", err)
+		}
+		opts.After = &after
+	}
+	if v, ok := q["tag"]; ok {
+		if err := plantstore.ValidateTag(v[0]); err != nil {
+			return opts, err
+		}
+		opts.Tag = &v[0]
+	}
+	return opts, nil
+}
+
+// nextPage is the absolute URL of the page after lastID. The host is the
+// one the client used.
+func nextPage(r *http.Request, lastID int64, limit int, tag *string) string {
+	q := url.Values{"after": {strconv.FormatInt(lastID, 10)}, "limit": {strconv.Itoa(limit)}}
+	if tag != nil {
+		q.Set("tag", *tag)
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	u := url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+	return u.String()
+}
+
+var plainInteger = regexp.MustCompile(`^-?[0-9]+$`)
+
+// parseID reads an id written as a plain decimal integer.
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || !plainInteger.MatchString(s) {
+		return 0, fmt.Errorf("must be an integer from %d to %d, got %q", int64(-1<<63), int64(1<<63-1), truncate(s, 40))
+	}
+	return id, nil
+}
+
+func pathID(r *http.Request) (int64, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return 0, invalid("id in the path: %s", err)
+	}
+	return id, nil
+}

@@ -18,12 +18,19 @@ type flagSet struct {
 	*flag.FlagSet
 	getenv func(string) string
 	errs   []error
+	stdout io.Writer
 }
 
-func newFlagSet(name string, getenv func(string) string, stderr io.Writer) *flagSet {
+// newFlagSet makes the flags of "plantstore NAME"; usage is what --help
+// prints above the flags: the synopsis, then what the command does.
+func newFlagSet(name, usage string, getenv func(string) string, stdout, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	return &flagSet{FlagSet: fs, getenv: getenv}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: plantstore %s\n\nFlags:\n", strings.TrimSpace(usage))
+		fs.PrintDefaults()
+	}
+	return &flagSet{FlagSet: fs, getenv: getenv, stdout: stdout}
 }
 
 func envName(flagName string) string {
@@ -44,7 +51,7 @@ func (fs *flagSet) String(name, def, usage string) *string {
 	*p = def
 	v := (*stringValue)(p)
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+", default "+strconv.Quote(def)+")")
+	fs.Var(v, name, usage+" (env "+envName(name)+")")
 	return p
 }
 
@@ -53,7 +60,7 @@ func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.
 	*p = def
 	v := (*durationValue)(p)
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+", default "+def.String()+")")
+	fs.Var(v, name, usage+" (env "+envName(name)+")")
 	return p
 }
 
@@ -62,22 +69,27 @@ func (fs *flagSet) Int64(name string, def int64, usage string) *int64 {
 	*p = def
 	v := (*int64Value)(p)
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+", default "+strconv.FormatInt(def, 10)+")")
+	fs.Var(v, name, usage+" (env "+envName(name)+")")
 	return p
 }
 
 // parse parses args, allowing flags after positional arguments, and returns
-// the positional ones. -h prints the flags and returns errUsageShown.
+// the positional ones. -h or --help prints the usage on stdout and returns
+// errHelp.
 func (fs *flagSet) parse(args []string) ([]string, error) {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(fs.stdout)
+			fs.Usage()
+			return nil, errHelp
+		}
+	}
 	if err := errors.Join(fs.errs...); err != nil {
 		return nil, usageError(err.Error())
 	}
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, errUsageShown
-			}
 			return nil, usageError(err.Error())
 		}
 		args = fs.Args()

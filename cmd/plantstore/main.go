@@ -16,6 +16,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	if errors.Is(err, errHelp) {
+		err = nil
+	}
 	if err != nil {
 		if !errors.Is(err, errUsageShown) {
 			fmt.Fprintln(os.Stderr, "plantstore:", err)
@@ -27,16 +30,26 @@ func main() {
 	}
 }
 
-const usage = `plantstore serves the Plant Store API.
+const usage = `plantstore serves the Plant Store API, and is its command line.
 
 Usage:
-  plantstore serve [flags]                        run the HTTP server
-  plantstore token create --name NAME [--scope S] issue a token; prints it alone on stdout
-  plantstore token list [--all]                   show tokens (never the secrets)
-  plantstore token revoke NAME                    revoke the active token called NAME
+  plantstore serve [flags]                          run the HTTP server
+  plantstore token create --name NAME [--scope S]   issue a token; prints it alone on stdout
+  plantstore token list [--all]                     show tokens (never the secrets)
+  plantstore token revoke NAME                      revoke the active token called NAME
+  plantstore plants add --id ID --name NAME [--tag TAG]
+  plantstore plants list [--tag TAG] [--limit N] [--after ID] [--all]
+  plantstore plants get ID
+  plantstore plants update ID --name NAME [--tag TAG]
+  plantstore plants delete ID
 
-Every command takes --db PATH (env PLANTSTORE_DB, default ./plantstore.db).
-Run "plantstore COMMAND -h" for a command's flags.
+serve and token work on the store itself: --db PATH (env PLANTSTORE_DB,
+default ./plantstore.db).
+plants talks to a running server: --server URL (env PLANTSTORE_SERVER,
+default http://127.0.0.1:8080) and --token TOKEN (env PLANTSTORE_TOKEN);
+it prints a table, or JSON with --json.
+
+Run "plantstore COMMAND --help" for a command's flags.
 `
 
 // run is the whole program, with its surroundings passed in so tests can
@@ -48,9 +61,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	switch args[0] {
 	case "serve":
-		return runServe(ctx, args[1:], getenv, stderr)
+		return runServe(ctx, args[1:], getenv, stdout, stderr)
 	case "token":
 		return runToken(ctx, args[1:], getenv, stdout, stderr)
+	case "plants":
+		return runPlants(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -67,3 +82,6 @@ func (e usageError) Error() string { return string(e) }
 // errUsageShown means the usage text was printed already (exit 2, nothing
 // more to say).
 var errUsageShown = errors.New("usage shown")
+
+// errHelp means help was asked for and printed (exit 0).
+var errHelp = errors.New("help shown")

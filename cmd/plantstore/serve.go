@@ -15,12 +15,16 @@ import (
 	"github.com/plantstore/plantstore/internal/httpapi"
 )
 
-func runServe(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	fs := newFlagSet("serve", getenv, stderr)
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on, HOST:PORT")
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", `serve [flags]
+
+Serves the Plant Store API over HTTP on the SQLite store at --db, until
+SIGTERM or SIGINT. Every flag can also be set by the environment variable
+shown beside it.`, getenv, stdout, stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
 	dbFlags := addDBFlags(fs)
-	maxBody := fs.Int64("max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted; larger gets 413")
-	maxHeader := fs.Int64("max-header-bytes", 16<<10, "largest request header block accepted; larger gets 431")
+	maxBody := fs.Int64("max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted, in `BYTES`; larger gets 413")
+	maxHeader := fs.Int64("max-header-bytes", 16<<10, "largest request header block accepted, in `BYTES`; larger gets 431")
 	readHeaderTimeout := fs.Duration("read-header-timeout", 5*time.Second, "time a client has to send the request headers")
 	readTimeout := fs.Duration("read-timeout", 30*time.Second, "time a client has to send the whole request")
 	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time to write the answer, from the end of the headers")

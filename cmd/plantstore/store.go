@@ -17,7 +17,7 @@ type dbFlags struct {
 
 func addDBFlags(fs *flagSet) dbFlags {
 	return dbFlags{
-		db:          fs.String("db", "./plantstore.db", "the store: path of the SQLite file, created if missing"),
+		db:          fs.String("db", "./plantstore.db", "the store: `PATH` of the SQLite file, created if missing"),
 		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long a write waits for another process's lock on the store"),
 		maxBytes:    fs.Int64("max-db-bytes", 0, "cap on the database file's size; writes beyond it get 507 (0: no cap)"),
 	}

@@ -11,17 +11,29 @@ import (
 	"github.com/plantstore/plantstore"
 )
 
+const tokenUsage = `Usage: plantstore token create|list|revoke [flags]
+
+Issues, shows and revokes the access tokens of the store at --db.
+  token create --name NAME [--scope plants:read,plants:write]
+  token list [--all]
+  token revoke NAME
+Run "plantstore token SUBCOMMAND --help" for its flags.
+`
+
 func runToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usageError("token needs a subcommand: create, list or revoke")
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, tokenUsage)
+		return errHelp
 	case "create":
 		return tokenCreate(ctx, args[1:], getenv, stdout, stderr)
 	case "list":
 		return tokenList(ctx, args[1:], getenv, stdout, stderr)
 	case "revoke":
-		return tokenRevoke(ctx, args[1:], getenv, stderr)
+		return tokenRevoke(ctx, args[1:], getenv, stdout, stderr)
 	}
 	return usageError(fmt.Sprintf("unknown token subcommand %q: want create, list or revoke", args[0]))
 }
@@ -30,10 +42,14 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 // TOKEN=$(plantstore token create --name x) captures it; the note that it
 // is shown only once goes to stderr.
 func tokenCreate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("token create", getenv, stderr)
+	fs := newFlagSet("token create", `token create --name NAME [--scope SCOPES] [--db PATH]
+
+Issues a token and prints it alone on standard output, once; only its
+SHA-256 is stored. Scopes: plants:read (list and read plants),
+plants:write (create, update and delete them).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
-	name := fs.String("name", "", "the token's name, unique among active tokens (required)")
-	scopeList := fs.String("scope", strings.Join(plantstore.KnownScopes, ","), "comma-separated scopes")
+	name := fs.String("name", "", "the token's `NAME`, unique among active tokens (required)")
+	scopeList := fs.String("scope", strings.Join(plantstore.KnownScopes, ","), "comma-separated `SCOPES`")
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {
@@ -65,7 +81,9 @@ func tokenCreate(ctx context.Context, args []string, getenv func(string) string,
 }
 
 func tokenList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("token list", getenv, stderr)
+	fs := newFlagSet("token list", `token list [--all] [--db PATH]
+
+Shows each token's name, scopes, creation and last use; never a secret.`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	all := fs.Bool("all", false, "include revoked tokens")
 	if rest, err := fs.parse(args); err != nil {
@@ -98,8 +116,11 @@ func tokenList(ctx context.Context, args []string, getenv func(string) string, s
 	return tw.Flush()
 }
 
-func tokenRevoke(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	fs := newFlagSet("token revoke", getenv, stderr)
+func tokenRevoke(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("token revoke", `token revoke NAME [--db PATH]
+
+Revokes the active token called NAME. Running servers refuse it within
+seconds.`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	rest, err := fs.parse(args)
 	if err != nil {

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestPlantsCLI(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, dir)
+	token := mustToken(t, dir, "--name", "cli")
+	env := []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}
+	plants := func(args ...string) result {
+		t.Helper()
+		return cli(t, dir, env, append([]string{"plants"}, args...)...)
+	}
+	table := func(r result, rows ...string) {
+		t.Helper()
+		if r.exit != 0 {
+			t.Fatalf("exit %d: %s", r.exit, r.stderr)
+		}
+		lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+		if want := append([]string{`ID\s+NAME\s+TAG`}, rows...); len(lines) != len(want) {
+			t.Fatalf("table %q, want rows %q", r.stdout, rows)
+		} else {
+			for i, w := range want {
+				if !regexp.MustCompile(`^` + w + `\s*$`).MatchString(lines[i]) {
+					t.Errorf("row %d %q, want %q", i, lines[i], w)
+				}
+			}
+		}
+	}
+	table(plants("add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`)
+	table(plants("add", "--id", "3", "--name", "Aloe vera"), `3\s+Aloe vera\s+-`)
+	table(plants("add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`) // replay
+	r := plants("add", "--id", "9", "--name", "Cactus", "--json")
+	var added map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &added); err != nil || added["id"] != 9.0 || added["name"] != "Cactus" {
+		t.Errorf("add --json: %q %v", r.stdout, err)
+	}
+	if _, ok := added["tag"]; ok {
+		t.Errorf("a plant without a tag printed one: %q", r.stdout)
+	}
+
+	r = plants("list", "--limit", "2")
+	table(r, `3\s+Aloe vera\s+-`, `7\s+Fern\s+indoor`)
+	if !strings.Contains(r.stderr, "--after 7") {
+		t.Errorf("no hint about the next page: %q", r.stderr)
+	}
+	table(plants("list", "--limit", "2", "--after", "7"), `9\s+Cactus\s+-`)
+	table(plants("list", "--all", "--limit", "1"), `3\s+Aloe vera\s+-`, `7\s+Fern\s+indoor`, `9\s+Cactus\s+-`)
+	table(plants("list", "--tag", "indoor"), `7\s+Fern\s+indoor`)
+	r = plants("list", "--json", "--tag", "none")
+	if r.exit != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("an empty list as JSON: %q", r.stdout)
+	}
+	r = plants("list", "--all", "--json")
+	var listed []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 3 {
+		t.Errorf("list --all --json: %q %v", r.stdout, err)
+	}
+
+	table(plants("get", "7"), `7\s+Fern\s+indoor`)
+	table(plants("update", "7", "--name", "Boston fern", "--tag", "hanging"), `7\s+Boston fern\s+hanging`)
+	table(plants("update", "7", "--name", "Boston fern"), `7\s+Boston fern\s+-`)
+	if r := plants("delete", "7"); r.exit != 0 || r.stdout != "" {
+		t.Errorf("delete: %+v", r)
+	}
+
+	// Errors: the server's message on stderr, a non-zero exit, nothing on stdout.
+	for _, tc := range []struct {
+		args []string
+		exit int
+		msg  string
+	}{
+		{[]string{"get", "7"}, 1, "plant 7 not found (HTTP 404)"},
+		{[]string{"delete", "7"}, 1, "not found"},
+		{[]string{"update", "7", "--name", "x"}, 1, "not found"},
+		{[]string{"add", "--id", "3", "--name", "Other"}, 1, "already exists with other content (HTTP 409)"},
+		{[]string{"add", "--id", "4", "--name", strings.Repeat("n", 201)}, 1, "name: must be 1 to 200 characters"},
+		{[]string{"list", "--limit", "5000"}, 1, "limit: must be an integer from 1 to 1000"},
+		{[]string{"list", "--server", "http://127.0.0.1:1"}, 1, "cannot reach the server"},
+		{[]string{"list", "--token", "pst_nope"}, 1, "malformed (HTTP 401)"},
+		{[]string{"get"}, 2, "exactly one argument"},
+		{[]string{"get", "seven"}, 2, "want an integer"},
+		{[]string{"add", "--name", "x"}, 2, "--id is required"},
+		{[]string{"add", "--id", "1"}, 2, "needs --name"},
+		{[]string{"frobnicate"}, 2, "unknown plants subcommand"},
+	} {
+		r := plants(tc.args...)
+		if r.exit != tc.exit || !strings.Contains(r.stderr, tc.msg) || r.stdout != "" {
+			t.Errorf("plants %q: exit %d, stderr %q, stdout %q; want exit %d and %q", tc.args, r.exit, r.stderr, r.stdout, tc.exit, tc.msg)
+		}
+	}
+	if r := cli(t, dir, []string{"PLANTSTORE_SERVER=" + s.url}, "plants", "list"); r.exit != 2 || !strings.Contains(r.stderr, "no token") {
+		t.Errorf("no token: %+v", r)
+	}
+	// --token and --server on the command line win over the environment.
+	r = cli(t, dir, []string{"PLANTSTORE_SERVER=http://127.0.0.1:1", "PLANTSTORE_TOKEN=x"}, "plants", "get", "3", "--server", s.url, "--token", token)
+	table(r, `3\s+Aloe vera\s+-`)
+}
+
+// Every command explains itself and its flags, and asking is not an error.
+func TestHelp(t *testing.T) {
+	dir := t.TempDir()
+	r := cli(t, dir, nil, "--help")
+	if r.exit != 0 {
+		t.Fatalf("--help: exit %d", r.exit)
+	}
+	for _, cmd := range []string{"serve", "token create", "token list", "token revoke", "plants add", "plants list", "plants get", "plants update", "plants delete"} {
+		if !strings.Contains(r.stdout, "plantstore "+cmd) {
+			t.Errorf("--help does not mention %q", cmd)
+		}
+	}
+	for _, tc := range []struct {
+		args  []string
+		flags []string
+	}{
+		{[]string{"serve"}, []string{"-addr", "-db", "-max-body-bytes", "-read-header-timeout", "-request-timeout", "-shutdown-timeout", "-log-format", "PLANTSTORE_ADDR"}},
+		{[]string{"token", "create"}, []string{"-name", "-scope", "-db"}},
+		{[]string{"token", "list"}, []string{"-all", "-db"}},
+		{[]string{"token", "revoke"}, []string{"-db"}},
+		{[]string{"token"}, []string{"create", "list", "revoke"}},
+		{[]string{"plants"}, []string{"add", "list", "get", "update", "delete"}},
+		{[]string{"plants", "add"}, []string{"-id", "-name", "-tag", "-server", "-token", "-json", "PLANTSTORE_TOKEN"}},
+		{[]string{"plants", "list"}, []string{"-tag", "-limit", "-after", "-all", "-json"}},
+		{[]string{"plants", "get"}, []string{"-server", "-token"}},
+		{[]string{"plants", "update"}, []string{"-name", "-tag"}},
+		{[]string{"plants", "delete"}, []string{"-server"}},
+	} {
+		r := cli(t, dir, nil, append(tc.args, "--help")...)
+		if r.exit != 0 {
+			t.Errorf("%q --help: exit %d, stderr %q", tc.args, r.exit, r.stderr)
+		}
+		for _, f := range tc.flags {
+			if !strings.Contains(r.stdout, f) {
+				t.Errorf("%q --help does not explain %s:\n%s", tc.args, f, r.stdout)
+			}
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/plantstore/plantstore"
+)
+
+// benchPlants is the size of the store the list benchmarks read.
+const benchPlants = 1_000_000
+
+var (
+	benchOnce sync.Once
+	benchDB   *DB
+	benchErr  error
+)
+
+// openBenchStore builds, once per run, a store of a million plants: ids 1
+// to 1,000,000, every other one tagged with one of ten tags, so a tag
+// holds 50,000 plants spread over the whole id range.
+func openBenchStore(b *testing.B) *DB {
+	b.Helper()
+	benchOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "plantstore-bench")
+		if err != nil {
+			benchErr = err
+			return
+		}
+		db, err := Open(context.Background(), filepath.Join(dir, "bench.db"), Options{})
+		if err != nil {
+			benchErr = err
+			return
+		}
+		benchErr = fill(db, benchPlants)
+		benchDB = db
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchDB
+}
+
+func fill(db *DB, n int) error {
+	const batch = 20_000
+	for start := 1; start <= n; start += batch {
+		tx, err := db.write.Begin()
+		if err != nil {
+			return err
+		}
+		stmt, err := tx.Prepare(`INSERT INTO plants (id, name, tag, created_at) VALUES (?, ?, ?, 0)`)
+		if err != nil {
+			return err
+		}
+		for id := start; id < start+batch && id <= n; id++ {
+			var tag any
+			if id%2 == 0 {
+				tag = fmt.Sprintf("tag-%d", id/2%10)
+			}
+			if _, err := stmt.Exec(id, fmt.Sprintf("plant number %d", id), tag); err != nil {
+				return err
+			}
+		}
+		stmt.Close()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// BenchmarkListPage reads a page of 100 at the start of the table (the
+// baseline) and at its end, unfiltered and by tag. Keyset paging makes the
+// end cost what the start costs.
+func BenchmarkListPage(b *testing.B) {
+	db := openBenchStore(b)
+	cases := []struct {
+		name string
+		opts plantstore.ListOptions
+	}{
+		{"start", plantstore.ListOptions{Limit: 100}},
+		{"end", plantstore.ListOptions{Limit: 100, After: ptr(int64(benchPlants - 100))}},
+		{"tag/start", plantstore.ListOptions{Limit: 100, Tag: ptr("tag-3")}},
+		{"tag/end", plantstore.ListOptions{Limit: 100, Tag: ptr("tag-3"), After: ptr(int64(benchPlants - 2000))}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				page, err := db.ListPlants(context.Background(), tc.opts)
+				if err != nil || len(page) != 100 {
+					b.Fatalf("%d plants, %v", len(page), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGetPlant reads one plant near the start and near the end.
+func BenchmarkGetPlant(b *testing.B) {
+	db := openBenchStore(b)
+	for _, id := range []int64{1, benchPlants} {
+		b.Run(fmt.Sprint("id=", id), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := db.GetPlant(context.Background(), id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/plantstore/plantstore"
@@ -111,6 +112,38 @@ func BenchmarkGetPlant(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkCreateParallel creates distinct plants from 64 goroutines, with
+// group commit and, as the baseline, one transaction (one fsync) per create.
+func BenchmarkCreateParallel(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts Options
+	}{
+		{"one-tx-per-create", Options{NoGroupCommit: true}},
+		{"group-commit", Options{}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			db, err := Open(context.Background(), filepath.Join(b.TempDir(), "create.db"), mode.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			var next atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := next.Add(1)
+					if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"runtime"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -31,6 +31,9 @@ type Options struct {
 	MaxBytes int64
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// NoGroupCommit commits every create in its own transaction, as a
+	// baseline for benchmarks; see groupcommit.go.
+	NoGroupCommit bool
 }
 
 // DB is a plant store in one SQLite file.
@@ -40,9 +43,19 @@ type DB struct {
 	// its transactions begin IMMEDIATE so a write never upgrades a read lock.
 	write *sql.DB
 	// Readers run in parallel beside the writer, as WAL allows.
-	read   *sql.DB
-	now    func() time.Time
-	closed atomic.Bool
+	read *sql.DB
+	now  func() time.Time
+
+	groupCommit   bool
+	creates       chan createRequest
+	committerDone chan struct{}
+	insertPlant   *sql.Stmt
+	// life ends at Close; the committer's transactions run in it.
+	life     context.Context
+	stopLife context.CancelFunc
+
+	closeMu sync.RWMutex // held for reading while sending on creates
+	closed  bool
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -103,6 +116,23 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	read.SetMaxOpenConns(readers)
 	read.SetMaxIdleConns(readers)
 	db.read = read
+
+	db.insertPlant, err = write.PrepareContext(ctx, `INSERT INTO plants (id, name, tag, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`)
+	if err != nil {
+		db.read.Close()
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	db.life, db.stopLife = context.WithCancel(context.Background())
+	db.groupCommit = !opts.NoGroupCommit
+	db.committerDone = make(chan struct{})
+	if db.groupCommit {
+		db.creates = make(chan createRequest, 4*maxBatch)
+		go db.committer()
+	} else {
+		close(db.committerDone)
+	}
 	return db, nil
 }
 
@@ -130,10 +160,22 @@ func cloneValues(v url.Values) url.Values {
 	return c
 }
 
-// Close flushes nothing (every commit is already durable) and releases the
-// file.
+// Close commits the creates already queued, refuses new ones, and releases
+// the file.
 func (db *DB) Close() error {
-	db.closed.Store(true)
+	db.closeMu.Lock()
+	if db.closed {
+		db.closeMu.Unlock()
+		return nil
+	}
+	db.closed = true
+	db.closeMu.Unlock()
+	if db.groupCommit {
+		close(db.creates) // no sender holds closeMu now, and none will send
+	}
+	<-db.committerDone
+	db.stopLife()
+	db.insertPlant.Close()
 	var errRead error
 	if db.read != nil {
 		errRead = db.read.Close()
@@ -143,7 +185,10 @@ func (db *DB) Close() error {
 
 // Ping reads from the file through the read pool.
 func (db *DB) Ping(ctx context.Context) error {
-	if db.closed.Load() {
+	db.closeMu.RLock()
+	closed := db.closed
+	db.closeMu.RUnlock()
+	if closed {
 		return plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
 	}
 	var n int

@@ -31,6 +31,83 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// One transaction per create must behave the same: it is the benchmarks'
+// baseline.
+func TestConformanceWithoutGroupCommit(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) plantstore.Store {
+		db, _ := openTest(t, Options{NoGroupCommit: true})
+		return db
+	})
+}
+
+// When the store fills under concurrent creates, batches fail part-way;
+// every create must still be answered truly: stored when it succeeded,
+// absent when it failed.
+func TestConcurrentCreatesUntilFull(t *testing.T) {
+	db, _ := openTest(t, Options{MaxBytes: 256 << 10})
+	name := strings.Repeat("y", 200)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	results := map[int64]error{}
+	for w := range 32 {
+		wg.Go(func() {
+			for i := int64(0); ; i++ {
+				id := int64(w)<<32 | i
+				_, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: name})
+				mu.Lock()
+				results[id] = err
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stored, refused := 0, 0
+	for id, err := range results {
+		_, getErr := db.GetPlant(context.Background(), id)
+		switch {
+		case err == nil && getErr == nil:
+			stored++
+		case plantstore.ErrorCode(err) == plantstore.EINSUFFICIENT && plantstore.ErrorCode(getErr) == plantstore.ENOTFOUND:
+			refused++
+		default:
+			t.Errorf("plant %d: create said %v, the store says %v", id, err, getErr)
+		}
+	}
+	if stored == 0 || refused != 32 {
+		t.Errorf("%d stored, %d refused; want some stored and each of 32 writers refused once", stored, refused)
+	}
+}
+
+func TestCloseAnswersQueuedCreates(t *testing.T) {
+	db, path := openTest(t, Options{})
+	var wg sync.WaitGroup
+	errs := make([]error, 200)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i), Name: "p"})
+		})
+	}
+	db.Close()
+	wg.Wait()
+	again, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for i, err := range errs {
+		_, getErr := again.GetPlant(context.Background(), int64(i))
+		if err == nil && getErr != nil {
+			t.Errorf("create %d succeeded but is not stored: %v", i, getErr)
+		}
+		if err != nil && plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			t.Errorf("create %d during Close: %v", i, err)
+		}
+	}
+}
+
 // The durability promise rests on these settings of the writing connection.
 func TestDurableSettings(t *testing.T) {
 	db, _ := openTest(t, Options{})

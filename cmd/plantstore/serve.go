@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ shown beside it.`, getenv, stdout, stderr)
 	idleTimeout := fs.Duration("idle-timeout", 120*time.Second, "time an idle keep-alive connection stays open")
 	requestTimeout := fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "time in-flight requests get to finish after SIGTERM or SIGINT")
+	pprofAddr := fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
 	logLevel := fs.String("log-level", "info", "least severe log level: debug, info, warn or error")
 	if rest, err := fs.parse(args); err != nil {
@@ -69,6 +71,15 @@ shown beside it.`, getenv, stdout, stderr)
 		return fmt.Errorf("listen: %w", err)
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "db", dbFlags.path())
+
+	if *pprofAddr != "" {
+		profiler, err := startProfiler(*pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer profiler.Close()
+		log.Info("profiler listening", "addr", *pprofAddr)
+	}
 
 	var background sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
@@ -112,4 +123,21 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, usageError(fmt.Sprintf("--log-format %q: want json or text", format))
+}
+
+// startProfiler serves net/http/pprof on its own listener, so profiles are
+// never reachable through the API's port.
+func startProfiler(addr string) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("pprof listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
-	p, err := getPlant(ctx, db.read, id)
+	p, err := scanPlant(id, db.getPlantStmt.QueryRowContext(ctx, id))
 	if err != nil {
 		return plantstore.Plant{}, storeError(fmt.Sprintf("get plant %d", id), err)
 	}
@@ -32,11 +32,9 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 	var rows *sql.Rows
 	var err error
 	if opts.Tag != nil {
-		rows, err = db.read.QueryContext(ctx, `SELECT id, name, tag FROM plants
-			WHERE tag = ? AND id >= ? ORDER BY id LIMIT ?`, *opts.Tag, lower, opts.Limit)
+		rows, err = db.listByTagStmt.QueryContext(ctx, *opts.Tag, lower, opts.Limit)
 	} else {
-		rows, err = db.read.QueryContext(ctx, `SELECT id, name, tag FROM plants
-			WHERE id >= ? ORDER BY id LIMIT ?`, lower, opts.Limit)
+		rows, err = db.listStmt.QueryContext(ctx, lower, opts.Limit)
 	}
 	if err != nil {
 		return nil, storeError("list plants", err)
@@ -93,9 +91,13 @@ type queryRower interface {
 }
 
 func getPlant(ctx context.Context, q queryRower, id int64) (plantstore.Plant, error) {
+	return scanPlant(id, q.QueryRowContext(ctx, `SELECT name, tag FROM plants WHERE id = ?`, id))
+}
+
+func scanPlant(id int64, row *sql.Row) (plantstore.Plant, error) {
 	p := plantstore.Plant{ID: id}
 	var tag sql.NullString
-	err := q.QueryRowContext(ctx, `SELECT name, tag FROM plants WHERE id = ?`, id).Scan(&p.Name, &tag)
+	err := row.Scan(&p.Name, &tag)
 	if errors.Is(err, sql.ErrNoRows) {
 		return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
 	}

@@ -50,6 +50,9 @@ type DB struct {
 	creates       chan createRequest
 	committerDone chan struct{}
 	insertPlant   *sql.Stmt
+	// Statements of the hot read paths, prepared once (database/sql
+	// prepares them again on each pooled connection as needed).
+	getPlantStmt, tokenByHashStmt, listStmt, listByTagStmt *sql.Stmt
 	// life ends at Close; the committer's transactions run in it.
 	life     context.Context
 	stopLife context.CancelFunc
@@ -117,9 +120,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	read.SetMaxIdleConns(readers)
 	db.read = read
 
-	db.insertPlant, err = write.PrepareContext(ctx, `INSERT INTO plants (id, name, tag, created_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (id) DO NOTHING`)
-	if err != nil {
+	if err := db.prepare(ctx); err != nil {
 		db.read.Close()
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -134,6 +135,27 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		close(db.committerDone)
 	}
 	return db, nil
+}
+
+func (db *DB) prepare(ctx context.Context) error {
+	for _, s := range []struct {
+		pool *sql.DB
+		dst  **sql.Stmt
+		sql  string
+	}{
+		{db.write, &db.insertPlant, `INSERT INTO plants (id, name, tag, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
+		{db.read, &db.getPlantStmt, `SELECT name, tag FROM plants WHERE id = ?`},
+		{db.read, &db.tokenByHashStmt, `SELECT ` + tokenColumns + ` FROM tokens WHERE hash = ? AND revoked_at IS NULL`},
+		{db.read, &db.listStmt, `SELECT id, name, tag FROM plants WHERE id >= ? ORDER BY id LIMIT ?`},
+		{db.read, &db.listByTagStmt, `SELECT id, name, tag FROM plants WHERE tag = ? AND id >= ? ORDER BY id LIMIT ?`},
+	} {
+		stmt, err := s.pool.PrepareContext(ctx, s.sql)
+		if err != nil {
+			return err
+		}
+		*s.dst = stmt
+	}
+	return nil
 }
 
 func retryBusy(ctx context.Context, timeout time.Duration, fn func(context.Context) error) error {
@@ -175,7 +197,9 @@ func (db *DB) Close() error {
 	}
 	<-db.committerDone
 	db.stopLife()
-	db.insertPlant.Close()
+	for _, stmt := range []*sql.Stmt{db.insertPlant, db.getPlantStmt, db.tokenByHashStmt, db.listStmt, db.listByTagStmt} {
+		stmt.Close()
+	}
 	var errRead error
 	if db.read != nil {
 		errRead = db.read.Close()

@@ -44,8 +44,7 @@ func scanToken(row interface{ Scan(...any) error }) (plantstore.Token, error) {
 }
 
 func (db *DB) TokenByHash(ctx context.Context, hash plantstore.TokenHash) (plantstore.Token, error) {
-	t, err := scanToken(db.read.QueryRowContext(ctx,
-		`SELECT `+tokenColumns+` FROM tokens WHERE hash = ? AND revoked_at IS NULL`, hash[:]))
+	t, err := scanToken(db.tokenByHashStmt.QueryRowContext(ctx, hash[:]))
 	if errors.Is(err, sql.ErrNoRows) {
 		return plantstore.Token{}, plantstore.Errorf(plantstore.ENOTFOUND, "no such token")
 	}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+)
+
+// runMillion fills a store with 1,000,000 plants through the API, then
+// restarts plantstore on it and measures how soon it is ready and how
+// much memory it holds under reads.
+func runMillion(c config, dir string) error {
+	const n = 1_000_000
+	db := filepath.Join(dir, "million.db")
+	token, err := createToken(c, db)
+	if err != nil {
+		return err
+	}
+	server, err := startPlantstore(c, dir, db)
+	if err != nil {
+		return err
+	}
+	t := target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid}
+	begin := time.Now()
+	fmt.Printf("creating %d plants through the API ...\n", n)
+	if err := seed(t, n); err != nil {
+		server.stop()
+		return err
+	}
+	fmt.Printf("created in %s (%.0f creates/s); peak RSS while creating: %.1f MiB\n",
+		time.Since(begin).Round(time.Second), n/time.Since(begin).Seconds(), peakRSS(t.pid))
+	server.stop()
+
+	started := time.Now()
+	server, err = startPlantstore(c, dir, db)
+	if err != nil {
+		return err
+	}
+	defer server.stop()
+	for {
+		resp, err := http.Get(server.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Since(started) > 30*time.Second {
+			return fmt.Errorf("not ready after 30 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	fmt.Printf("restarted on %d plants: ready (GET /readyz 200) %s after the process started\n", n, time.Since(started).Round(time.Millisecond))
+	t = target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid}
+	var counter atomic.Int64
+	counter.Store(1 << 40)
+	all := scenarios(n, 0)
+	for _, name := range []string{"get", "list", "mixed"} {
+		r := closedLoop(t, all[name], c.connections, c.warmup, c.duration, &counter)
+		fmt.Printf("%s on %d plants: %.0f req/s, p99 %.2f ms, %d errors; peak RSS so far %.1f MiB\n",
+			name, n, r.RPS, r.P99, r.Errors, peakRSS(t.pid))
+	}
+	return nil
+}

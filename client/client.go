@@ -141,8 +141,12 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 	return c.ListNext(ctx, c.url("/plants", q))
 }
 
-// ListNext reads the page at next, a Page.Next.
+// ListNext reads the page at next, a Page.Next. It refuses a URL on
+// another scheme or host than the client's base URL.
 func (c *Client) ListNext(ctx context.Context, next string) (Page, error) {
+	if u, err := url.Parse(next); err != nil || u.Scheme != c.base.Scheme || u.Host != c.base.Host {
+		return Page{}, fmt.Errorf("plantstore: %q is not on %s://%s", next, c.base.Scheme, c.base.Host)
+	}
 	var page Page
 	var header http.Header
 	if err := c.do(ctx, http.MethodGet, next, nil, &page.Plants, &header); err != nil {
@@ -154,7 +158,12 @@ func (c *Client) ListNext(ctx context.Context, next string) (Page, error) {
 			return Page{}, fmt.Errorf("plantstore: malformed Link %q: %w", link, err)
 		}
 		base, _ := url.Parse(next)
-		page.Next = base.ResolveReference(ref).String()
+		resolved := base.ResolveReference(ref)
+		// The token goes with every request: never follow a link elsewhere.
+		if resolved.Scheme != c.base.Scheme || resolved.Host != c.base.Host {
+			return Page{}, fmt.Errorf("plantstore: the next page %q is not on %s://%s; not following it", link, c.base.Scheme, c.base.Host)
+		}
+		page.Next = resolved.String()
 	}
 	return page, nil
 }

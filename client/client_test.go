@@ -36,3 +36,15 @@ func TestNew(t *testing.T) {
 		t.Errorf("url = %q", got)
 	}
 }
+
+func TestListNextStaysOnTheBaseURL(t *testing.T) {
+	c, err := New("https://example.test", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, next := range []string{"http://example.test/plants", "https://elsewhere.test/plants", "//elsewhere.test/plants"} {
+		if _, err := c.ListNext(t.Context(), next); err == nil {
+			t.Errorf("ListNext(%q) followed a link off the base URL", next)
+		}
+	}
+}

@@ -16,9 +16,9 @@ import (
 // line wins over the variable, which wins over the default.
 type flagSet struct {
 	*flag.FlagSet
-	getenv func(string) string
-	errs   []error
-	stdout io.Writer
+	getenv  func(string) string
+	envErrs map[string]error // by flag name: a malformed variable, unless the flag is given
+	stdout  io.Writer
 }
 
 // newFlagSet makes the flags of "plantstore NAME"; usage is what --help
@@ -30,7 +30,7 @@ func newFlagSet(name, usage string, getenv func(string) string, stdout, stderr i
 		fmt.Fprintf(fs.Output(), "Usage: plantstore %s\n\nFlags:\n", strings.TrimSpace(usage))
 		fs.PrintDefaults()
 	}
-	return &flagSet{FlagSet: fs, getenv: getenv, stdout: stdout}
+	return &flagSet{FlagSet: fs, getenv: getenv, envErrs: map[string]error{}, stdout: stdout}
 }
 
 func envName(flagName string) string {
@@ -41,7 +41,7 @@ func envName(flagName string) string {
 func (fs *flagSet) fromEnv(name string, v flag.Value) {
 	if s := fs.getenv(envName(name)); s != "" {
 		if err := v.Set(s); err != nil {
-			fs.errs = append(fs.errs, fmt.Errorf("%s=%q: %v", envName(name), s, err))
+			fs.envErrs[name] = fmt.Errorf("%s=%q: %v", envName(name), s, err)
 		}
 	}
 }
@@ -54,6 +54,20 @@ func (fs *flagSet) String(name, def, usage string) *string {
 	fs.Var(v, name, usage+" (env "+envName(name)+")")
 	return p
 }
+
+// Secret is a string flag, read from its variable too, whose value is
+// never shown: not as a default in the usage text, nor anywhere else.
+func (fs *flagSet) Secret(name, usage string) *string {
+	v := &secretValue{}
+	fs.fromEnv(name, v)
+	fs.Var(v, name, usage+" (env "+envName(name)+")")
+	return &v.s
+}
+
+type secretValue struct{ s string }
+
+func (v *secretValue) Set(s string) error { v.s = s; return nil }
+func (v *secretValue) String() string     { return "" }
 
 func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
 	p := new(time.Duration)
@@ -84,21 +98,59 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 			return nil, errHelp
 		}
 	}
-	if err := errors.Join(fs.errs...); err != nil {
-		return nil, usageError(err.Error())
-	}
 	var positional []string
+	args, negatives := fs.takeNegativeNumbers(args)
 	for {
 		if err := fs.Parse(args); err != nil {
 			return nil, usageError(err.Error())
 		}
 		args = fs.Args()
 		if len(args) == 0 {
-			return positional, nil
+			break
 		}
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+	// A malformed variable matters only when the flag does not replace it.
+	fs.Visit(func(f *flag.Flag) { delete(fs.envErrs, f.Name) })
+	var errs []error
+	for _, err := range fs.envErrs {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, usageError(err.Error())
+	}
+	return append(negatives, positional...), nil
+}
+
+// takeNegativeNumbers takes out arguments such as -5 that are not a flag's
+// value, so "plants get -5" names plant -5 instead of an unknown flag 5.
+func (fs *flagSet) takeNegativeNumbers(args []string) (rest, negatives []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(rest, args[i:]...), negatives
+		}
+		if _, err := strconv.ParseInt(a, 10, 64); err == nil && strings.HasPrefix(a, "-") {
+			negatives = append(negatives, a)
+			continue
+		}
+		rest = append(rest, a)
+		// A flag that takes a value and was given without "=" takes the
+		// next argument, negative or not.
+		if strings.HasPrefix(a, "-") && !strings.Contains(a, "=") {
+			if f := fs.Lookup(strings.TrimLeft(a, "-")); f != nil && !isBoolFlag(f) && i+1 < len(args) {
+				i++
+				rest = append(rest, args[i])
+			}
+		}
+	}
+	return rest, negatives
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 type stringValue string

@@ -234,6 +234,10 @@ func TestTokenCLI(t *testing.T) {
 	if r := cli(t, dir, []string{"PLANTSTORE_BUSY_TIMEOUT=soon"}, "token", "list"); r.exit != 2 || !strings.Contains(r.stderr, "PLANTSTORE_BUSY_TIMEOUT") {
 		t.Errorf("a bad variable: %+v", r)
 	}
+	// The flag wins over the variable, a malformed one included.
+	if r := cli(t, dir, []string{"PLANTSTORE_BUSY_TIMEOUT=soon"}, "token", "list", "--busy-timeout", "1s"); r.exit != 0 {
+		t.Errorf("a flag over a bad variable: %+v", r)
+	}
 }
 
 // The README's quick start: serve on the defaults in a directory, issue a

@@ -41,7 +41,7 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	fs := newFlagSet("plants "+args[0], cmd.usage, getenv, stdout, stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "base `URL` of the plantstore server")
-	token := fs.String("token", "", "access `TOKEN`")
+	token := fs.Secret("token", "access `TOKEN`")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	run := cmd.flags(fs)
 	positional, err := fs.parse(args[1:])
@@ -53,7 +53,7 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	c, err := client.New(*server, *token)
 	if err != nil {
-		return usageError(err.Error())
+		return usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
 	}
 	out := plantPrinter{w: stdout, json: *asJSON}
 	return apiError(run(ctx, c, positional, out, stderr), *server)

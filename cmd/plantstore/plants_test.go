@@ -68,6 +68,21 @@ func TestPlantsCLI(t *testing.T) {
 	if r := plants("delete", "7"); r.exit != 0 || r.stdout != "" {
 		t.Errorf("delete: %+v", r)
 	}
+	// Negative ids are ids, not flags.
+	table(plants("add", "--id", "-5", "--name", "Negative"), `-5\s+Negative\s+-`)
+	table(plants("get", "-5", "--json=false"), `-5\s+Negative\s+-`)
+	table(plants("update", "--name", "Still negative", "-5"), `-5\s+Still negative\s+-`)
+	table(plants("list", "--after", "-6", "--limit", "1"), `-5\s+Still negative\s+-`)
+	if r := plants("delete", "-5"); r.exit != 0 {
+		t.Errorf("delete -5: %+v", r)
+	}
+	// The token is never shown, not even as a flag's default.
+	if r := plants("get", "--help"); strings.Contains(r.stdout+r.stderr, token) {
+		t.Error("--help shows the token from PLANTSTORE_TOKEN")
+	}
+	if r := plants("get", "--bogus"); strings.Contains(r.stdout+r.stderr, token) {
+		t.Error("a usage error shows the token from PLANTSTORE_TOKEN")
+	}
 
 	// Errors: the server's message on stderr, a non-zero exit, nothing on stdout.
 	for _, tc := range []struct {

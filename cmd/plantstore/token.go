@@ -48,8 +48,8 @@ Issues a token and prints it alone on standard output, once; only its
 SHA-256 is stored. Scopes: plants:read (list and read plants),
 plants:write (create, update and delete them).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
-	name := fs.String("name", "", "the token's `NAME`, unique among active tokens (required)")
-	scopeList := fs.String("scope", strings.Join(plantstore.KnownScopes, ","), "comma-separated `SCOPES`")
+	name := fs.FlagSet.String("name", "", "the token's `NAME`, unique among active tokens (required)")
+	scopeList := fs.FlagSet.String("scope", strings.Join(plantstore.KnownScopes, ","), "comma-separated `SCOPES`")
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {

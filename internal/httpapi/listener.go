@@ -90,8 +90,10 @@ var plainErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nC
 
 // net/http answers 417 to an Expect other than 100-continue by itself,
 // with an empty body, before any handler runs; no handler of ours answers
-// 417, so any 417 is that one.
-var expectationFailed = []byte("HTTP/1.1 417 ")
+// 417, so any 417 is that one. Matching the whole line with its CRLF keeps
+// a body from forging it: a write can begin anywhere in a body, but our
+// bodies are JSON, which holds no raw line breaks.
+var expectationFailed = []byte("HTTP/1.1 417 Expectation Failed\r\n")
 
 func (c jsonErrorConn) Write(p []byte) (int, error) {
 	if bytes.HasPrefix(p, expectationFailed) {

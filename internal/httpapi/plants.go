@@ -133,7 +133,7 @@ func (s *Server) handleListPlants() http.Handler {
 		}
 		if len(plants) > want {
 			plants = plants[:want]
-			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, nextPage(r, plants[want-1].ID, want, opts.Tag)))
+			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, nextPage(plants[want-1].ID, want, opts.Tag)))
 		}
 		page := make([]storedPlantBody, len(plants))
 		for i, p := range plants {
@@ -180,19 +180,18 @@ func listOptions(rawQuery string) (plantstore.ListOptions, error) {
 	return opts, nil
 }
 
-// nextPage is the absolute URL of the page after lastID. The host is the
-// one the client used.
-func nextPage(r *http.Request, lastID int64, limit int, tag *string) string {
+// nextPage is the URL of the page after lastID as a reference holding only
+// a query ("?after=..."). The client resolves it against the URL it asked
+// (RFC 8288, RFC 3986 section 5.2), so it keeps the scheme, host and path
+// the client used, a proxy's path prefix included. An absolute URL built
+// from Host would say http behind a TLS-terminating proxy, and send the
+// token in clear, and would be unusable without a Host.
+func nextPage(lastID int64, limit int, tag *string) string {
 	q := url.Values{"after": {strconv.FormatInt(lastID, 10)}, "limit": {strconv.Itoa(limit)}}
 	if tag != nil {
 		q.Set("tag", *tag)
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	u := url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
-	return u.String()
+	return "?" + q.Encode()
 }
 
 var plainInteger = regexp.MustCompile(`^-?[0-9]+$`)

@@ -37,6 +37,25 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 	}
 }
 
+// A body can begin any write to the connection; none can pass for one of
+// net/http's own answers and be rewritten.
+func TestBodiesCannotForgeProtocolErrors(t *testing.T) {
+	e := start(t, options{})
+	for i, name := range []string{"HTTP/1.1 417 boom", "HTTP/1.1 400 Bad Request"} {
+		e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, i, name))
+	}
+	// Pad earlier plants so the forged name falls at the start of each
+	// 4096-byte write of a listing, whatever the prefix before it.
+	for pad := range 64 {
+		id := 100 + pad
+		e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, id, strings.Repeat("x", 1+pad)))
+	}
+	resp, body := e.do("GET", "/plants?limit=1000", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "HTTP/1.1 417 boom") || !strings.HasSuffix(string(body), "]") {
+		t.Errorf("listing: %d, %d bytes, ends %q", resp.StatusCode, len(body), body[max(0, len(body)-40):])
+	}
+}
+
 func TestOpenAPIServed(t *testing.T) {
 	e := start(t, options{})
 	resp, body := e.do("GET", "/openapi.json", nil, nil)

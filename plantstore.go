@@ -87,7 +87,7 @@ type PlantStore interface {
 	// ListPlants returns up to opts.Limit plants in ascending id order:
 	// those with an id greater than *opts.After when it is set, and a tag
 	// equal to *opts.Tag when it is set. It costs the same wherever the page
-	// starts (keyset paging).
+	// starts (keyset paging). A Limit below 1 is EINVALID.
 	ListPlants(ctx context.Context, opts ListOptions) ([]Plant, error)
 	// UpdatePlant replaces the name and tag of the plant with p.ID, which
 	// the caller has validated, or returns ENOTFOUND.
@@ -101,7 +101,7 @@ type PlantStore interface {
 type ListOptions struct {
 	After *int64  // only ids greater than this
 	Tag   *string // only plants with exactly this tag
-	Limit int     // at most this many; 1 to MaxListLimit
+	Limit int     // at most this many; 1 or more (a caller may ask one more than a page, to see whether another follows)
 }
 
 // Store is everything a storage engine provides.

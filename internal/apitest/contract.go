@@ -170,7 +170,8 @@ func (c *Contract) checkUnrouted(req *http.Request, resp *http.Response) error {
 // routing, to requests that are not valid HTTP/1.1.
 func isProtocolRejection(status int) bool {
 	switch status {
-	case http.StatusBadRequest, http.StatusExpectationFailed, http.StatusRequestHeaderFieldsTooLarge, http.StatusNotImplemented:
+	case http.StatusBadRequest, http.StatusExpectationFailed, http.StatusRequestHeaderFieldsTooLarge,
+		http.StatusNotImplemented, http.StatusHTTPVersionNotSupported:
 		return true
 	}
 	return false

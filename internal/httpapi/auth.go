@@ -18,7 +18,7 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 		}
 		token, err := s.auth.Authenticate(r.Context(), secret)
 		if plantstore.ErrorCode(err) == plantstore.EUNAUTHORIZED {
-			err = &authError{status: http.StatusUnauthorized, code: "invalid_token", description: plantstore.ErrorMessage(err)}
+			err = invalidToken(plantstore.ErrorMessage(err))
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -27,7 +27,7 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 		infoFrom(r.Context()).token = token.Name
 		if !token.HasScope(scope) {
 			s.writeError(w, r, &authError{
-				status:      http.StatusForbidden,
+				kind:        plantstore.EFORBIDDEN,
 				code:        "insufficient_scope",
 				description: "the access token lacks the scope " + scope,
 				scope:       scope,
@@ -43,7 +43,7 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 func bearerToken(h http.Header) (string, error) {
 	values := h.Values("Authorization")
 	if len(values) == 0 {
-		return "", &authError{status: http.StatusUnauthorized,
+		return "", &authError{kind: plantstore.EUNAUTHORIZED,
 			description: "an access token is required: send Authorization: Bearer <token>"}
 	}
 	if len(values) > 1 {
@@ -51,7 +51,7 @@ func bearerToken(h http.Header) (string, error) {
 	}
 	scheme, rest, _ := strings.Cut(strings.TrimLeft(values[0], " "), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return "", &authError{status: http.StatusUnauthorized,
+		return "", &authError{kind: plantstore.EUNAUTHORIZED,
 			description: "the Authorization scheme must be Bearer"}
 	}
 	token := strings.Trim(rest, " ")
@@ -62,5 +62,5 @@ func bearerToken(h http.Header) (string, error) {
 }
 
 func invalidToken(description string) error {
-	return &authError{status: http.StatusUnauthorized, code: "invalid_token", description: description}
+	return &authError{kind: plantstore.EUNAUTHORIZED, code: "invalid_token", description: description}
 }

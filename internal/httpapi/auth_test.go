@@ -60,6 +60,19 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	e := start(t, options{})
+	resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+		"\r\nAuthorization: Bearer " + e.writeToken + "\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n{\"id\":1,\"name\":\"a\"}")
+	wantError(t, resp, body, 401, "exactly one Authorization")
+	if got := resp.Header.Get("WWW-Authenticate"); !strings.Contains(got, `error="invalid_token"`) {
+		t.Errorf("WWW-Authenticate %q", got)
+	}
+	if _, ok := e.stored(1); ok {
+		t.Error("stored with two Authorization headers")
+	}
+}
+
 func TestSchemeIsCaseInsensitive(t *testing.T) {
 	e := start(t, options{})
 	for i, scheme := range []string{"bearer", "BEARER", "BeArEr"} {

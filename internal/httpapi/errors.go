@@ -33,7 +33,7 @@ func errorStatus(status int, format string, args ...any) *statusError {
 
 // authError is a refused credential; RFC 6750 asks for a challenge with it.
 type authError struct {
-	status      int    // 401 or 403
+	kind        string // plantstore.EUNAUTHORIZED or plantstore.EFORBIDDEN
 	code        string // RFC 6750 error code; "" when no credential was sent
 	description string
 	scope       string // the scope that was missing, for insufficient_scope
@@ -59,11 +59,12 @@ func statusOf(err error) (int, string) {
 	if e, ok := errors.AsType[*statusError](err); ok {
 		return e.status, e.message
 	}
+	code, message := plantstore.ErrorCode(err), plantstore.ErrorMessage(err)
 	if e, ok := errors.AsType[*authError](err); ok {
-		return e.status, e.description
+		code, message = e.kind, e.description
 	}
 	var status int
-	switch plantstore.ErrorCode(err) {
+	switch code {
 	case plantstore.EINVALID:
 		status = http.StatusBadRequest
 	case plantstore.ENOTFOUND:
@@ -81,7 +82,7 @@ func statusOf(err error) (int, string) {
 	default:
 		status = http.StatusInternalServerError
 	}
-	return status, plantstore.ErrorMessage(err)
+	return status, message
 }
 
 // writeError answers with the Error body for err and logs what the client

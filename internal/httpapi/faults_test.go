@@ -131,12 +131,42 @@ func TestRequestTimeoutIs503(t *testing.T) {
 	}
 }
 
-// Past the request timeout every operation answers 503, reads included.
+// stallingReads stands in for a store whose reads hang (WAL readers never
+// wait for SQLite's writer, so no real lock can make them): it waits for
+// the request's end, then asks the real store, which answers as it would.
+type stallingReads struct{ plantstore.Store }
+
+func (s stallingReads) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
+	<-ctx.Done()
+	return s.Store.GetPlant(ctx, id)
+}
+
+func (s stallingReads) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
+	<-ctx.Done()
+	return s.Store.ListPlants(ctx, opts)
+}
+
+// Past the request timeout every plant operation answers 503, soon: the
+// writes wait on a real lock, the reads on a stalled store.
 func TestEveryOperationTimesOutWith503(t *testing.T) {
-	e := start(t, options{cfg: httpapi.Config{RequestTimeout: time.Nanosecond}})
+	e := start(t, options{
+		sqlite: sqlite.Options{BusyTimeout: time.Minute},
+		cfg:    httpapi.Config{RequestTimeout: 300 * time.Millisecond},
+		wrap:   func(s plantstore.Store) plantstore.Store { return stallingReads{s} },
+	})
+	e.create(`{"id":1,"name":"a"}`)
+	holdWriteLock(t, e)
 	for _, op := range everyOperation {
-		resp, body := e.send(op.method, op.path, op.body, nil)
+		begin := time.Now()
+		resp, body := e.send(op.method, op.path, op.body, map[string]string{"X-Request-Id": "timeout-" + op.method})
 		wantError(t, resp, body, 503)
+		if took := time.Since(begin); took > 3*time.Second {
+			t.Errorf("%s %s answered after %v", op.method, op.path, took)
+		}
+		// The token was accepted: the time ran out in the plant operation.
+		if !strings.Contains(e.logs.String(), `"request_id":"timeout-`+op.method+`","token":"writer"`) {
+			t.Errorf("%s %s did not get past authentication", op.method, op.path)
+		}
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/api"
-	"github.com/plantstore/plantstore/internal/auth"
 )
 
 // Config holds the transport's limits. Zero values take the defaults.
@@ -33,10 +32,22 @@ const (
 	DefaultRequestTimeout = 10 * time.Second
 )
 
+// Authenticator turns a bearer token into the token record it stands for,
+// or fails with EUNAUTHORIZED (or the store's EUNAVAILABLE).
+type Authenticator interface {
+	Authenticate(ctx context.Context, secret string) (plantstore.Token, error)
+}
+
+// Store is what the handlers need of a storage engine.
+type Store interface {
+	plantstore.PlantStore
+	Ping(ctx context.Context) error
+}
+
 // Server answers the Plant Store API.
 type Server struct {
-	store   plantstore.Store
-	auth    *auth.Authenticator
+	store   Store
+	auth    Authenticator
 	log     *slog.Logger
 	cfg     Config
 	handler http.Handler
@@ -44,7 +55,7 @@ type Server struct {
 
 // NewServer returns the API's handler over store, checking tokens with
 // authn.
-func NewServer(store plantstore.Store, authn *auth.Authenticator, cfg Config) *Server {
+func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}

@@ -32,11 +32,17 @@ type createResult struct {
 
 // CreatePlant inserts p, or finds the plant already stored under p.ID and
 // compares contents, in a transaction no other writer can come between.
+// When ctx ends while the create waits for its commit, it answers
+// EUNAVAILABLE at once, and the plant may still be stored: a retry is an
+// idempotent replay.
 func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (bool, error) {
 	if !db.groupCommit {
 		var r createResult
 		db.commit([]createRequest{{plant: p}}, func(_ int, res createResult) { r = res })
 		return r.created, r.err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, storeError(fmt.Sprintf("create plant %d", p.ID), err)
 	}
 	req := createRequest{plant: p, done: make(chan createResult, 1)}
 	db.closeMu.RLock()

@@ -71,7 +71,7 @@ func (db *DB) migrate(ctx context.Context) error {
 		return storeError("create schema_migrations", err)
 	}
 	for _, m := range ms {
-		if err := db.apply(ctx, m, len(ms)); err != nil {
+		if err := db.apply(ctx, m); err != nil {
 			return err
 		}
 	}
@@ -87,7 +87,7 @@ func (db *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (db *DB) apply(ctx context.Context, m migration, known int) error {
+func (db *DB) apply(ctx context.Context, m migration) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return storeError("begin migration", err)
@@ -96,9 +96,6 @@ func (db *DB) apply(ctx context.Context, m migration, known int) error {
 	var current int
 	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return storeError("read schema version", err)
-	}
-	if current > known {
-		return fmt.Errorf("database schema version %d is newer than this plantstore supports (%d): upgrade plantstore", current, known)
 	}
 	if current >= m.version {
 		return nil

@@ -22,6 +22,9 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 // or "(tag, id)" on plants_by_tag, so the page's position in the table does
 // not change its cost. Both queries are fixed text with parameters.
 func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
+	if opts.Limit < 1 {
+		return nil, plantstore.Errorf(plantstore.EINVALID, "list limit %d: must be 1 or more", opts.Limit)
+	}
 	lower := int64(math.MinInt64)
 	if opts.After != nil {
 		if *opts.After == math.MaxInt64 {

@@ -81,109 +81,11 @@ func TestConcurrentCreatesUntilFull(t *testing.T) {
 	}
 }
 
-func TestCloseAnswersQueuedCreates(t *testing.T) {
-	db, path := openTest(t, Options{})
-	var wg sync.WaitGroup
-	errs := make([]error, 200)
-	for i := range errs {
-		wg.Go(func() {
-			_, errs[i] = db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i), Name: "p"})
-		})
-	}
-	db.Close()
-	wg.Wait()
-	again, err := Open(context.Background(), path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	for i, err := range errs {
-		_, getErr := again.GetPlant(context.Background(), int64(i))
-		if err == nil && getErr != nil {
-			t.Errorf("create %d succeeded but is not stored: %v", i, getErr)
-		}
-		if err != nil && plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
-			t.Errorf("create %d during Close: %v", i, err)
-		}
-	}
-}
-
-// The durability promise rests on these settings of the writing connection.
-func TestDurableSettings(t *testing.T) {
-	db, _ := openTest(t, Options{})
-	var mode string
-	var sync int
-	if err := db.write.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.write.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil {
-		t.Fatal(err)
-	}
-	if mode != "wal" || sync != 2 {
-		t.Errorf("journal_mode=%s synchronous=%d, want wal and 2 (FULL)", mode, sync)
-	}
-}
-
-func TestMigrationsRecordedAndIdempotent(t *testing.T) {
-	db, path := openTest(t, Options{})
-	ms, err := loadMigrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	db.write.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n)
-	if n != len(ms) {
-		t.Fatalf("%d migrations recorded, want %d", n, len(ms))
-	}
-	db.Close()
-	again, err := Open(context.Background(), path, Options{})
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
-	defer again.Close()
-	again.write.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n)
-	if n != len(ms) {
-		t.Errorf("after reopen %d migrations recorded, want %d", n, len(ms))
-	}
-}
-
-func TestRefusesNewerSchema(t *testing.T) {
-	db, path := openTest(t, Options{})
-	if _, err := db.write.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', 0)`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	_, err := Open(context.Background(), path, Options{})
-	if err == nil || !strings.Contains(err.Error(), "newer than this plantstore") {
-		t.Fatalf("Open on a newer schema = %v, want a refusal", err)
-	}
-}
-
-func TestConcurrentOpensOfNewFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "plants.db")
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Go(func() {
-			db, err := Open(context.Background(), path, Options{BusyTimeout: 10 * time.Second})
-			if err == nil {
-				db.Close()
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("open %d: %v", i, err)
-		}
-	}
-}
-
-// A lock held by another process (the token CLI, say) past the busy
-// timeout is the store being unavailable, not a client error.
-func TestBusyIsUnavailable(t *testing.T) {
-	db, path := openTest(t, Options{BusyTimeout: 50 * time.Millisecond})
+// Close commits the creates already queued: with the committer held up by
+// another process's lock, creates queue; Close, then the lock's release,
+// must see every one of them stored and acknowledged.
+func TestCloseCommitsQueuedCreates(t *testing.T) {
+	db, path := openTest(t, Options{BusyTimeout: 20 * time.Second})
 	other, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
@@ -197,27 +99,52 @@ func TestBusyIsUnavailable(t *testing.T) {
 	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "a"})
-	if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
-		t.Errorf("create under a foreign lock = %v, want %s", err, plantstore.EUNAVAILABLE)
+	const n = 50
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	create := func(i int) {
+		wg.Go(func() {
+			_, errs[i] = db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i), Name: "queued"})
+		})
 	}
+	// The first create goes to the committer, which blocks on the lock;
+	// the others then queue behind it.
+	create(0)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(db.creates) > 0 || time.Since(deadline.Add(-10*time.Second)) < 200*time.Millisecond {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := 1; i < n; i++ {
+		create(i)
+	}
+	for len(db.creates) < n-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d creates queued", len(db.creates))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	closed := make(chan error)
+	go func() { closed <- db.Close() }()
+	time.Sleep(50 * time.Millisecond)
 	conn.ExecContext(context.Background(), `ROLLBACK`)
-	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "a"}); err != nil {
-		t.Errorf("create after the lock is gone: %v", err)
+	wg.Wait()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
 	}
-}
-
-func TestFullIsInsufficient(t *testing.T) {
-	db, _ := openTest(t, Options{MaxBytes: 64 << 10})
-	name := strings.Repeat("x", 200)
-	var err error
-	for id := int64(0); id < 10_000 && err == nil; id++ {
-		_, err = db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: name})
+	again, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if plantstore.ErrorCode(err) != plantstore.EINSUFFICIENT {
-		t.Fatalf("filling the store ended with %v, want %s", err, plantstore.EINSUFFICIENT)
+	defer again.Close()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("queued create %d: %v", i, err)
+		}
+		if _, err := again.GetPlant(context.Background(), int64(i)); err != nil {
+			t.Errorf("queued create %d is not stored: %v", i, err)
+		}
 	}
-	if _, err := db.GetPlant(context.Background(), 0); err != nil {
-		t.Errorf("a read on a full store: %v", err)
+	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 999, Name: "late"}); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("a create after Close: %v, want %s", err, plantstore.EUNAVAILABLE)
 	}
 }

@@ -350,6 +350,15 @@ func testListEdges(t *testing.T, s plantstore.Store) {
 	if len(all) != 2 {
 		t.Errorf("after the smallest id: %v", ids(all))
 	}
+	for _, limit := range []int{0, -1} {
+		if _, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: limit}); plantstore.ErrorCode(err) != plantstore.EINVALID {
+			t.Errorf("limit %d: %v, want %s", limit, err, plantstore.EINVALID)
+		}
+	}
+	big, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: plantstore.MaxListLimit + 1})
+	if err != nil || len(big) != 2 {
+		t.Errorf("a limit of one more than a page: %v, %v", ids(big), err)
+	}
 }
 
 func testUpdate(t *testing.T, s plantstore.Store) {

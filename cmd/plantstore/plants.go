@@ -282,6 +282,7 @@ func (p plantPrinter) many(plants []client.Plant) error {
 func (p plantPrinter) encode(v any) error {
 	enc := json.NewEncoder(p.w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 

@@ -40,7 +40,9 @@ shown beside it.`, getenv, stdout, stderr)
 	} else if len(rest) > 0 {
 		return usageError(fmt.Sprintf("serve takes no arguments, got %q", rest))
 	}
-	log, err := newLogger(stderr, *logFormat, *logLevel)
+	logs := newBufferedLog(stderr)
+	defer logs.Flush()
+	log, err := newLogger(logs, *logFormat, *logLevel)
 	if err != nil {
 		return err
 	}
@@ -71,6 +73,7 @@ shown beside it.`, getenv, stdout, stderr)
 		return fmt.Errorf("listen: %w", err)
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "db", dbFlags.path())
+	logs.Flush() // scripts wait for this line
 
 	if *pprofAddr != "" {
 		profiler, err := startProfiler(*pprofAddr)
@@ -84,6 +87,7 @@ shown beside it.`, getenv, stdout, stderr)
 	var background sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() { authn.Run(bgCtx) })
+	background.Go(func() { logs.run(bgCtx) })
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(httpapi.JSONErrorListener(ln, log)) }()

@@ -118,3 +118,31 @@ func TestCacheBounded(t *testing.T) {
 		t.Errorf("cache holds %d entries, bound is 3", n)
 	}
 }
+
+// BenchmarkAuthenticate measures a token check: from the cache (every
+// request but one per TTL) and, as the baseline, from the store.
+func BenchmarkAuthenticate(b *testing.B) {
+	db, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "a.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	secret := plantstore.NewToken()
+	if _, err := db.CreateToken(context.Background(), plantstore.Token{Name: "b", Scopes: plantstore.KnownScopes}, plantstore.HashToken(secret)); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"store", time.Nanosecond}, {"cached", time.Hour}} {
+		b.Run(tc.name, func(b *testing.B) {
+			a := New(db, Options{CacheTTL: tc.ttl})
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.Authenticate(context.Background(), secret); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

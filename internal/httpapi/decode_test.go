@@ -29,3 +29,17 @@ func TestParseInt64(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkDecodeAndValidate(b *testing.B) {
+	body := []byte(`{"id":123456789,"name":"Monstera deliciosa","tag":"tropical","note":"ignored"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := decodeNewPlant(body)
+		if err == nil {
+			err = p.Validate()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

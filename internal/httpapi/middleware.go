@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -70,9 +72,22 @@ func incomingRequestID(id string) string {
 	}) < 0 {
 		return id
 	}
-	var b [12]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return newRequestID()
+}
+
+// Request ids need to be unique, not secret: a random prefix per process
+// and a counter, which costs no system call per request.
+var (
+	requestIDPrefix = func() string {
+		var b [8]byte
+		rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+	requestCounter atomic.Uint64
+)
+
+func newRequestID() string {
+	return requestIDPrefix + "-" + strconv.FormatUint(requestCounter.Add(1), 36)
 }
 
 // recorder notes the status and size of an answer, and rewrites a non-2xx

@@ -63,7 +63,7 @@ func run() error {
 	flag.StringVar(&scenarioList, "scenarios", "create,get,list,mixed", "scenarios to run")
 	flag.StringVar(&sweepList, "sweep", "1,8,64,256", "connection counts for the chart (create and get, closed loop); empty to skip")
 	flag.DurationVar(&c.sweepDuration, "sweep-duration", 3*time.Second, "how long each sweep point runs")
-	flag.StringVar(&c.out, "out", "bench-results.json", "where to write the results")
+	flag.StringVar(&c.out, "out", "docs/benchmarks/results.json", "where to write the results")
 	flag.StringVar(&c.chart, "chart", "docs/benchmarks/throughput.svg", "where to draw the chart (empty: nowhere)")
 	flag.StringVar(&c.bin, "bin", "", "a plantstore binary to use (default: build ./cmd/plantstore)")
 	flag.StringVar(&c.logLevel, "log-level", "info", "plantstore's --log-level (info writes an access log line per request, as in production)")

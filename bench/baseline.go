@@ -25,13 +25,20 @@ type baselinePlant struct {
 
 func baselineHandler(token string) http.Handler {
 	want := []byte("Bearer " + token)
-	authorized := func(r *http.Request) bool {
-		return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1
-	}
 	fail := func(w http.ResponseWriter, status int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		json.NewEncoder(w).Encode(map[string]any{"error": status, "message": msg})
+	}
+	// authorized answers 401 unless the request carries the token.
+	authorized := func(next http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+				fail(w, 401, "unauthorized")
+				return
+			}
+			next(w, r)
+		}
 	}
 	name, tag := "a fixed plant", "fixed"
 	fixed := baselinePlant{ID: new(int64), Name: &name, Tag: &tag}
@@ -41,11 +48,7 @@ func baselineHandler(token string) http.Handler {
 		page[i] = baselinePlant{ID: &id, Name: &name, Tag: &tag}
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /plants", func(w http.ResponseWriter, r *http.Request) {
-		if !authorized(r) {
-			fail(w, 401, "unauthorized")
-			return
-		}
+	mux.HandleFunc("POST /plants", authorized(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 			fail(w, 415, "unsupported media type")
 			return
@@ -66,23 +69,15 @@ func baselineHandler(token string) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(baselinePlant{Name: p.Name, Tag: p.Tag})
-	})
-	mux.HandleFunc("GET /plants/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if !authorized(r) {
-			fail(w, 401, "unauthorized")
-			return
-		}
+	}))
+	mux.HandleFunc("GET /plants/{id}", authorized(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(fixed)
-	})
-	mux.HandleFunc("GET /plants", func(w http.ResponseWriter, r *http.Request) {
-		if !authorized(r) {
-			fail(w, 401, "unauthorized")
-			return
-		}
+	}))
+	mux.HandleFunc("GET /plants", authorized(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(page)
-	})
+	}))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"status":"ready"}`)

@@ -218,13 +218,22 @@ func seed(t target, n int64) error {
 
 const seeded = 10_000
 
-func runComparison(c config, dir string) error {
-	db := filepath.Join(dir, "bench.db")
+// startFresh issues a token on a new store at db and starts plantstore on
+// it.
+func startFresh(c config, dir, db string) (*process, target, error) {
 	token, err := createToken(c, db)
 	if err != nil {
-		return err
+		return nil, target{}, err
 	}
 	server, err := startPlantstore(c, dir, db)
+	if err != nil {
+		return nil, target{}, err
+	}
+	return server, target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid}, nil
+}
+
+func runComparison(c config, dir string) error {
+	server, store, err := startFresh(c, dir, filepath.Join(dir, "bench.db"))
 	if err != nil {
 		return err
 	}
@@ -240,7 +249,6 @@ func runComparison(c config, dir string) error {
 	}
 	defer baseline.stop()
 
-	store := target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid}
 	bare := target{name: "baseline", url: baseline.url, token: baseToken, pid: baseline.cmd.Process.Pid}
 	fmt.Printf("seeding %d plants ...\n", seeded)
 	if err := seed(store, seeded); err != nil {

@@ -14,15 +14,10 @@ import (
 func runMillion(c config, dir string) error {
 	const n = 1_000_000
 	db := filepath.Join(dir, "million.db")
-	token, err := createToken(c, db)
+	server, t, err := startFresh(c, dir, db)
 	if err != nil {
 		return err
 	}
-	server, err := startPlantstore(c, dir, db)
-	if err != nil {
-		return err
-	}
-	t := target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid}
 	begin := time.Now()
 	fmt.Printf("creating %d plants through the API ...\n", n)
 	if err := seed(t, n); err != nil {
@@ -53,7 +48,7 @@ func runMillion(c config, dir string) error {
 		time.Sleep(2 * time.Millisecond)
 	}
 	fmt.Printf("restarted on %d plants: ready (GET /readyz 200) %s after the process started\n", n, time.Since(started).Round(time.Millisecond))
-	t = target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid}
+	t.url, t.pid = server.url, server.cmd.Process.Pid
 	var counter atomic.Int64
 	counter.Store(1 << 40)
 	all := scenarios(n, 0)

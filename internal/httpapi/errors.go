@@ -22,7 +22,6 @@ type errorBody struct {
 type statusError struct {
 	status  int
 	message string
-	header  http.Header // extra headers for the answer, such as Allow
 }
 
 func (e *statusError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
@@ -91,11 +90,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, message := statusOf(err)
 	if e, ok := errors.AsType[*authError](err); ok {
 		w.Header().Set("WWW-Authenticate", e.challenge())
-	}
-	if e, ok := errors.AsType[*statusError](err); ok {
-		for k, v := range e.header {
-			w.Header()[k] = v
-		}
 	}
 	if status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage {
 		w.Header().Set("Retry-After", "1")

@@ -47,7 +47,7 @@ shown beside it.`, getenv, stdout, stderr)
 		return err
 	}
 
-	store, err := dbFlags.open(ctx)
+	store, err := dbFlags.open(ctx, true)
 	if err != nil {
 		return err
 	}

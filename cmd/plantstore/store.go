@@ -25,6 +25,8 @@ func addDBFlags(fs *flagSet) dbFlags {
 
 func (f dbFlags) path() string { return *f.db }
 
-func (f dbFlags) open(ctx context.Context) (plantstore.Store, error) {
-	return sqlite.Open(ctx, *f.db, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes})
+// open opens the store; soleServer is for serve, which must be the only
+// server of the file (see sqlite.Options.SoleServer).
+func (f dbFlags) open(ctx context.Context, soleServer bool) (plantstore.Store, error) {
+	return sqlite.Open(ctx, *f.db, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes, SoleServer: soleServer})
 }

@@ -87,6 +87,7 @@ type env struct {
 func start(t *testing.T, opts options) *env {
 	t.Helper()
 	dbPath := filepath.Join(t.TempDir(), "plants.db")
+	opts.sqlite.SoleServer = true // as serve opens it
 	db, err := sqlite.Open(context.Background(), dbPath, opts.sqlite)
 	if err != nil {
 		t.Fatal(err)

@@ -93,6 +93,9 @@ func (db *DB) committer() {
 // rolls the batch back; then each request is tried alone, so one request's
 // fault is not its neighbours'.
 func (db *DB) commit(batch []createRequest, report func(int, createResult)) {
+	// Creates leave the plant cache alone: a create never changes a stored
+	// plant (the same content is a replay, other content a conflict), and
+	// the cache never holds a plant that is not stored.
 	results, err := db.commitBatch(batch)
 	if err != nil && len(batch) > 1 {
 		for i := range batch {

@@ -11,11 +11,30 @@ import (
 )
 
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
+	var gen uint64
+	if db.cache != nil {
+		var p plantstore.Plant
+		var ok bool
+		if p, ok, gen = db.cache.get(id); ok {
+			return p, nil
+		}
+	}
 	p, err := scanPlant(id, db.getPlantStmt.QueryRowContext(ctx, id))
 	if err != nil {
 		return plantstore.Plant{}, storeError(fmt.Sprintf("get plant %d", id), err)
 	}
+	if db.cache != nil {
+		db.cache.fill(p, gen)
+	}
 	return p, nil
+}
+
+// forget drops ids from the plant cache, after their write has committed
+// and before it is acknowledged.
+func (db *DB) forget(ids ...int64) {
+	if db.cache != nil {
+		db.cache.invalidate(ids...)
+	}
 }
 
 // ListPlants reads one page by keyset: "id >= lower" on the primary key,
@@ -64,12 +83,14 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant) error {
 	op := fmt.Sprintf("update plant %d", p.ID)
 	res, err := db.write.ExecContext(ctx, `UPDATE plants SET name = ?, tag = ? WHERE id = ?`, p.Name, nullString(p.Tag), p.ID)
+	db.forget(p.ID) // whatever the outcome: a failed statement may still have committed
 	return rowsOrNotFound(op, p.ID, res, err)
 }
 
 func (db *DB) DeletePlant(ctx context.Context, id int64) error {
 	op := fmt.Sprintf("delete plant %d", id)
 	res, err := db.write.ExecContext(ctx, `DELETE FROM plants WHERE id = ?`, id)
+	db.forget(id)
 	return rowsOrNotFound(op, id, res, err)
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -34,7 +35,15 @@ type Options struct {
 	// NoGroupCommit commits every create in its own transaction, as a
 	// baseline for benchmarks; see groupcommit.go.
 	NoGroupCommit bool
+	// SoleServer makes this process the only server of the file: Open
+	// takes an exclusive lock (PATH.lock), failing if another server holds
+	// it, and keeps read plants in memory (see cache.go). The token CLI
+	// opens without it.
+	SoleServer bool
 }
+
+// cachedPlants bounds the plant cache: about 10 MB at most.
+const cachedPlants = 100_000
 
 // DB is a plant store in one SQLite file.
 type DB struct {
@@ -59,6 +68,9 @@ type DB struct {
 
 	closeMu sync.RWMutex // held for reading while sending on creates
 	closed  bool
+
+	cache    *plantCache // nil unless SoleServer
+	soleLock *os.File
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -76,6 +88,27 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	var soleLock *os.File
+	if opts.SoleServer {
+		if soleLock, err = lockSoleServer(abs); err != nil {
+			return nil, err
+		}
+	}
+	db, err := open(ctx, path, abs, opts)
+	if err != nil {
+		if soleLock != nil {
+			soleLock.Close()
+		}
+		return nil, err
+	}
+	if soleLock != nil {
+		db.soleLock = soleLock
+		db.cache = newPlantCache(cachedPlants)
+	}
+	return db, nil
+}
+
+func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	// synchronous=FULL in WAL mode fsyncs the log at every commit: a commit
 	// that returned survives a crash of the process and of the machine.
 	common := url.Values{"_pragma": {
@@ -204,7 +237,11 @@ func (db *DB) Close() error {
 	if db.read != nil {
 		errRead = db.read.Close()
 	}
-	return errors.Join(errRead, db.write.Close())
+	err := errors.Join(errRead, db.write.Close())
+	if db.soleLock != nil {
+		db.soleLock.Close()
+	}
+	return err
 }
 
 // Ping reads from the file through the read pool.

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +30,73 @@ func TestConformance(t *testing.T) {
 		db, _ := openTest(t, Options{})
 		return db
 	})
+}
+
+// As serve opens it: with the plant cache.
+func TestConformanceSoleServer(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) plantstore.Store {
+		db, _ := openTest(t, Options{SoleServer: true})
+		return db
+	})
+}
+
+func TestSoleServerLock(t *testing.T) {
+	db, path := openTest(t, Options{SoleServer: true})
+	if _, err := Open(context.Background(), path, Options{SoleServer: true}); err == nil || !strings.Contains(err.Error(), "another plantstore serve") {
+		t.Fatalf("a second server on the file: %v, want a refusal", err)
+	}
+	cli, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatalf("the token CLI beside a server: %v", err)
+	}
+	cli.Close()
+	db.Close()
+	again, err := Open(context.Background(), path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatalf("a server after the first closed: %v", err)
+	}
+	again.Close()
+}
+
+// Reads racing writes never see a value older than the last acknowledged
+// write once it is acknowledged.
+func TestCacheNeverServesAnOverwrittenPlant(t *testing.T) {
+	db, _ := openTest(t, Options{SoleServer: true})
+	ctx := context.Background()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "v0"}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 4 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					db.GetPlant(ctx, 1)
+				}
+			}
+		})
+	}
+	for v := 1; v <= 300; v++ {
+		name := fmt.Sprint("v", v)
+		if err := db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := db.GetPlant(ctx, 1); err != nil || got.Name != name {
+			t.Fatalf("after update %d: %v, %v", v, got, err)
+		}
+	}
+	if err := db.DeletePlant(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetPlant(ctx, 1); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("after delete: %v", err)
+	}
+	close(stop)
+	readers.Wait()
 }
 
 // One transaction per create must behave the same: it is the benchmarks'

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package sqlite
+
+import "os"
+
+// lockSoleServer takes no lock where flock does not exist; the plant cache
+// is then off (see Open).
+func lockSoleServer(string) (*os.File, error) { return nil, nil }

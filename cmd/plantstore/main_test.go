@@ -450,3 +450,20 @@ func TestCrashLosesNoAcknowledgedPlant(t *testing.T) {
 		}
 	}
 }
+
+// One server per SQLite file: a second serve is refused and says why; the
+// token commands still work beside the first; a killed server's lock goes
+// with it.
+func TestOneServerPerFile(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, dir)
+	r := cli(t, dir, nil, "serve", "--addr", "127.0.0.1:0")
+	if r.exit != 1 || !strings.Contains(r.stderr, "another plantstore serve is using") {
+		t.Errorf("a second serve: exit %d, stderr %q", r.exit, r.stderr)
+	}
+	mustToken(t, dir, "--name", "beside")
+	s.cmd.Process.Kill()
+	<-s.done
+	s.done <- nil
+	serve(t, dir) // starts: the lock died with the process
+}

@@ -103,6 +103,8 @@ func niceCeil(v float64) float64 {
 
 func short(v float64) string {
 	switch {
+	case v >= 1000 && math.Mod(v, 1000) != 0:
+		return fmt.Sprintf("%.1fk", v/1000)
 	case v >= 1000:
 		return fmt.Sprintf("%.0fk", v/1000)
 	case v >= 10:

@@ -68,6 +68,7 @@ func run() error {
 	flag.StringVar(&c.bin, "bin", "", "a plantstore binary to use (default: build ./cmd/plantstore)")
 	flag.StringVar(&c.logLevel, "log-level", "info", "plantstore's --log-level (info writes an access log line per request, as in production)")
 	flag.BoolVar(&c.million, "million", false, "measure RSS and readiness on a store of 1,000,000 plants instead")
+	redraw := flag.Bool("redraw", false, "only draw -chart again from the results in -out")
 	flag.Parse()
 	c.scenarios = strings.Split(scenarioList, ",")
 	for _, s := range strings.Split(sweepList, ",") {
@@ -80,6 +81,9 @@ func run() error {
 		}
 	}
 
+	if *redraw {
+		return redrawChart(c)
+	}
 	dir, err := os.MkdirTemp("", "plantstore-bench")
 	if err != nil {
 		return err
@@ -305,6 +309,18 @@ func runComparison(c config, dir string) error {
 		fmt.Println("chart drawn in", c.chart)
 	}
 	return nil
+}
+
+func redrawChart(c config) error {
+	data, err := os.ReadFile(c.out)
+	if err != nil {
+		return err
+	}
+	var results []result
+	if err := json.Unmarshal(data, &results); err != nil {
+		return fmt.Errorf("%s: %w", c.out, err)
+	}
+	return os.WriteFile(c.chart, drawChart(results, c.sweep), 0o644)
 }
 
 func printPair(b, p result) {

@@ -81,7 +81,7 @@ func mustToken(t *testing.T, dir string, args ...string) string {
 type server struct {
 	cmd  *exec.Cmd
 	url  string
-	logs *syncBuffer
+	logs *apitest.Buffer
 	done chan error
 }
 
@@ -90,7 +90,7 @@ func serve(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
-	logs := &syncBuffer{}
+	logs := &apitest.Buffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
@@ -160,23 +160,6 @@ func create(t *testing.T, client *http.Client, url, token, body string) (int, st
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestTokenCLI(t *testing.T) {
@@ -361,7 +344,7 @@ func TestEnvironmentConfiguration(t *testing.T) {
 	cmd := exec.Command(binary, "serve")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PLANTSTORE_ADDR=127.0.0.1:0", "PLANTSTORE_DB="+db, "PLANTSTORE_LOG_FORMAT=text")
-	var stderr syncBuffer
+	var stderr apitest.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

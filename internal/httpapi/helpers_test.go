@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -77,7 +75,7 @@ type env struct {
 	dbPath     string
 	client     *http.Client
 	api        *client.Client // with writeToken
-	logs       *lockedBuffer
+	logs       *apitest.Buffer
 	writeToken string // plants:read and plants:write
 	readToken  string // plants:read only
 }
@@ -96,7 +94,7 @@ func start(t *testing.T, opts options) *env {
 	if opts.wrap != nil {
 		store = opts.wrap(db)
 	}
-	logs := &lockedBuffer{}
+	logs := &apitest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	opts.cfg.Logger = log
 	authn := auth.New(store, auth.Options{CacheTTL: opts.authTTL})
@@ -237,21 +235,4 @@ func readRaw(t *testing.T, conn net.Conn, request string) (*http.Response, []byt
 		req, _ = http.NewRequest("GET", "http://"+conn.RemoteAddr().String()+"/", nil)
 	}
 	return resp, apitest.CheckRaw(t, req, resp)
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

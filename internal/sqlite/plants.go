@@ -110,12 +110,10 @@ func rowsOrNotFound(op string, id int64, res sql.Result, err error) error {
 	return nil
 }
 
-type queryRower interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func getPlant(ctx context.Context, q queryRower, id int64) (plantstore.Plant, error) {
-	return scanPlant(id, q.QueryRowContext(ctx, `SELECT name, tag FROM plants WHERE id = ?`, id))
+// getPlant reads a plant inside a write transaction (the committer's
+// compare step); plain reads use the prepared getPlantStmt.
+func getPlant(ctx context.Context, tx *sql.Tx, id int64) (plantstore.Plant, error) {
+	return scanPlant(id, tx.QueryRowContext(ctx, `SELECT name, tag FROM plants WHERE id = ?`, id))
 }
 
 func scanPlant(id int64, row *sql.Row) (plantstore.Plant, error) {

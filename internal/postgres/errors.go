@@ -1,0 +1,164 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/plantstore/plantstore"
+)
+
+// storeError turns a driver error into a domain error (see classify) whose
+// cause, for the log, is err with op as context and the URL's password
+// taken out. Domain errors pass through unchanged.
+func (db *DB) storeError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*plantstore.Error](err); ok {
+		return err
+	}
+	var cause error = &redactedError{err: fmt.Errorf("postgres: %s: %w", op, err), secrets: db.secrets}
+	if db.closed.Load() {
+		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store is closed", cause)
+	}
+	code, message := classify(err)
+	return plantstore.WrapError(code, message, cause)
+}
+
+// classify is the one map from what the driver and the server report to
+// the domain's codes. It recognises server errors by SQLSTATE, never by
+// message text:
+//
+//   - the caller's deadline or cancellation, a failure to connect or to
+//     get a pooled connection, a connection lost mid-statement, and the
+//     server refusing work for now (shutting down, starting up, in
+//     recovery, too many connections, out of memory, read-only, a
+//     cancelled statement, a lock or serialization failure that outlived
+//     its retries): EUNAVAILABLE, which a retry may cure;
+//   - a full disk: EINSUFFICIENT;
+//   - anything else: EINTERNAL, a bug or a fault nobody planned for.
+func classify(err error) (code, message string) {
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return plantstore.EUNAVAILABLE, "the store did not answer in time"
+	}
+	if errors.Is(err, context.Canceled) {
+		return plantstore.EUNAVAILABLE, "the request was cancelled"
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch state := pgErr.Code; {
+		case state == "53100": // disk_full
+			return plantstore.EINSUFFICIENT, "the store is out of space"
+		case state == "40001", state == "40P01": // serialization_failure, deadlock_detected
+			return plantstore.EUNAVAILABLE, "the store is busy; retry shortly"
+		case state == "55P03", state == "57014": // lock_not_available, query_canceled
+			return plantstore.EUNAVAILABLE, "the store is busy; retry shortly"
+		case strings.HasPrefix(state, "08"), // connection exceptions
+			state == "57P01", state == "57P02", state == "57P03", // admin_shutdown, crash_shutdown, cannot_connect_now
+			state == "53300", state == "53200", // too_many_connections, out_of_memory
+			state == "25006", // read_only_sql_transaction: a standby, or a read-only database
+			state == "58030": // io_error
+			return plantstore.EUNAVAILABLE, "the store cannot answer now"
+		}
+		if _, connecting := errors.AsType[*pgconn.ConnectError](err); !connecting {
+			return plantstore.EINTERNAL, "internal error"
+		}
+		// The server refused a new connection for a reason of its own
+		// (a wrong password, no such database): falls through, as every
+		// failure to connect does, so the instance reads as not ready.
+	}
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return plantstore.EUNAVAILABLE, "the store cannot be reached"
+	}
+	if _, ok := errors.AsType[net.Error](err); ok {
+		return plantstore.EUNAVAILABLE, "the store cannot be reached"
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) {
+		return plantstore.EUNAVAILABLE, "the connection to the store was lost"
+	}
+	return plantstore.EINTERNAL, "internal error"
+}
+
+// retryable reports whether err aborted its transaction only because of
+// another one running at the same time, so that running it again from the
+// start may succeed.
+func retryable(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// maxAttempts bounds the runs of a write that keeps losing to concurrent
+// transactions; then it fails as EUNAVAILABLE.
+const maxAttempts = 3
+
+// retry runs fn until it succeeds, fails for another reason than a
+// serialization failure or a deadlock, or has run maxAttempts times. fn
+// must run its whole transaction: PostgreSQL has rolled back the one that
+// failed.
+func retry(ctx context.Context, fn func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn(ctx)
+		if !retryable(err) || attempt == maxAttempts {
+			return err
+		}
+		// A short random pause, longer each time, lets the transaction we
+		// collided with finish before we start again.
+		pause := time.Duration(attempt) * time.Duration(5+rand.IntN(20)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// redactedError hides secrets (passwords) in the text of err. pgx's errors
+// name the user and the database but not the password; this is the second
+// lock on that door, should some error quote a connection string.
+type redactedError struct {
+	err     error
+	secrets []string
+}
+
+func (e *redactedError) Error() string { return redact(e.err.Error(), e.secrets) }
+func (e *redactedError) Unwrap() error { return e.err }
+
+func redact(s string, secrets []string) string {
+	for _, secret := range secrets {
+		if secret == "" {
+			continue
+		}
+		s = strings.ReplaceAll(s, secret, "xxxxx")
+		// As it appears in a URL's user information or query.
+		s = strings.ReplaceAll(s, url.PathEscape(secret), "xxxxx")
+		s = strings.ReplaceAll(s, url.QueryEscape(secret), "xxxxx")
+	}
+	return s
+}
+
+// urlPasswords returns the passwords written in a connection URL, in its
+// user information or as a password parameter; ok is false when the URL
+// does not parse, and so where a password is in it cannot be told.
+func urlPasswords(raw string) (pws []string, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, false
+	}
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		pws = append(pws, pw)
+	}
+	for _, pw := range u.Query()["password"] {
+		if pw != "" {
+			pws = append(pws, pw)
+		}
+	}
+	return pws, true
+}

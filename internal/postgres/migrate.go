@@ -1,0 +1,142 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Migrations are embedded in the binary, named NNNN_what.sql with versions
+// 1, 2, 3... and applied in order, each in its own transaction together
+// with its row in schema_migrations. A new table (webhook subscribers, an
+// outbox) is a new file; nothing else changes.
+//
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for i, name := range names { // fs.Glob returns names sorted
+		base := strings.TrimPrefix(name, "migrations/")
+		n, _, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(n)
+		if err != nil || version != i+1 {
+			return nil, fmt.Errorf("migration %s: want version %d", base, i+1)
+		}
+		body, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: version, name: base, sql: string(body)})
+	}
+	return ms, nil
+}
+
+// migrationLock is the key of the advisory lock that serialises migrations
+// among all processes on one database: "plantsto" in ASCII, a number no
+// other user of pg_advisory_xact_lock is likely to pick.
+const migrationLock int64 = 0x706c616e7473746f
+
+// migrate checks the database's encoding, applies the migrations this
+// binary knows and the database lacks, and refuses a database whose schema
+// is newer than this binary.
+func (db *DB) migrate(ctx context.Context) error {
+	if err := db.checkEncoding(ctx); err != nil {
+		return err
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		return err
+	}
+	for {
+		found, err := db.applyNext(ctx, ms)
+		if err != nil {
+			return db.storeError("migrate", err)
+		}
+		// A newer binary wrote this schema; running on it could corrupt
+		// data it added.
+		if found > len(ms) {
+			return fmt.Errorf("database schema version %d is newer than this plantstore knows (%d); upgrade plantstore", found, len(ms))
+		}
+		if found == len(ms) {
+			return nil
+		}
+	}
+}
+
+// applyNext reads the schema version and, if a migration follows it,
+// applies that one, all in one transaction that holds the migration lock:
+// processes starting together on an empty database wait for each other
+// here, and each migration is applied once. It returns the version it
+// found before applying anything.
+func (db *DB) applyNext(ctx context.Context, ms []migration) (found int, err error) {
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		// Released at commit or rollback, and with the session if the
+		// connection dies: no lock outlives a crashed process.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return err
+		}
+		// Looked up rather than CREATE TABLE IF NOT EXISTS, which needs the
+		// right to create tables even when the table exists.
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, `CREATE TABLE schema_migrations (
+				version    integer     PRIMARY KEY,
+				name       text        NOT NULL,
+				applied_at timestamptz NOT NULL)`); err != nil {
+				return fmt.Errorf("create schema_migrations: %w", err)
+			}
+		}
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&found); err != nil {
+			return err
+		}
+		if found >= len(ms) {
+			return nil
+		}
+		m := ms[found] // versions are 1, 2, 3...: the next is at index found
+		// Without arguments pgx sends the file in one simple-protocol
+		// message, so it may hold several statements.
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			m.version, m.name, db.now()); err != nil {
+			return fmt.Errorf("record migration %s: %w", m.name, err)
+		}
+		return nil
+	})
+	return found, err
+}
+
+// checkEncoding refuses a database that cannot hold every name and tag:
+// its encoding must be UTF8. The server reports it when a connection
+// starts, so this costs no round trip.
+func (db *DB) checkEncoding(ctx context.Context) error {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return db.storeError("connect", err)
+	}
+	defer conn.Release()
+	if enc := conn.Conn().PgConn().ParameterStatus("server_encoding"); enc != "UTF8" {
+		return fmt.Errorf("the database's encoding is %s; plantstore needs UTF8 (CREATE DATABASE ... ENCODING 'UTF8')", enc)
+	}
+	return nil
+}

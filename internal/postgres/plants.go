@@ -1,0 +1,144 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/plantstore/plantstore"
+)
+
+// CreatePlant inserts p unless its id is taken, then compares. Under READ
+// COMMITTED the insert waits for a concurrent transaction that holds the
+// same id, and does nothing once that one commits; the read that follows
+// is a new statement with a new snapshot, so it sees the row that won.
+// Each statement commits on its own: the insert is the only write.
+func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (created bool, err error) {
+	err = retry(ctx, func(ctx context.Context) error {
+		created, err = db.createPlant(ctx, p)
+		return err
+	})
+	return created, db.storeError(fmt.Sprintf("create plant %d", p.ID), err)
+}
+
+// insertAttempts bounds how often a create retries when the plant it
+// collided with is deleted before it can be read.
+const insertAttempts = 3
+
+func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error) {
+	for range insertAttempts {
+		tag, err := db.pool.Exec(ctx, `INSERT INTO plants (id, name, tag, created_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (id) DO NOTHING`, p.ID, p.Name, p.Tag, db.now())
+		if err != nil {
+			return false, err
+		}
+		if tag.RowsAffected() == 1 {
+			return true, nil
+		}
+		stored, err := getPlant(ctx, db.pool, p.ID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // deleted since the insert saw it: the id is free again
+		}
+		if err != nil {
+			return false, err
+		}
+		if !stored.SameContent(p) {
+			return false, plantstore.Errorf(plantstore.ECONFLICT, "plant %d already exists with other content", p.ID)
+		}
+		return false, nil // an idempotent replay of a committed create
+	}
+	return false, plantstore.Errorf(plantstore.EUNAVAILABLE, "plant %d is being created and deleted concurrently; retry", p.ID)
+}
+
+func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
+	p, err := getPlant(ctx, db.pool, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+	}
+	if err != nil {
+		return plantstore.Plant{}, db.storeError(fmt.Sprintf("get plant %d", id), err)
+	}
+	return p, nil
+}
+
+// getPlant returns pgx.ErrNoRows when there is no plant id.
+func getPlant(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id int64) (plantstore.Plant, error) {
+	p := plantstore.Plant{ID: id}
+	err := q.QueryRow(ctx, `SELECT name, tag FROM plants WHERE id = $1`, id).Scan(&p.Name, &p.Tag)
+	return p, err
+}
+
+// ListPlants reads one page by keyset: "id >= lower" on the primary key,
+// or "tag = $1 AND id >= lower" on plants_by_tag, so the page's position in
+// the table does not change its cost.
+func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
+	if opts.Limit < 1 {
+		return nil, plantstore.Errorf(plantstore.EINVALID, "list limit %d: must be 1 or more", opts.Limit)
+	}
+	lower := int64(math.MinInt64)
+	if opts.After != nil {
+		if *opts.After == math.MaxInt64 {
+			return []plantstore.Plant{}, nil
+		}
+		lower = *opts.After + 1
+	}
+	var rows pgx.Rows
+	var err error
+	if opts.Tag != nil {
+		rows, err = db.pool.Query(ctx, `SELECT id, name, tag FROM plants WHERE tag = $1 AND id >= $2 ORDER BY id LIMIT $3`,
+			*opts.Tag, lower, opts.Limit)
+	} else {
+		rows, err = db.pool.Query(ctx, `SELECT id, name, tag FROM plants WHERE id >= $1 ORDER BY id LIMIT $2`,
+			lower, opts.Limit)
+	}
+	if err != nil {
+		return nil, db.storeError("list plants", err)
+	}
+	plants := make([]plantstore.Plant, 0, min(opts.Limit, 1024))
+	var p plantstore.Plant
+	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.Name, &p.Tag}, func() error {
+		plants = append(plants, p)
+		p.Tag = nil // a fresh pointer for the next row's tag
+		return nil
+	})
+	if err != nil {
+		return nil, db.storeError("list plants", err)
+	}
+	return plants, nil
+}
+
+func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant) error {
+	var tag pgconn.CommandTag
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		tag, err = db.pool.Exec(ctx, `UPDATE plants SET name = $2, tag = $3 WHERE id = $1`, p.ID, p.Name, p.Tag)
+		return err
+	})
+	return db.changedOrNotFound(fmt.Sprintf("update plant %d", p.ID), p.ID, tag, err)
+}
+
+func (db *DB) DeletePlant(ctx context.Context, id int64) error {
+	var tag pgconn.CommandTag
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		tag, err = db.pool.Exec(ctx, `DELETE FROM plants WHERE id = $1`, id)
+		return err
+	})
+	return db.changedOrNotFound(fmt.Sprintf("delete plant %d", id), id, tag, err)
+}
+
+// changedOrNotFound turns a statement's outcome into nil when it changed a
+// row and ENOTFOUND when there was none.
+func (db *DB) changedOrNotFound(op string, id int64, tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return db.storeError(op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+// Package postgres is the shared storage engine: a PostgreSQL database that
+// several plantstore processes can serve at once, driven through
+// github.com/jackc/pgx/v5 and its pool.
+//
+// Every read goes to the database (there is no cache: another process may
+// have written since), every call runs under its caller's context, and a
+// nil error from a write means its transaction has committed durably.
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/plantstore/plantstore"
+)
+
+// Options tune an open store. The zero value is usable.
+type Options struct {
+	// MaxConns caps the pool's connections to the server; 0 keeps the
+	// URL's pool_max_conns, or pgxpool's default (the greater of 4 and the
+	// number of CPUs). Size it against the server's max_connections
+	// divided by the number of plantstore processes.
+	MaxConns int32
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// defaultConnectTimeout bounds the dial and start-up of one connection when
+// the URL sets no connect_timeout, so that a server that is down, or a
+// host that drops packets, fails a request fast instead of holding it for
+// the kernel's TCP timeout.
+const defaultConnectTimeout = 5 * time.Second
+
+// DB is a plant store in a PostgreSQL database.
+type DB struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+	// secrets are the passwords of the URL, taken out of every error text.
+	secrets []string
+	closed  atomic.Bool
+}
+
+var _ plantstore.Store = (*DB)(nil)
+
+// Open connects to the database at url (postgres:// or postgresql://,
+// with any parameter pgx understands) and brings its schema up to date. It
+// refuses a database whose schema is newer than this binary knows.
+func Open(ctx context.Context, url string, opts Options) (*DB, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cfg, secrets, err := poolConfig(url, opts)
+	if err != nil {
+		return nil, err
+	}
+	// When a caller's context ends mid-statement, pgx returns at once,
+	// drops the connection and sends the server a cancel request: the
+	// server stops the statement rather than run it on, holding locks or
+	// even committing, after its caller was told it failed. pgx's default
+	// is what we want.
+	db := &DB{now: opts.Now, secrets: secrets}
+	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		// NewWithConfig connects nothing unless MinConns asks it to; its
+		// errors are of configuration, and may quote it.
+		return nil, fmt.Errorf("postgres: %s", redact(err.Error(), secrets))
+	}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	return db, nil
+}
+
+// poolConfig parses url and applies our defaults to what it leaves unset.
+// It also returns the passwords to redact from errors: the URL's, or one
+// that pgx found in PGPASSWORD or a password file.
+func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
+	lower := strings.ToLower(url)
+	if !strings.HasPrefix(lower, "postgres://") && !strings.HasPrefix(lower, "postgresql://") {
+		// Not quoted: whatever it is may hold a password.
+		return nil, nil, fmt.Errorf("postgres: the database URL must start with postgres:// or postgresql://")
+	}
+	secrets, parsed := urlPasswords(url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx masks the password on a best-effort basis and keeps the URL
+		// in clear in the error's fields, so only its text goes on, with
+		// the password taken out, and only when we could find it.
+		if !parsed {
+			return nil, nil, fmt.Errorf("postgres: invalid database URL (not shown, as it may hold a password)")
+		}
+		return nil, nil, fmt.Errorf("postgres: invalid database URL: %s", redact(err.Error(), secrets))
+	}
+	if pw := cfg.ConnConfig.Password; pw != "" {
+		secrets = append(secrets, pw)
+	}
+
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	// A nil error from a write promises a durable commit; a session with
+	// synchronous_commit=off would acknowledge commits the server may lose
+	// in a crash. Setting it on each connection also overrides a database's
+	// or role's default of off.
+	switch strings.ToLower(params["synchronous_commit"]) {
+	case "":
+		params["synchronous_commit"] = "on"
+	case "off", "false", "no", "0": // the spellings of off that PostgreSQL accepts
+		return nil, nil, fmt.Errorf("postgres: synchronous_commit=off would acknowledge writes before they are durable; remove it from the URL")
+	}
+	// So that a DBA can tell our sessions apart in pg_stat_activity.
+	if params["application_name"] == "" {
+		params["application_name"] = "plantstore"
+	}
+	return cfg, secrets, nil
+}
+
+// Close waits for the connections in use to be released, then closes them
+// all. Later calls fail with EUNAVAILABLE.
+func (db *DB) Close() error {
+	if db.closed.CompareAndSwap(false, true) {
+		db.pool.Close()
+	}
+	return nil
+}
+
+// Ping runs an empty statement on a pooled connection, opening one if need
+// be, so it fails when the server does not answer.
+func (db *DB) Ping(ctx context.Context) error {
+	return db.storeError("ping", db.pool.Ping(ctx))
+}

@@ -1,0 +1,486 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/postgres"
+	"github.com/plantstore/plantstore/internal/postgres/pgtest"
+	"github.com/plantstore/plantstore/internal/storetest"
+)
+
+// openTest opens a store on a fresh database and returns it with the
+// database's URL.
+func openTest(t *testing.T) (*postgres.DB, string) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	db, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, url
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) plantstore.Store {
+		db, _ := openTest(t)
+		return db
+	})
+}
+
+// connect opens a plain connection beside the store, to look at or hold
+// what the store cannot show.
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// Concurrent creates of one id with the same content: one creates, the
+// others are replays, none fails. Under READ COMMITTED this is the race in
+// which the loser's insert waits for the winner's commit.
+func TestConcurrentReplaysOfOneCreate(t *testing.T) {
+	db, _ := openTest(t)
+	const n = 16
+	for round := range 5 {
+		id := int64(round)
+		var wg sync.WaitGroup
+		created := make([]bool, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				created[i], errs[i] = db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "same"})
+			})
+		}
+		wg.Wait()
+		winners := 0
+		for i := range n {
+			if errs[i] != nil {
+				t.Errorf("round %d, creator %d: %v", round, i, errs[i])
+			}
+			if created[i] {
+				winners++
+			}
+		}
+		if winners != 1 {
+			t.Errorf("round %d: %d creates reported created, want 1", round, winners)
+		}
+	}
+}
+
+// waitForLockWaiters waits until n of the store's statements wait for a
+// lock in the observer's database.
+func waitForLockWaiters(t *testing.T, observer *pgx.Conn, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var waiting int
+		if err := observer.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'plantstore' AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the store's statements wait for a lock, want %d", waiting, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A create of an id that another transaction has inserted but not yet
+// committed waits for it, then answers as that transaction's outcome
+// demands: a replay or a conflict if it committed, a create if it rolled
+// back.
+func TestCreateWaitsForAnUncommittedCreate(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		other       string // the name the other transaction inserts
+		commit      bool
+		wantCreated bool
+		wantCode    string
+	}{
+		{"same content, committed", "Fern", true, false, ""},
+		{"other content, committed", "Moss", true, false, plantstore.ECONFLICT},
+		{"rolled back", "Moss", false, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, url := openTest(t)
+			ctx := context.Background()
+			tx, err := connect(t, url).Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO plants (id, name, created_at) VALUES (1, $1, now())`, tc.other); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				created bool
+				err     error
+			}
+			done := make(chan result, 1)
+			go func() {
+				created, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Fern"})
+				done <- result{created, err}
+			}()
+			waitForLockWaiters(t, connect(t, url), 1)
+			if tc.commit {
+				err = tx.Commit(ctx)
+			} else {
+				err = tx.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := <-done
+			if got.created != tc.wantCreated || plantstore.ErrorCode(got.err) != tc.wantCode {
+				t.Errorf("CreatePlant = %v, %v; want %v and code %q", got.created, got.err, tc.wantCreated, tc.wantCode)
+			}
+		})
+	}
+}
+
+// knownMigrations counts the migration files this binary embeds.
+func knownMigrations(t *testing.T) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations found: %v", err)
+	}
+	return len(files)
+}
+
+// Several instances starting at once on an empty database: all start, and
+// each migration is applied once.
+func TestConcurrentOpensMigrateOnce(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			db, err := postgres.Open(context.Background(), url, postgres.Options{})
+			errs[i] = err
+			if err == nil {
+				db.Close()
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Open %d: %v", i, err)
+		}
+	}
+	rows, err := connect(t, url).Query(context.Background(), `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for v := 1; v <= knownMigrations(t); v++ {
+		want = append(want, v)
+	}
+	if fmt.Sprint(versions) != fmt.Sprint(want) {
+		t.Errorf("schema_migrations holds versions %v, want %v", versions, want)
+	}
+	// And again, on a database already up to date.
+	db, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		t.Fatalf("Open on a migrated database: %v", err)
+	}
+	db.Close()
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	db, url := openTest(t)
+	db.Close()
+	newer := knownMigrations(t) + 1
+	if _, err := connect(t, url).Exec(context.Background(),
+		`INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, 'from the future', now())`, newer); err != nil {
+		t.Fatal(err)
+	}
+	_, err := postgres.Open(context.Background(), url, postgres.Options{})
+	want := fmt.Sprintf("database schema version %d is newer than this plantstore knows (%d); upgrade plantstore", newer, newer-1)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open on a newer schema: %v, want an error saying %q", err, want)
+	}
+}
+
+func TestRefusesNonUTF8Database(t *testing.T) {
+	admin := pgtest.AdminURL(t)
+	url := pgtest.NewDatabase(t)
+	// NewDatabase makes UTF8 databases; make this one again in LATIN1.
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	conn := connect(t, admin)
+	for _, sql := range []string{
+		`DROP DATABASE ` + pgx.Identifier{name}.Sanitize(),
+		`CREATE DATABASE ` + pgx.Identifier{name}.Sanitize() + ` TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'`,
+	} {
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = postgres.Open(context.Background(), url, postgres.Options{})
+	if err == nil || !strings.Contains(err.Error(), "plantstore needs UTF8") {
+		t.Fatalf("Open on a LATIN1 database: %v, want a refusal", err)
+	}
+}
+
+// Both URL schemes of PostgreSQL are accepted; anything else is refused
+// without quoting it.
+func TestURLSchemes(t *testing.T) {
+	_, url := openTest(t)
+	alt := "postgresql://" + strings.TrimPrefix(url, "postgres://")
+	db, err := postgres.Open(context.Background(), alt, postgres.Options{})
+	if err != nil {
+		t.Fatalf("postgresql:// URL: %v", err)
+	}
+	db.Close()
+}
+
+func TestRefusesOtherURLs(t *testing.T) {
+	for _, url := range []string{
+		"mysql://u:hunter2secret@localhost/db",
+		"host=localhost password=hunter2secret",
+		"plants.db",
+		"postgres://u:hunter2secret@localhost:notaport/db",
+		"postgres://u:hunter2secret@localhost/db?synchronous_commit=off",
+		"postgres://u:hunter2secret@localhost/db?synchronous_commit=False",
+		"postgres://u:hunter2secret@localhost/db?pool_max_conns=many",
+	} {
+		_, err := postgres.Open(context.Background(), url, postgres.Options{})
+		if err == nil {
+			t.Errorf("Open(%q) succeeded", url)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2secret") {
+			t.Errorf("Open(%q): the error shows the password: %v", url, err)
+		}
+	}
+}
+
+// closedPort returns a loopback port where nothing listens.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
+}
+
+// A server that is down fails fast and as EUNAVAILABLE, and the password
+// stays out of the message. Needs no PostgreSQL.
+func TestUnreachableServer(t *testing.T) {
+	url := fmt.Sprintf("postgres://plantstore:hunter2secret@127.0.0.1:%d/plants?sslmode=disable", closedPort(t))
+	start := time.Now()
+	_, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if code := plantstore.ErrorCode(err); code != plantstore.EUNAVAILABLE {
+		t.Errorf("Open on a closed port: %v, want %s", err, plantstore.EUNAVAILABLE)
+	}
+	if elapsed := time.Since(start); elapsed > 3*time.Second {
+		t.Errorf("Open on a closed port took %v", elapsed)
+	}
+	if err != nil && strings.Contains(err.Error(), "hunter2secret") {
+		t.Errorf("the error shows the password: %v", err)
+	}
+}
+
+// silentServer accepts connections and never answers, as a server that
+// hangs or a firewall that swallows packets would look.
+func silentServer(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// A server that does not answer holds a caller no longer than its context,
+// or the URL's connect_timeout. Needs no PostgreSQL.
+func TestSilentServer(t *testing.T) {
+	port := silentServer(t)
+	url := fmt.Sprintf("postgres://plantstore:hunter2secret@127.0.0.1:%d/plants?sslmode=disable", port)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := postgres.Open(ctx, url, postgres.Options{})
+	if code := plantstore.ErrorCode(err); code != plantstore.EUNAVAILABLE {
+		t.Errorf("Open with a deadline on a silent server: %v, want %s", err, plantstore.EUNAVAILABLE)
+	}
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("Open with a 300 ms deadline took %v", elapsed)
+	}
+
+	start = time.Now()
+	_, err = postgres.Open(context.Background(), url+"&connect_timeout=1", postgres.Options{})
+	if code := plantstore.ErrorCode(err); code != plantstore.EUNAVAILABLE {
+		t.Errorf("Open with connect_timeout=1 on a silent server: %v, want %s", err, plantstore.EUNAVAILABLE)
+	}
+	if elapsed := time.Since(start); elapsed > 3*time.Second {
+		t.Errorf("Open with connect_timeout=1 took %v", elapsed)
+	}
+	if err != nil && strings.Contains(err.Error(), "hunter2secret") {
+		t.Errorf("the error shows the password: %v", err)
+	}
+}
+
+// A statement stuck behind another session's lock answers EUNAVAILABLE
+// when its caller's deadline passes, and the store serves on afterwards.
+func TestDeadlineOnBlockedStatement(t *testing.T) {
+	db, url := openTest(t)
+	ctx := context.Background()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Fern"}); err != nil {
+		t.Fatal(err)
+	}
+	holder := connect(t, url)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE plants IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func(context.Context) error{
+		"GetPlant": func(ctx context.Context) error { _, err := db.GetPlant(ctx, 1); return err },
+		"ListPlants": func(ctx context.Context) error {
+			_, err := db.ListPlants(ctx, plantstore.ListOptions{Limit: 10})
+			return err
+		},
+		"CreatePlant": func(ctx context.Context) error {
+			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 2, Name: "Aloe"})
+			return err
+		},
+		"UpdatePlant": func(ctx context.Context) error { return db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "Moss"}) },
+		"DeletePlant": func(ctx context.Context) error { return db.DeletePlant(ctx, 1) },
+	} {
+		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		start := time.Now()
+		err := call(ctx)
+		elapsed := time.Since(start)
+		cancel()
+		if code := plantstore.ErrorCode(err); code != plantstore.EUNAVAILABLE {
+			t.Errorf("%s behind a lock: %v, want %s", name, err, plantstore.EUNAVAILABLE)
+		}
+		if elapsed > 2*time.Second {
+			t.Errorf("%s with a 200 ms deadline took %v", name, elapsed)
+		}
+	}
+	// The server was asked to cancel them (pgx does when it drops a
+	// connection mid-statement): none is left waiting for the lock, to run,
+	// or commit, once it is released.
+	waitForLockWaiters(t, connect(t, url), 0)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(ctx); err != nil {
+		t.Errorf("Ping after the lock was released: %v", err)
+	}
+	if got, err := db.GetPlant(ctx, 1); err != nil || got.Name != "Fern" {
+		t.Errorf("plant 1 after the lock was released: %v, %v; want it unchanged", got, err)
+	}
+	if _, err := db.GetPlant(ctx, 2); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("plant 2, whose create timed out, exists: %v", err)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	db, _ := openTest(t)
+	db.Close()
+	if err := db.Ping(context.Background()); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("Ping after Close: %v, want %s", err, plantstore.EUNAVAILABLE)
+	}
+	if _, err := db.GetPlant(context.Background(), 1); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("GetPlant after Close: %v, want %s", err, plantstore.EUNAVAILABLE)
+	}
+	if err := db.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}
+
+// The instances share the database: what one writes, another reads at
+// once, as there is no cache to go stale.
+func TestInstancesShareTheDatabase(t *testing.T) {
+	a, url := openTest(t)
+	b, err := postgres.Open(context.Background(), url, postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := a.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Fern"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.GetPlant(ctx, 1); err != nil || got.Name != "Fern" {
+		t.Fatalf("b reads %v, %v", got, err)
+	}
+	if err := b.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "Moss"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.GetPlant(ctx, 1); err != nil || got.Name != "Moss" {
+		t.Fatalf("a reads %v, %v after b's update", got, err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	// Tests that need no server run in any case; say once why the others
+	// are skipped, so a green run without a server is not mistaken for
+	// a full one.
+	if os.Getenv(pgtest.EnvVar) == "" {
+		fmt.Fprintf(os.Stderr, "internal/postgres: %s is not set; tests that need a PostgreSQL server are skipped (eval \"$(bash .ci/postgres.sh)\" starts one)\n", pgtest.EnvVar)
+	}
+	os.Exit(m.Run())
+}

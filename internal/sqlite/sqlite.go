@@ -59,6 +59,10 @@ type DB struct {
 	creates       chan createRequest
 	committerDone chan struct{}
 	insertPlant   *sql.Stmt
+	// The committer's multi-row inserts, by log2 of their row count, and
+	// the argument slice it reuses for them.
+	multiInserts [maxBatchLog2 + 1]*sql.Stmt
+	insertArgs   []any
 	// Statements of the hot read paths, prepared once (database/sql
 	// prepares them again on each pooled connection as needed).
 	getPlantStmt, tokenByHashStmt, listStmt, listByTagStmt *sql.Stmt
@@ -188,6 +192,13 @@ func (db *DB) prepare(ctx context.Context) error {
 		}
 		*s.dst = stmt
 	}
+	for i := range db.multiInserts {
+		stmt, err := db.write.PrepareContext(ctx, multiInsertSQL(1<<i))
+		if err != nil {
+			return err
+		}
+		db.multiInserts[i] = stmt
+	}
 	return nil
 }
 
@@ -232,6 +243,11 @@ func (db *DB) Close() error {
 	db.stopLife()
 	for _, stmt := range []*sql.Stmt{db.insertPlant, db.getPlantStmt, db.tokenByHashStmt, db.listStmt, db.listByTagStmt} {
 		stmt.Close()
+	}
+	for _, stmt := range db.multiInserts {
+		if stmt != nil {
+			stmt.Close()
+		}
 	}
 	var errRead error
 	if db.read != nil {

@@ -19,7 +19,8 @@ import (
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", `serve [flags]
 
-Serves the Plant Store API over HTTP on the SQLite store at --db, until
+Serves the Plant Store API over HTTP on the store at --db (a SQLite file,
+or a PostgreSQL database that several servers may share), until
 SIGTERM or SIGINT. Every flag can also be set by the environment variable
 shown beside it.`, getenv, stdout, stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
@@ -72,7 +73,7 @@ shown beside it.`, getenv, stdout, stderr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "db", dbFlags.path())
+	log.Info("listening", "addr", ln.Addr().String(), "db", dbFlags.db.String())
 	logs.Flush() // scripts wait for this line
 
 	if *pprofAddr != "" {

@@ -2,31 +2,81 @@ package main
 
 import (
 	"context"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/sqlite"
 )
 
 // dbFlags are the flags every command shares to reach the store.
 type dbFlags struct {
-	db          *string
+	db          *dbValue
 	busyTimeout *time.Duration
 	maxBytes    *int64
+	maxConns    *int64
 }
 
 func addDBFlags(fs *flagSet) dbFlags {
+	db := &dbValue{raw: "./plantstore.db"}
+	fs.fromEnv("db", db)
+	fs.Var(db, "db", "the store: the `PATH` of a SQLite file, created if missing, or a postgres:// URL (env "+envName("db")+")")
 	return dbFlags{
-		db:          fs.String("db", "./plantstore.db", "the store: `PATH` of the SQLite file, created if missing"),
-		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long a write waits for another process's lock on the store"),
-		maxBytes:    fs.Int64("max-db-bytes", 0, "cap on the database file's size; writes beyond it get 507 (0: no cap)"),
+		db:          db,
+		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long a write waits for a lock another process holds on the store (SQLite's busy timeout, PostgreSQL's lock_timeout)"),
+		maxBytes:    fs.Int64("max-db-bytes", 0, "SQLite only: cap on the database file's size; writes beyond it get 507 (0: no cap)"),
+		maxConns:    fs.Int64("db-max-conns", 0, "PostgreSQL only: connections in this process's pool (0: the URL's pool_max_conns, else the greater of 4 and the CPU count)"),
 	}
 }
 
-func (f dbFlags) path() string { return *f.db }
+// dbValue is the --db flag. It may be a URL holding a password, so it
+// shows itself with the password masked: in the usage text (where a value
+// from PLANTSTORE_DB would appear as the default) and in logs.
+type dbValue struct{ raw string }
 
-// open opens the store; soleServer is for serve, which must be the only
-// server of the file (see sqlite.Options.SoleServer).
+func (v *dbValue) Set(s string) error { v.raw = s; return nil }
+func (v *dbValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return redactURL(v.raw)
+}
+
+func (v *dbValue) postgres() bool {
+	lower := strings.ToLower(v.raw)
+	return strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://")
+}
+
+// redactURL masks the password of a URL, in its user information or a
+// password parameter; anything that is not a URL it returns as it is.
+func redactURL(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// open opens the store: PostgreSQL for a postgres:// URL, else a SQLite
+// file. soleServer is for serve, which must be the only server of a SQLite
+// file (see sqlite.Options.SoleServer); any number of servers share a
+// PostgreSQL database.
 func (f dbFlags) open(ctx context.Context, soleServer bool) (plantstore.Store, error) {
-	return sqlite.Open(ctx, *f.db, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes, SoleServer: soleServer})
+	if f.db.postgres() {
+		if *f.maxConns < 0 || *f.maxConns > 1<<16 {
+			return nil, usageError("--db-max-conns must be between 0 and 65536")
+		}
+		return postgres.Open(ctx, f.db.raw, postgres.Options{MaxConns: int32(*f.maxConns), LockTimeout: *f.busyTimeout})
+	}
+	return sqlite.Open(ctx, f.db.raw, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes, SoleServer: soleServer})
 }

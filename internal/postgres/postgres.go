@@ -10,6 +10,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,10 @@ type Options struct {
 	// number of CPUs). Size it against the server's max_connections
 	// divided by the number of plantstore processes.
 	MaxConns int32
+	// LockTimeout bounds how long a statement waits for a lock another
+	// session holds (PostgreSQL's lock_timeout) before it fails as
+	// unavailable; 0 keeps the URL's or the server's setting.
+	LockTimeout time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -117,6 +122,9 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 		params["synchronous_commit"] = "on"
 	case "off", "false", "no", "0": // the spellings of off that PostgreSQL accepts
 		return nil, nil, fmt.Errorf("postgres: synchronous_commit=off would acknowledge writes before they are durable; remove it from the URL")
+	}
+	if opts.LockTimeout > 0 && params["lock_timeout"] == "" {
+		params["lock_timeout"] = strconv.FormatInt(max(opts.LockTimeout.Milliseconds(), 1), 10)
 	}
 	// So that a DBA can tell our sessions apart in pg_stat_activity.
 	if params["application_name"] == "" {

@@ -33,15 +33,54 @@ type result struct {
 	P50         float64 `json:"p50_ms"`
 	P99         float64 `json:"p99_ms"`
 	P999        float64 `json:"p999_ms"`
-	PeakRSSMiB  float64 `json:"peak_rss_mib,omitempty"`
-	Sweep       bool    `json:"sweep,omitempty"` // a point of the chart
+	PeakRSSMiB  float64 `json:"peak_rss_mib,omitempty"` // with several instances, the maximum over them
+	// PeakRSSEachMiB is each instance's peak RSS, when there are several.
+	PeakRSSEachMiB []float64 `json:"peak_rss_each_mib,omitempty"`
+	Sweep          bool      `json:"sweep,omitempty"`     // a point of the chart
+	Engine         string    `json:"engine,omitempty"`    // plantstore's storage: sqlite or postgres
+	Instances      int       `json:"instances,omitempty"` // plantstore serve processes behind the target
 }
 
+// A target is a server under load: the baseline, or plantstore on one
+// engine behind one or more "plantstore serve" processes.
 type target struct {
 	name  string
 	url   string
 	token string
 	pid   int
+	// engine and instances describe plantstore's targets (empty and 0 for
+	// the baseline).
+	engine    string
+	instances int
+	// urls and pids are every instance's, when there are several; url and
+	// pid are then the first's. Worker w of a run sends all its requests
+	// to urls[w%len(urls)], so each connection sticks to one instance and
+	// the connections are spread round-robin over them.
+	urls []string
+	pids []int
+}
+
+// forWorker is t as worker w sees it: bound to one instance.
+func (t target) forWorker(w int) target {
+	if len(t.urls) > 0 {
+		t.url = t.urls[w%len(t.urls)]
+	}
+	return t
+}
+
+// peakRSS is the target's peak RSS in MiB, the maximum over its instances,
+// and each instance's when there are several.
+func (t target) peakRSS() (float64, []float64) {
+	if len(t.pids) <= 1 {
+		return peakRSS(t.pid), nil
+	}
+	var peak float64
+	each := make([]float64, len(t.pids))
+	for i, pid := range t.pids {
+		each[i] = peakRSS(pid)
+		peak = max(peak, each[i])
+	}
+	return peak, each
 }
 
 func newTransport(conns int) *http.Transport {
@@ -88,6 +127,7 @@ func closedLoop(t target, s scenario, conns int, warmup, d time.Duration, counte
 	var wg sync.WaitGroup
 	for w := range conns {
 		wg.Go(func() {
+			t := t.forWorker(w)
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for time.Now().Before(stopAt) {
 				method, path, body := s.next(counter.Add(1), r)
@@ -127,6 +167,7 @@ func openLoop(t target, s scenario, conns, rate int, warmup, d time.Duration, co
 	var wg sync.WaitGroup
 	for w := range conns {
 		wg.Go(func() {
+			t := t.forWorker(w)
 			r := rand.New(rand.NewPCG(uint64(w), 11))
 			for at := range due {
 				method, path, body := s.next(counter.Add(1), r)
@@ -155,7 +196,8 @@ func openLoop(t target, s scenario, conns, rate int, warmup, d time.Duration, co
 func summarize(t target, s scenario, mode string, conns, rate int, lat [][]time.Duration, errs []int, elapsed time.Duration) result {
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	res := result{Target: t.name, Scenario: s.name, Mode: mode, Connections: conns, Rate: rate, Requests: len(all)}
+	res := result{Target: t.name, Scenario: s.name, Mode: mode, Connections: conns, Rate: rate, Requests: len(all),
+		Engine: t.engine, Instances: t.instances}
 	for _, e := range errs {
 		res.Errors += e
 	}

@@ -8,6 +8,7 @@
 //	go run ./bench                      # the default run, about 3 minutes
 //	go run ./bench -duration 2s -sweep= # a quick check
 //	go run ./bench -million             # RSS and readiness on 1,000,000 plants
+//	go run ./bench -postgres URL        # also PostgreSQL, at 1 and 3 instances
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +53,12 @@ type config struct {
 	sweep                           []int
 	out, chart, bin, logLevel       string
 	million                         bool
+	// postgres is an admin URL of a PostgreSQL server, where the harness
+	// creates (and at the end drops) a database per instance count; empty:
+	// SQLite only.
+	postgres   string
+	instances  []int
+	pgMaxConns int
 }
 
 func run() error {
@@ -68,6 +76,9 @@ func run() error {
 	flag.StringVar(&c.bin, "bin", "", "a plantstore binary to use (default: build ./cmd/plantstore)")
 	flag.StringVar(&c.logLevel, "log-level", "info", "plantstore's --log-level (info writes an access log line per request, as in production)")
 	flag.BoolVar(&c.million, "million", false, "measure RSS and readiness on a store of 1,000,000 plants instead")
+	flag.StringVar(&c.postgres, "postgres", "", "also measure plantstore on PostgreSQL: an admin `URL` (postgres://...) of a running server, where the harness creates a fresh database per instance count and drops it at the end")
+	instanceList := flag.String("instances", "1,3", "with -postgres: how many plantstore serve processes share the database, one target per count; connections are spread round-robin over them")
+	flag.IntVar(&c.pgMaxConns, "pg-max-conns", 0, "with -postgres: each instance's --db-max-conns (0: plantstore's default)")
 	redraw := flag.Bool("redraw", false, "only draw -chart again from the results in -out")
 	flag.Parse()
 	c.scenarios = strings.Split(scenarioList, ",")
@@ -78,6 +89,24 @@ func run() error {
 				return fmt.Errorf("-sweep %q: %w", sweepList, err)
 			}
 			c.sweep = append(c.sweep, n)
+		}
+	}
+
+	if c.postgres != "" {
+		for _, s := range strings.Split(*instanceList, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 1 || n > 64 {
+					return fmt.Errorf("-instances %q: each count must be between 1 and 64", *instanceList)
+				}
+				c.instances = append(c.instances, n)
+			}
+		}
+		if len(c.instances) == 0 {
+			return fmt.Errorf("-instances is empty")
+		}
+		if c.million {
+			return fmt.Errorf("-million runs on SQLite only; drop -postgres")
 		}
 	}
 
@@ -157,12 +186,18 @@ func startServer(cmd *exec.Cmd, logFile string) (*process, error) {
 }
 
 func startPlantstore(c config, dir, db string) (*process, error) {
-	logFile := filepath.Join(dir, "serve.log")
+	return startPlantstoreLog(c, dir, db, "serve.log")
+}
+
+// startPlantstoreLog starts plantstore with its log in dir/logName.
+func startPlantstoreLog(c config, dir, db, logName string, args ...string) (*process, error) {
+	logFile := filepath.Join(dir, logName)
 	log, err := os.Create(logFile)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(c.bin, "serve", "--addr", "127.0.0.1:0", "--db", db, "--log-level", c.logLevel)
+	args = append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--log-level", c.logLevel}, args...)
+	cmd := exec.Command(c.bin, args...)
 	cmd.Stderr = log
 	return startServer(cmd, logFile)
 }
@@ -233,7 +268,7 @@ func startFresh(c config, dir, db string) (*process, target, error) {
 	if err != nil {
 		return nil, target{}, err
 	}
-	return server, target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid}, nil
+	return server, target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid, engine: "sqlite", instances: 1}, nil
 }
 
 func runComparison(c config, dir string) error {
@@ -242,6 +277,22 @@ func runComparison(c config, dir string) error {
 		return err
 	}
 	defer server.stop()
+	stores := []target{store}
+	if c.postgres != "" {
+		// Told apart from PostgreSQL's rows; the default run keeps its
+		// labels.
+		stores[0].name = "plantstore (sqlite)"
+		for _, n := range c.instances {
+			pg, stop, err := startPostgres(c, dir, n)
+			// stop drops the database: it runs even when the start failed
+			// half-way.
+			defer stop()
+			if err != nil {
+				return err
+			}
+			stores = append(stores, pg)
+		}
+	}
 	baseToken := randomHex(16)
 	self, err := os.Executable()
 	if err != nil {
@@ -254,20 +305,34 @@ func runComparison(c config, dir string) error {
 	defer baseline.stop()
 
 	bare := target{name: "baseline", url: baseline.url, token: baseToken, pid: baseline.cmd.Process.Pid}
-	fmt.Printf("seeding %d plants ...\n", seeded)
-	if err := seed(store, seeded); err != nil {
-		return err
+	for _, t := range stores {
+		if len(stores) > 1 {
+			fmt.Printf("seeding %d plants in %s ...\n", seeded, t.name)
+		} else {
+			fmt.Printf("seeding %d plants ...\n", seeded)
+		}
+		if err := seed(t, seeded); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
 	}
 	var counter atomic.Int64
 	counter.Store(1 << 40) // created ids start far above the seeded ones
 	all := scenarios(seeded, 0)
 	var results []result
 	measure := func(t target, r result) result {
-		r.PeakRSSMiB = peakRSS(t.pid)
+		r.PeakRSSMiB, r.PeakRSSEachMiB = t.peakRSS()
 		results = append(results, r)
 		return r
 	}
-	fmt.Printf("\n%d connections, %s per run after %s of warm-up; ratios are plantstore / baseline\n\n", c.connections, c.duration, c.warmup)
+	fmt.Printf("\n%d connections, %s per run after %s of warm-up; ratios are plantstore / baseline\n", c.connections, c.duration, c.warmup)
+	if c.postgres != "" {
+		fmt.Printf("PostgreSQL: a fresh database per instance count, each instance's pool %s; with several instances,\n"+
+			"the connections are spread round-robin over them (each sticks to one) and peak RSS is the maximum over the instances.\n"+
+			"The open-loop rate is half the slowest target's closed-loop rate. Everything (load generator, baseline,\n"+
+			"every plantstore instance, PostgreSQL) shares this machine's %d CPUs.\n",
+			poolSize(c), runtime.NumCPU())
+	}
+	fmt.Println()
 	fmt.Println("| scenario | mode | target | req/s | p50 ms | p99 ms | p99.9 ms | errors | peak RSS MiB | req/s ratio | p99 ratio |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, name := range c.scenarios {
@@ -276,15 +341,25 @@ func runComparison(c config, dir string) error {
 			return fmt.Errorf("unknown scenario %q", name)
 		}
 		b := measure(bare, closedLoop(bare, s, c.connections, c.warmup, c.duration, &counter))
-		p := measure(store, closedLoop(store, s, c.connections, c.warmup, c.duration, &counter))
-		printPair(b, p)
+		var ps []result
+		for _, t := range stores {
+			ps = append(ps, measure(t, closedLoop(t, s, c.connections, c.warmup, c.duration, &counter)))
+		}
+		printRows(b, ps...)
 		rate := c.rate
 		if rate == 0 {
-			rate = int(min(b.RPS, p.RPS) / 2)
+			slowest := b.RPS
+			for _, p := range ps {
+				slowest = min(slowest, p.RPS)
+			}
+			rate = max(1, int(slowest/2))
 		}
 		b = measure(bare, openLoop(bare, s, c.connections, rate, c.warmup, c.duration, &counter))
-		p = measure(store, openLoop(store, s, c.connections, rate, c.warmup, c.duration, &counter))
-		printPair(b, p)
+		ps = ps[:0]
+		for _, t := range stores {
+			ps = append(ps, measure(t, openLoop(t, s, c.connections, rate, c.warmup, c.duration, &counter)))
+		}
+		printRows(b, ps...)
 	}
 	for _, conns := range c.sweep {
 		for _, name := range []string{"create", "get"} {
@@ -296,7 +371,19 @@ func runComparison(c config, dir string) error {
 		}
 		fmt.Printf("sweep: %d connections done\n", conns)
 	}
-	fmt.Printf("\nplantstore peak RSS over the whole run: %.1f MiB\n", peakRSS(store.pid))
+	fmt.Println()
+	for _, t := range stores {
+		peak, each := t.peakRSS()
+		name := "plantstore"
+		if len(stores) > 1 {
+			name = t.name
+		}
+		fmt.Printf("%s peak RSS over the whole run: %.1f MiB", name, peak)
+		if len(each) > 0 {
+			fmt.Printf(" (the maximum over its instances: %s MiB)", joinMiB(each))
+		}
+		fmt.Println()
+	}
 	data, _ := json.MarshalIndent(results, "", "  ")
 	if err := os.WriteFile(c.out, data, 0o644); err != nil {
 		return err
@@ -323,7 +410,9 @@ func redrawChart(c config) error {
 	return os.WriteFile(c.chart, drawChart(results, c.sweep), 0o644)
 }
 
-func printPair(b, p result) {
+// printRows prints the baseline's row, then each plantstore target's with
+// its ratios to the baseline.
+func printRows(b result, ps ...result) {
 	mode := "closed"
 	if b.Mode == "open" {
 		mode = fmt.Sprintf("open, %d/s", b.Rate)
@@ -333,5 +422,15 @@ func printPair(b, p result) {
 			r.Scenario, mode, r.Target, r.RPS, r.P50, r.P99, r.P999, r.Errors, r.PeakRSSMiB, ratios)
 	}
 	row(b, "1.00 | 1.00")
-	row(p, fmt.Sprintf("%.2f | %.2f", p.RPS/b.RPS, p.P99/b.P99))
+	for _, p := range ps {
+		row(p, fmt.Sprintf("%.2f | %.2f", p.RPS/b.RPS, p.P99/b.P99))
+	}
+}
+
+func joinMiB(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatFloat(x, 'f', 1, 64)
+	}
+	return strings.Join(s, ", ")
 }

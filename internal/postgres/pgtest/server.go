@@ -1,0 +1,190 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Server is a PostgreSQL server of one test's own, which the test may stop
+// and start again, as a database outage would. Never stop the shared
+// server of PLANTSTORE_TEST_POSTGRES: other tests are using it.
+type Server struct {
+	t    testing.TB
+	bin  string // PostgreSQL's programs
+	dir  string // the cluster's directory: data/, server.log, the socket
+	port int
+}
+
+// StartServer creates a cluster in a temporary directory (trust
+// authentication, superuser postgres, UTF8), starts it on a free port of
+// 127.0.0.1 and stops it and removes its files when t ends. It needs the
+// PostgreSQL programs (in $PG_BIN, /usr/lib/postgresql/15/bin or through
+// pg_config) and skips t without them. Like NewDatabase, it also skips t
+// when PLANTSTORE_TEST_POSTGRES is not set: that variable is how a run
+// says it wants the tests that need PostgreSQL.
+//
+// As root, the cluster belongs to the postgres user and its programs run
+// through runuser, since initdb refuses to run as root.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	AdminURL(t)
+	bin, err := findBin()
+	if err != nil {
+		t.Skipf("no PostgreSQL server programs: %v", err)
+	}
+	// /tmp rather than $TMPDIR or t.TempDir: as root, the postgres user
+	// must be able to reach the directory, and /tmp is open to everyone.
+	dir, err := os.MkdirTemp("/tmp", "plantstore-pgtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{t: t, bin: bin, dir: dir}
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(dir, "data", "postmaster.pid")); err == nil {
+			// immediate: the test is over, the data is thrown away.
+			if out, err := s.pgCtl("-m", "immediate", "-w", "stop"); err != nil {
+				t.Errorf("stop the test's PostgreSQL server: %v\n%s", err, out)
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Skipf("running as root needs a postgres user to own the cluster (initdb refuses root): %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := s.run(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"),
+		"-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	// Another process may take the port between our probe and the
+	// server's bind; then we try another.
+	for attempt := 1; ; attempt++ {
+		s.port = freePort(t)
+		err := s.start()
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("start PostgreSQL: %v", err)
+		}
+	}
+	return s
+}
+
+// URL is the server's admin URL, for its database postgres. It stays the
+// same across Stop and Start.
+func (s *Server) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+}
+
+// Stop shuts the server down as an administrator would (pg_ctl stop -m
+// fast): sessions are ended, new connections refused.
+func (s *Server) Stop() {
+	s.t.Helper()
+	if out, err := s.pgCtl("-m", "fast", "-w", "stop"); err != nil {
+		s.t.Fatalf("stop PostgreSQL: %v\n%s", err, out)
+	}
+}
+
+// Start starts the stopped server again, on the same port, and returns
+// once it accepts connections.
+func (s *Server) Start() {
+	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("restart PostgreSQL on port %d: %v", s.port, err)
+	}
+}
+
+// Log is the server's log so far, for a failing test to show.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	return string(b)
+}
+
+func (s *Server) start() error {
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=100 -c shared_buffers=32MB", s.port, s.dir)
+	out, err := s.pgCtl("-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "-o", opts, "start")
+	if err != nil {
+		return fmt.Errorf("%v\n%s\n%s", err, out, tail(s.Log(), 20))
+	}
+	return nil
+}
+
+func (s *Server) pgCtl(args ...string) (string, error) {
+	return s.run(filepath.Join(s.bin, "pg_ctl"), append([]string{"-D", filepath.Join(s.dir, "data")}, args...)...)
+}
+
+// run runs a PostgreSQL program as the cluster's owner. Its output goes
+// to a file, not a pipe: a server the program leaves running would hold a
+// pipe open, and waiting for its end would wait for the server.
+func (s *Server) run(name string, args ...string) (string, error) {
+	if os.Geteuid() == 0 {
+		args = append([]string{"-u", "postgres", "--", name}, args...)
+		name = "runuser"
+	}
+	out, err := os.CreateTemp("", "pgtest-out-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = s.dir // the cluster owner can enter it
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	return string(b), err
+}
+
+func findBin() (string, error) {
+	for _, dir := range []string{os.Getenv("PG_BIN"), "/usr/lib/postgresql/15/bin"} {
+		if dir != "" && executable(filepath.Join(dir, "initdb")) && executable(filepath.Join(dir, "pg_ctl")) {
+			return dir, nil
+		}
+	}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dir := strings.TrimSpace(string(out))
+		if executable(filepath.Join(dir, "initdb")) && executable(filepath.Join(dir, "pg_ctl")) {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("initdb and pg_ctl not found in $PG_BIN, /usr/lib/postgresql/15/bin or pg_config --bindir")
+}
+
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -88,6 +88,15 @@ type server struct {
 // serve starts the binary in dir and waits until it listens.
 func serve(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
+	s, addr := launch(t, dir, args...)
+	s.await(t, addr, 20*time.Second)
+	return s
+}
+
+// launch starts "plantstore serve" in dir and returns at once; the
+// listening address arrives on addr. It is killed when the test ends.
+func launch(t *testing.T, dir string, args ...string) (s *server, addr chan string) {
+	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
 	logs := &apitest.Buffer{}
@@ -96,8 +105,8 @@ func serve(t *testing.T, dir string, args ...string) *server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
-	addr := make(chan string, 1)
+	s = &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
+	addr = make(chan string, 1)
 	go func() {
 		scan := bufio.NewScanner(pr)
 		scan.Buffer(make([]byte, 1<<20), 1<<20)
@@ -115,17 +124,25 @@ func serve(t *testing.T, dir string, args ...string) *server {
 	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		<-s.done
+		err := <-s.done
+		s.done <- err // for whoever else waits
 	})
+	return s, addr
+}
+
+// await waits until s listens, failing the test if it exits or the
+// timeout passes first.
+func (s *server) await(t *testing.T, addr chan string, timeout time.Duration) {
+	t.Helper()
 	select {
 	case a := <-addr:
 		s.url = "http://" + a
 	case err := <-s.done:
-		t.Fatalf("serve exited before listening: %v\n%s", err, logs)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not listen within 20 s\n%s", logs)
+		s.done <- err // for the cleanup
+		t.Fatalf("serve exited before listening: %v\n%s", err, s.logs)
+	case <-time.After(timeout):
+		t.Fatalf("serve did not listen within %v\n%s", timeout, s.logs)
 	}
-	return s
 }
 
 // stop signals the server and returns its exit code.

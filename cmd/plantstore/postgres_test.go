@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -80,57 +79,16 @@ func do(client *http.Client, method, url, token, body string) answer {
 
 // startServes starts n "plantstore serve" at once, all on db, and waits
 // until each listens. Unlike serve, it does not wait for one to listen
-// before starting the next, so their start-ups (and migrations) overlap;
-// and a server that exits before listening fails the test without
-// leaving its cleanup waiting for an exit already consumed.
+// before starting the next, so their start-ups (and migrations) overlap.
 func startServes(t *testing.T, n int, db string, args ...string) []*server {
 	t.Helper()
 	servers := make([]*server, n)
 	addrs := make([]chan string, n)
 	for i := range n {
-		cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db}, args...)...)
-		cmd.Dir = t.TempDir()
-		logs := &apitest.Buffer{}
-		pr, pw := io.Pipe()
-		cmd.Stderr = pw
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		s := &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
-		addr := make(chan string, 1)
-		go func() {
-			scan := bufio.NewScanner(pr)
-			scan.Buffer(make([]byte, 1<<20), 1<<20)
-			for scan.Scan() {
-				logs.Write(append(scan.Bytes(), '\n'))
-				var line struct{ Msg, Addr string }
-				if json.Unmarshal(scan.Bytes(), &line) == nil && line.Msg == "listening" {
-					addr <- line.Addr
-				}
-			}
-		}()
-		go func() {
-			s.done <- cmd.Wait()
-			pw.Close()
-		}()
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			err := <-s.done
-			s.done <- err
-		})
-		servers[i], addrs[i] = s, addr
+		servers[i], addrs[i] = launch(t, t.TempDir(), append([]string{"--db", db}, args...)...)
 	}
-	deadline := time.After(30 * time.Second)
 	for i, s := range servers {
-		select {
-		case a := <-addrs[i]:
-			s.url = "http://" + a
-		case err := <-s.done:
-			s.done <- err // for the cleanup
-			t.Fatalf("serve %d exited before listening: %v\n%s", i, err, logsOf(s))
-		case <-deadline:
-			t.Fatalf("serve %d did not listen within 30 s\n%s", i, logsOf(s))
-		}
+		s.await(t, addrs[i], 30*time.Second)
 	}
 	return servers
 }

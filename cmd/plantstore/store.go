@@ -27,7 +27,7 @@ func addDBFlags(fs *flagSet) dbFlags {
 		db:          db,
 		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long a write waits for a lock another process holds on the store (SQLite's busy timeout, PostgreSQL's lock_timeout)"),
 		maxBytes:    fs.Int64("max-db-bytes", 0, "SQLite only: cap on the database file's size; writes beyond it get 507 (0: no cap)"),
-		maxConns:    fs.Int64("db-max-conns", 0, "PostgreSQL only: connections in this process's pool (0: the URL's pool_max_conns, else the greater of 4 and the CPU count)"),
+		maxConns:    fs.Int64("db-max-conns", 0, "PostgreSQL only: connections in this process's pool (0: the URL's pool_max_conns, else 16)"),
 	}
 }
 

@@ -132,6 +132,17 @@ func TestPoolConfig(t *testing.T) {
 	if p := cfg.ConnConfig.RuntimeParams; p["application_name"] != "mine" || p["synchronous_commit"] != "remote_apply" {
 		t.Errorf("runtime parameters %v", p)
 	}
+
+	cfg, _, err = poolConfig("postgres://localhost/db", Options{LockTimeout: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxConns != DefaultMaxConns {
+		t.Errorf("MaxConns = %d with no size given, want DefaultMaxConns (%d)", cfg.MaxConns, DefaultMaxConns)
+	}
+	if got := cfg.ConnConfig.RuntimeParams["lock_timeout"]; got != "1500" {
+		t.Errorf("lock_timeout = %q, want 1500", got)
+	}
 }
 
 // Every session commits durably, even where the database's default says

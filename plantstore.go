@@ -7,6 +7,7 @@ package plantstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"unicode"
 	"unicode/utf8"
 )
@@ -102,6 +103,28 @@ type ListOptions struct {
 	After *int64  // only ids greater than this
 	Tag   *string // only plants with exactly this tag
 	Limit int     // at most this many; 1 or more (a caller may ask one more than a page, to see whether another follows)
+}
+
+// Validate reports a Limit below 1 as EINVALID.
+func (o ListOptions) Validate() error {
+	if o.Limit < 1 {
+		return Errorf(EINVALID, "list limit %d: must be 1 or more", o.Limit)
+	}
+	return nil
+}
+
+// FirstID is the lowest id the page may hold, for an engine's keyset query
+// "id >= first": After+1, or the least int64 when After is not set. ok is
+// false when After is the greatest int64, so no id follows it and the page
+// is empty.
+func (o ListOptions) FirstID() (first int64, ok bool) {
+	if o.After == nil {
+		return math.MinInt64, true
+	}
+	if *o.After == math.MaxInt64 {
+		return 0, false
+	}
+	return *o.After + 1, true
 }
 
 // Store is everything a storage engine provides.

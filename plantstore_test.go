@@ -1,6 +1,7 @@
 package plantstore_test
 
 import (
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -82,3 +83,26 @@ func TestErrorCodes(t *testing.T) {
 type errSecret struct{}
 
 func (errSecret) Error() string { return "password=hunter2" }
+
+func TestListOptionsFirstID(t *testing.T) {
+	at := func(n int64) *int64 { return &n }
+	for _, tc := range []struct {
+		after *int64
+		first int64
+		ok    bool
+	}{
+		{nil, math.MinInt64, true},
+		{at(-1), 0, true},
+		{at(41), 42, true},
+		{at(math.MaxInt64 - 1), math.MaxInt64, true},
+		{at(math.MaxInt64), 0, false},
+	} {
+		first, ok := plantstore.ListOptions{After: tc.after, Limit: 1}.FirstID()
+		if first != tc.first || ok != tc.ok {
+			t.Errorf("FirstID after %v = %d, %v; want %d, %v", tc.after, first, ok, tc.first, tc.ok)
+		}
+	}
+	if err := (plantstore.ListOptions{Limit: 0}).Validate(); plantstore.ErrorCode(err) != plantstore.EINVALID {
+		t.Errorf("Validate with limit 0: %v, want EINVALID", err)
+	}
+}

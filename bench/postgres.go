@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 )
 
 // PostgreSQL mode (-postgres URL): for each instance count, the harness
@@ -23,8 +21,8 @@ func startPostgres(c config, dir string, n int) (t target, stop func(), err erro
 	name := "plantstore_bench_" + randomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// template0 takes no connections; UTF8 is what plantstore needs.
-	if err := adminExec(ctx, c.postgres, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0 ENCODING 'UTF8'"); err != nil {
+	db, err := pgtest.CreateDatabase(ctx, c.postgres, name)
+	if err != nil {
 		return target{}, func() {}, fmt.Errorf("-postgres: create database %s: %w", name, err)
 	}
 	fmt.Printf("PostgreSQL: created database %s for %d instance(s)\n", name, n)
@@ -35,15 +33,11 @@ func startPostgres(c config, dir string, n int) (t target, stop func(), err erro
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := adminExec(ctx, c.postgres, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		if err := pgtest.DropDatabase(ctx, c.postgres, name); err != nil {
 			fmt.Printf("PostgreSQL: could not drop database %s (drop it by hand): %v\n", name, err)
 			return
 		}
 		fmt.Printf("PostgreSQL: dropped database %s\n", name)
-	}
-	db, err := databaseURL(c.postgres, name)
-	if err != nil {
-		return target{}, stop, err
 	}
 	// The token first: it also creates the schema, before the instances
 	// start.
@@ -71,38 +65,6 @@ func startPostgres(c config, dir string, n int) (t target, stop func(), err erro
 	}
 	t.url, t.pid = t.urls[0], t.pids[0]
 	return t, stop, nil
-}
-
-// databaseURL is the admin URL with its database replaced by name.
-func databaseURL(admin, name string) (string, error) {
-	u, err := url.Parse(admin)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		// Not quoted: the URL may hold a password.
-		return "", fmt.Errorf("-postgres: not a postgres:// URL")
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	if q.Has("dbname") || q.Has("database") {
-		q.Del("database")
-		q.Set("dbname", name)
-		u.RawQuery = q.Encode()
-	}
-	return u.String(), nil
-}
-
-// adminExec runs one statement on a connection of its own: CREATE and
-// DROP DATABASE cannot run in a transaction.
-func adminExec(ctx context.Context, admin, sql string) error {
-	if !strings.HasPrefix(strings.ToLower(admin), "postgres://") && !strings.HasPrefix(strings.ToLower(admin), "postgresql://") {
-		return fmt.Errorf("-postgres: not a postgres:// URL")
-	}
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
 }
 
 // poolSize describes each instance's pool, for the output.

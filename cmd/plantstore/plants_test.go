@@ -156,3 +156,20 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// A database URL's password, given in PLANTSTORE_DB, is never shown: not
+// as the flag's default in --help, nor when the database cannot be
+// reached.
+func TestDatabasePasswordIsNeverShown(t *testing.T) {
+	dir := t.TempDir()
+	env := []string{"PLANTSTORE_DB=postgres://plant:sekrit-1@127.0.0.1:1/db?password=sekrit-2&connect_timeout=1"}
+	for _, args := range [][]string{{"serve", "--help"}, {"token", "list", "--help"}, {"token", "list"}} {
+		r := cli(t, dir, env, args...)
+		if out := r.stdout + r.stderr; strings.Contains(out, "sekrit") {
+			t.Errorf("%q shows the database password:\n%s", args, out)
+		}
+		if args[len(args)-1] == "--help" && !strings.Contains(r.stdout, "postgres://plant:xxxxx@127.0.0.1:1/db") {
+			t.Errorf("%q does not show the masked URL as the default:\n%s", args, r.stdout)
+		}
+	}
+}

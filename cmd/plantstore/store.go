@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -41,30 +39,10 @@ func (v *dbValue) String() string {
 	if v == nil {
 		return ""
 	}
-	return redactURL(v.raw)
-}
-
-func (v *dbValue) postgres() bool {
-	lower := strings.ToLower(v.raw)
-	return strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://")
-}
-
-// redactURL masks the password of a URL, in its user information or a
-// password parameter; anything that is not a URL it returns as it is.
-func redactURL(s string) string {
-	if !strings.Contains(s, "://") {
-		return s
+	if postgres.IsURL(v.raw) {
+		return postgres.RedactURL(v.raw)
 	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(a URL that does not parse)"
-	}
-	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
+	return v.raw
 }
 
 // open opens the store: PostgreSQL for a postgres:// URL, else a SQLite
@@ -72,7 +50,7 @@ func redactURL(s string) string {
 // file (see sqlite.Options.SoleServer); any number of servers share a
 // PostgreSQL database.
 func (f dbFlags) open(ctx context.Context, soleServer bool) (plantstore.Store, error) {
-	if f.db.postgres() {
+	if postgres.IsURL(f.db.raw) {
 		if *f.maxConns < 0 || *f.maxConns > 1<<16 {
 			return nil, usageError("--db-max-conns must be between 0 and 65536")
 		}

@@ -144,6 +144,22 @@ func redact(s string, secrets []string) string {
 	return s
 }
 
+// RedactURL returns a connection URL fit to show (in a log, a usage text):
+// its passwords, in the user information or a password parameter, masked.
+// A URL that does not parse is not shown at all, as where a password is in
+// it cannot be told.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a database URL that does not parse)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
 // urlPasswords returns the passwords written in a connection URL, in its
 // user information or as a password parameter; ok is false when the URL
 // does not parse, and so where a password is in it cannot be told.

@@ -4,11 +4,10 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/plantstore/plantstore/internal/migration"
 )
 
 // Migrations are embedded in the binary, named NNNN_what.sql with versions
@@ -19,32 +18,8 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func loadMigrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for i, name := range names { // fs.Glob returns names sorted
-		base := strings.TrimPrefix(name, "migrations/")
-		n, _, _ := strings.Cut(base, "_")
-		version, err := strconv.Atoi(n)
-		if err != nil || version != i+1 {
-			return nil, fmt.Errorf("migration %s: want version %d", base, i+1)
-		}
-		body, err := migrationFiles.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: version, name: base, sql: string(body)})
-	}
-	return ms, nil
+func loadMigrations() ([]migration.Migration, error) {
+	return migration.Load(migrationFiles, "migrations")
 }
 
 // migrationLock is the key of the advisory lock that serialises migrations
@@ -71,7 +46,7 @@ func (db *DB) migrate(ctx context.Context) error {
 		// A newer binary wrote this schema; running on it could corrupt
 		// data it added.
 		if found > len(ms) {
-			return fmt.Errorf("database schema version %d is newer than this plantstore knows (%d); upgrade plantstore", found, len(ms))
+			return migration.NewerSchemaError(found, len(ms))
 		}
 		if found == len(ms) {
 			return nil
@@ -84,7 +59,7 @@ func (db *DB) migrate(ctx context.Context) error {
 // processes starting together on an empty database wait for each other
 // here, and each migration is applied once. It returns the version it
 // found before applying anything.
-func (db *DB) applyNext(ctx context.Context, ms []migration) (found int, err error) {
+func (db *DB) applyNext(ctx context.Context, ms []migration.Migration) (found int, err error) {
 	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		// Released at commit or rollback, and with the session if the
 		// connection dies: no lock outlives a crashed process.
@@ -114,12 +89,12 @@ func (db *DB) applyNext(ctx context.Context, ms []migration) (found int, err err
 		m := ms[found] // versions are 1, 2, 3...: the next is at index found
 		// Without arguments pgx sends the file in one simple-protocol
 		// message, so it may hold several statements.
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-			m.version, m.name, db.now()); err != nil {
-			return fmt.Errorf("record migration %s: %w", m.name, err)
+			m.Version, m.Name, db.now()); err != nil {
+			return fmt.Errorf("record migration %s: %w", m.Name, err)
 		}
 		return nil
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -78,15 +77,12 @@ func getPlant(ctx context.Context, q interface {
 // or "tag = $1 AND id >= lower" on plants_by_tag, so the page's position in
 // the table does not change its cost.
 func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
-	if opts.Limit < 1 {
-		return nil, plantstore.Errorf(plantstore.EINVALID, "list limit %d: must be 1 or more", opts.Limit)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	lower := int64(math.MinInt64)
-	if opts.After != nil {
-		if *opts.After == math.MaxInt64 {
-			return []plantstore.Plant{}, nil
-		}
-		lower = *opts.After + 1
+	lower, ok := opts.FirstID()
+	if !ok {
+		return []plantstore.Plant{}, nil
 	}
 	var rows pgx.Rows
 	var err error

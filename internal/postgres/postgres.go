@@ -91,12 +91,18 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	return db, nil
 }
 
+// IsURL reports whether s names a PostgreSQL database: a URL of scheme
+// postgres or postgresql, which is what Open accepts.
+func IsURL(s string) bool {
+	lower := strings.ToLower(s)
+	return strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://")
+}
+
 // poolConfig parses url and applies our defaults to what it leaves unset.
 // It also returns the passwords to redact from errors: the URL's, or one
 // that pgx found in PGPASSWORD or a password file.
 func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
-	lower := strings.ToLower(url)
-	if !strings.HasPrefix(lower, "postgres://") && !strings.HasPrefix(lower, "postgresql://") {
+	if !IsURL(url) {
 		// Not quoted: whatever it is may hold a password.
 		return nil, nil, fmt.Errorf("postgres: the database URL must start with postgres:// or postgresql://")
 	}

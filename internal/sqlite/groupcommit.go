@@ -169,13 +169,11 @@ func (db *DB) commitBatch(batch []createRequest) ([]createResult, error) {
 // undoes the statement, not the transaction.
 func (db *DB) insertChunk(ctx context.Context, tx *sql.Tx, chunk []createRequest, now int64) error {
 	stmt := db.multiInserts[bits.TrailingZeros(uint(len(chunk)))]
-	args := db.insertArgs[:0]
+	args := make([]any, 0, 4*len(chunk))
 	for _, req := range chunk {
 		args = append(args, req.plant.ID, req.plant.Name, nullString(req.plant.Tag), now)
 	}
 	_, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
-	clear(args)
-	db.insertArgs = args
 	return err
 }
 

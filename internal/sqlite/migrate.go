@@ -4,9 +4,8 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"strconv"
-	"strings"
+
+	"github.com/plantstore/plantstore/internal/migration"
 )
 
 // Migrations are embedded in the binary, named NNNN_what.sql, applied in
@@ -16,32 +15,8 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func loadMigrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for i, name := range names { // fs.Glob returns names sorted
-		base := strings.TrimPrefix(name, "migrations/")
-		n, _, _ := strings.Cut(base, "_")
-		version, err := strconv.Atoi(n)
-		if err != nil || version != i+1 {
-			return nil, fmt.Errorf("migration %s: want version %d", base, i+1)
-		}
-		body, err := migrationFiles.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: version, name: base, sql: string(body)})
-	}
-	return ms, nil
+func loadMigrations() ([]migration.Migration, error) {
+	return migration.Load(migrationFiles, "migrations")
 }
 
 // migrate applies the migrations this binary knows and the file lacks. Each
@@ -82,12 +57,12 @@ func (db *DB) migrate(ctx context.Context) error {
 		return storeError("read schema version", err)
 	}
 	if current > len(ms) {
-		return fmt.Errorf("database schema version %d is newer than this plantstore supports (%d): upgrade plantstore", current, len(ms))
+		return migration.NewerSchemaError(current, len(ms))
 	}
 	return nil
 }
 
-func (db *DB) apply(ctx context.Context, m migration) error {
+func (db *DB) apply(ctx context.Context, m migration.Migration) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return storeError("begin migration", err)
@@ -97,18 +72,18 @@ func (db *DB) apply(ctx context.Context, m migration) error {
 	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return storeError("read schema version", err)
 	}
-	if current >= m.version {
+	if current >= m.Version {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return fmt.Errorf("migration %s: %w", m.name, err)
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return fmt.Errorf("migration %s: %w", m.Name, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.version, m.name, millis(db.now())); err != nil {
-		return fmt.Errorf("record migration %s: %w", m.name, err)
+		m.Version, m.Name, millis(db.now())); err != nil {
+		return fmt.Errorf("record migration %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return storeError("commit migration "+m.name, err)
+		return storeError("commit migration "+m.Name, err)
 	}
 	return nil
 }

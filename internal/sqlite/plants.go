@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/plantstore/plantstore"
 )
@@ -41,15 +40,12 @@ func (db *DB) forget(ids ...int64) {
 // or "(tag, id)" on plants_by_tag, so the page's position in the table does
 // not change its cost. Both queries are fixed text with parameters.
 func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
-	if opts.Limit < 1 {
-		return nil, plantstore.Errorf(plantstore.EINVALID, "list limit %d: must be 1 or more", opts.Limit)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	lower := int64(math.MinInt64)
-	if opts.After != nil {
-		if *opts.After == math.MaxInt64 {
-			return []plantstore.Plant{}, nil
-		}
-		lower = *opts.After + 1
+	lower, ok := opts.FirstID()
+	if !ok {
+		return []plantstore.Plant{}, nil
 	}
 	var rows *sql.Rows
 	var err error

@@ -59,10 +59,8 @@ type DB struct {
 	creates       chan createRequest
 	committerDone chan struct{}
 	insertPlant   *sql.Stmt
-	// The committer's multi-row inserts, by log2 of their row count, and
-	// the argument slice it reuses for them.
+	// The committer's multi-row inserts, by log2 of their row count.
 	multiInserts [maxBatchLog2 + 1]*sql.Stmt
-	insertArgs   []any
 	// Statements of the hot read paths, prepared once (database/sql
 	// prepares them again on each pooled connection as needed).
 	getPlantStmt, tokenByHashStmt, listStmt, listByTagStmt *sql.Stmt

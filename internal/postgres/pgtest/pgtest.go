@@ -12,6 +12,7 @@ package pgtest
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
@@ -48,30 +49,39 @@ func AdminURL(t testing.TB) string {
 func NewDatabase(t testing.TB) string {
 	t.Helper()
 	admin := AdminURL(t)
-	u, err := url.Parse(admin)
-	if err != nil {
-		// Not quoted: the URL may hold a password.
-		t.Fatalf("%s does not parse as a URL", EnvVar)
-	}
 	// rand.Text is upper-case base32; a lower-case name needs no quotes in
 	// psql when someone looks at a leftover database.
 	name := "plantstore_test_" + strings.ToLower(rand.Text()[:16])
-
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// template0 takes no connections, so databases can be created from
-	// it concurrently; UTF8 is what plantstore needs.
-	if err := adminExec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0 ENCODING 'UTF8'"); err != nil {
+	db, err := CreateDatabase(ctx, admin, name)
+	if err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		if err := DropDatabase(ctx, admin, name); err != nil {
 			t.Errorf("drop test database %s: %v", name, err)
 		}
 	})
+	return db
+}
 
+// CreateDatabase creates an empty UTF8 database called name on the server
+// of the admin URL and returns the database's URL: the admin URL with the
+// database name replaced. The load harness uses it too.
+func CreateDatabase(ctx context.Context, admin, name string) (string, error) {
+	u, err := url.Parse(admin)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		// Not quoted: the URL may hold a password.
+		return "", errors.New("the admin URL is not a postgres:// URL")
+	}
+	// template0 takes no connections, so databases can be created from
+	// it concurrently; UTF8 is what plantstore needs.
+	if err := adminExec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0 ENCODING 'UTF8'"); err != nil {
+		return "", err
+	}
 	u.Path = "/" + name
 	q := u.Query()
 	if q.Has("dbname") || q.Has("database") {
@@ -79,7 +89,13 @@ func NewDatabase(t testing.TB) string {
 		q.Set("dbname", name)
 		u.RawQuery = q.Encode()
 	}
-	return u.String()
+	return u.String(), nil
+}
+
+// DropDatabase drops the database called name, and any connection still
+// open to it.
+func DropDatabase(ctx context.Context, admin, name string) error {
+	return adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
 // adminExec runs one statement on a connection of its own: CREATE and

@@ -1,0 +1,51 @@
+// Package migration reads the schema migrations a storage engine embeds:
+// SQL files named NNNN_what.sql, versions 1, 2, 3... with no gaps. Each
+// engine applies them in its own way; the naming rule and the refusal of a
+// newer schema are the same for all.
+package migration
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Migration is one schema change.
+type Migration struct {
+	Version int
+	Name    string // the file's name, recorded in schema_migrations
+	SQL     string
+}
+
+// Load reads the *.sql files of dir in fsys, in version order, and checks
+// that their versions run 1, 2, 3... without gaps.
+func Load(fsys fs.FS, dir string) ([]Migration, error) {
+	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	for i, name := range names { // fs.Glob returns names sorted
+		base := path.Base(name)
+		n, _, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(n)
+		if err != nil || version != i+1 {
+			return nil, fmt.Errorf("migration %s: want version %d", base, i+1)
+		}
+		body, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: version, Name: base, SQL: string(body)})
+	}
+	return ms, nil
+}
+
+// NewerSchemaError is the refusal to run on a schema at version found when
+// this binary knows versions up to known: a newer binary wrote it, and
+// running on could corrupt the data it added.
+func NewerSchemaError(found, known int) error {
+	return fmt.Errorf("database schema version %d is newer than this plantstore knows (%d); upgrade plantstore", found, known)
+}

@@ -131,6 +131,7 @@ func (o ListOptions) FirstID() (first int64, ok bool) {
 type Store interface {
 	PlantStore
 	TokenStore
+	WebhookStore
 	// Ping reports whether the store answers; it returns EUNAVAILABLE when not.
 	Ping(ctx context.Context) error
 	Close() error

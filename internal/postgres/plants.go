@@ -15,7 +15,8 @@ import (
 // COMMITTED the insert waits for a concurrent transaction that holds the
 // same id, and does nothing once that one commits; the read that follows
 // is a new statement with a new snapshot, so it sees the row that won.
-// Each statement commits on its own: the insert is the only write.
+// Each statement commits on its own: the insert, which also writes the
+// webhook outbox rows of a new plant, is the only write.
 func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (created bool, err error) {
 	err = retry(ctx, func(ctx context.Context) error {
 		created, err = db.createPlant(ctx, p)
@@ -30,12 +31,15 @@ const insertAttempts = 3
 
 func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error) {
 	for range insertAttempts {
-		tag, err := db.pool.Exec(ctx, `INSERT INTO plants (id, name, tag, created_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (id) DO NOTHING`, p.ID, p.Name, p.Tag, db.now())
+		var inserted, enqueued int
+		err := db.pool.QueryRow(ctx, insertPlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&inserted, &enqueued)
 		if err != nil {
 			return false, err
 		}
-		if tag.RowsAffected() == 1 {
+		if enqueued > 0 && db.enqueued != nil {
+			db.enqueued()
+		}
+		if inserted == 1 {
 			return true, nil
 		}
 		stored, err := getPlant(ctx, db.pool, p.ID)
@@ -52,6 +56,24 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 	}
 	return false, plantstore.Errorf(plantstore.EUNAVAILABLE, "plant %d is being created and deleted concurrently; retry", p.ID)
 }
+
+// insertPlantSQL inserts a plant unless its id is taken and, only when it
+// did, one webhook delivery per active subscriber: one statement, so one
+// transaction, holds both or neither. Data-modifying WITH clauses run
+// whether or not the outer query reads them.
+const insertPlantSQL = `WITH inserted AS (
+		INSERT INTO plants (id, name, tag, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO NOTHING
+		RETURNING id, name, tag, created_at
+	), enqueued AS (
+		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at)
+		SELECT s.id, $5, i.id, i.name, i.tag, i.created_at, i.created_at
+		FROM inserted i CROSS JOIN webhook_subscribers s
+		WHERE s.disabled_at IS NULL
+		ORDER BY s.id
+		RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM inserted)::int, (SELECT count(*) FROM enqueued)::int`
 
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
 	p, err := getPlant(ctx, db.pool, id)

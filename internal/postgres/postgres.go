@@ -34,6 +34,10 @@ type Options struct {
 	LockTimeout time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Enqueued, when set, is called after each create that wrote webhook
+	// deliveries, so this process's dispatcher can start at once; other
+	// processes find them at their next poll. It must not block.
+	Enqueued func()
 }
 
 // DefaultMaxConns is the pool size when neither Options nor the URL sets
@@ -55,8 +59,9 @@ type DB struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
 	// secrets are the passwords of the URL, taken out of every error text.
-	secrets []string
-	closed  atomic.Bool
+	secrets  []string
+	closed   atomic.Bool
+	enqueued func()
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -77,7 +82,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	// server stops the statement rather than run it on, holding locks or
 	// even committing, after its caller was told it failed. pgx's default
 	// is what we want.
-	db := &DB{now: opts.Now, secrets: secrets}
+	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued}
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		// NewWithConfig connects nothing unless MinConns asks it to; its

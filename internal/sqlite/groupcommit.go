@@ -157,8 +157,16 @@ func (db *DB) commitBatch(batch []createRequest) ([]createResult, error) {
 		}
 		start += len(chunk)
 	}
+	// The outbox rows commit with the plants, or neither does.
+	enqueued, err := db.enqueueEvents(ctx, tx, batch, results, now)
+	if err != nil {
+		return nil, storeError(op, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, storeError(op, err)
+	}
+	if enqueued && db.enqueued != nil {
+		db.enqueued()
 	}
 	return results, nil
 }

@@ -40,6 +40,10 @@ type Options struct {
 	// it, and keeps read plants in memory (see cache.go). The token CLI
 	// opens without it.
 	SoleServer bool
+	// Enqueued, when set, is called after each commit that wrote webhook
+	// deliveries, so a dispatcher can start at once instead of at its next
+	// poll. It must not block.
+	Enqueued func()
 }
 
 // cachedPlants bounds the plant cache: about 10 MB at most.
@@ -64,6 +68,9 @@ type DB struct {
 	// Statements of the hot read paths, prepared once (database/sql
 	// prepares them again on each pooled connection as needed).
 	getPlantStmt, tokenByHashStmt, listStmt, listByTagStmt *sql.Stmt
+	// The committer's outbox statements (webhooks.go).
+	anySubscriberStmt, enqueueStmt *sql.Stmt
+	enqueued                       func()
 	// life ends at Close; the committer's transactions run in it.
 	life     context.Context
 	stopLife context.CancelFunc
@@ -106,6 +113,10 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if soleLock != nil {
 		db.soleLock = soleLock
 		db.cache = newPlantCache(cachedPlants)
+		if err := db.releaseLeases(ctx); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
 	}
 	return db, nil
 }
@@ -135,7 +146,7 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	}
 	write.SetMaxOpenConns(1)
 	write.SetConnMaxIdleTime(0)
-	db := &DB{write: write, now: opts.Now}
+	db := &DB{write: write, now: opts.Now, enqueued: opts.Enqueued}
 	// The first connection sets WAL mode, which needs the file to be
 	// writable; open the readers only after it. When processes start
 	// together on a new file, switching it to WAL and creating the schema
@@ -179,6 +190,8 @@ func (db *DB) prepare(ctx context.Context) error {
 		sql  string
 	}{
 		{db.write, &db.insertPlant, `INSERT INTO plants (id, name, tag, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
+		{db.write, &db.anySubscriberStmt, anySubscriberSQL},
+		{db.write, &db.enqueueStmt, enqueueSQL},
 		{db.read, &db.getPlantStmt, `SELECT name, tag FROM plants WHERE id = ?`},
 		{db.read, &db.tokenByHashStmt, `SELECT ` + tokenColumns + ` FROM tokens WHERE hash = ? AND revoked_at IS NULL`},
 		{db.read, &db.listStmt, `SELECT id, name, tag FROM plants WHERE id >= ? ORDER BY id LIMIT ?`},
@@ -239,7 +252,7 @@ func (db *DB) Close() error {
 	}
 	<-db.committerDone
 	db.stopLife()
-	for _, stmt := range []*sql.Stmt{db.insertPlant, db.getPlantStmt, db.tokenByHashStmt, db.listStmt, db.listByTagStmt} {
+	for _, stmt := range []*sql.Stmt{db.insertPlant, db.anySubscriberStmt, db.enqueueStmt, db.getPlantStmt, db.tokenByHashStmt, db.listStmt, db.listByTagStmt} {
 		stmt.Close()
 	}
 	for _, stmt := range db.multiInserts {

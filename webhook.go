@@ -1,0 +1,117 @@
+package plantstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"time"
+)
+
+// Webhooks tell subscribers about each new plant. The store keeps them in
+// a transactional outbox: a create that stores a new plant writes one
+// delivery per active subscriber in the same transaction, so a plant that
+// was acknowledged is announced and a plant that was not stored is not. A
+// dispatcher (internal/webhook) sends the deliveries in the background, at
+// least once, each subscriber's in the order the plants were created.
+//
+// A subscriber is leased by one dispatcher at a time, so that with several
+// instances on one database a delivery normally goes out once and a
+// subscriber's deliveries keep their order; a crashed instance's lease
+// runs out and another instance takes the subscriber over.
+
+// Subscriber is a receiver of new-plant events.
+type Subscriber struct {
+	ID  int64
+	URL string
+	// Secret signs every delivery ("whsec_" + base64). The store keeps it
+	// in clear, as every webhook sender must to sign; it is shown once, when
+	// the subscriber is added, and never listed.
+	Secret    string
+	CreatedAt time.Time
+	// DisabledAt is set when the subscriber answered 410 Gone: it gets no
+	// more events, and its pending deliveries are failed.
+	DisabledAt     *time.Time
+	DisabledReason string
+	// Counts of its deliveries: waiting to go out (or to be retried),
+	// delivered, and given up on.
+	Pending, Delivered, Failed int64
+	// LastError is the newest failed attempt's reason, "" when none.
+	LastError string
+}
+
+// Delivery is one event on its way to one subscriber. Its EventID is the
+// same for every subscriber and every retry of the event, so receivers can
+// drop duplicates.
+type Delivery struct {
+	ID           int64
+	SubscriberID int64
+	EventID      string
+	// Plant is the plant as its create committed it; the body sent is
+	// encoded from it, the same bytes on every attempt.
+	Plant     Plant
+	CreatedAt time.Time
+	// Attempts counts the failed attempts so far.
+	Attempts int
+}
+
+// AttemptResult is what became of a delivery attempt, as the dispatcher
+// records it.
+type AttemptResult struct {
+	DeliveryID int64
+	// Delivered: the subscriber answered 2xx; the delivery is done.
+	Delivered bool
+	// Otherwise the attempt failed: Status is the answer's HTTP status (0
+	// when there was none) and Error says why. The delivery is retried at
+	// NextAttempt, or, when GiveUp is set, marked failed.
+	Status      int
+	Error       string
+	NextAttempt time.Time
+	GiveUp      bool
+}
+
+// DeliveryCounts are the deliveries of every subscriber, for monitoring.
+type DeliveryCounts struct {
+	Pending, Delivered, Failed int64
+}
+
+// WebhookStore keeps subscribers and their outbox.
+type WebhookStore interface {
+	// AddSubscriber stores a new active subscriber with url and secret,
+	// which the caller has checked, and returns it with its ID.
+	AddSubscriber(ctx context.Context, url, secret string) (Subscriber, error)
+	// Subscribers lists every subscriber with its counts, in ID order,
+	// without secrets.
+	Subscribers(ctx context.Context) ([]Subscriber, error)
+	// RemoveSubscriber deletes a subscriber and its deliveries, or returns
+	// ENOTFOUND.
+	RemoveSubscriber(ctx context.Context, id int64) error
+
+	// ClaimSubscribers leases to owner, until lease from now, up to n
+	// active subscribers whose oldest pending delivery is due and which no
+	// live lease holds. The subscribers come with their secrets.
+	ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]Subscriber, error)
+	// DueDeliveries returns up to n of the subscriber's pending deliveries,
+	// oldest first, starting with the oldest, if that one is due; none when
+	// it is not (the later ones wait behind it, to keep their order).
+	DueDeliveries(ctx context.Context, subscriberID int64, n int) ([]Delivery, error)
+	// RecordAttempts stores what became of attempts at the subscriber's
+	// deliveries, in one transaction, and renews owner's lease on it
+	// (release: gives it up instead). Results for deliveries that no longer
+	// exist are ignored. It reports whether owner still held the lease.
+	RecordAttempts(ctx context.Context, owner string, subscriberID int64, results []AttemptResult, lease time.Duration, release bool) (held bool, err error)
+	// DisableSubscriber stops events to a subscriber (it answered 410) and
+	// fails its pending deliveries with reason; ENOTFOUND if it is gone.
+	DisableSubscriber(ctx context.Context, id int64, reason string) error
+	// CountDeliveries counts every subscriber's deliveries.
+	CountDeliveries(ctx context.Context) (DeliveryCounts, error)
+}
+
+// NewEventID makes the id of a new event: "msg_" and 128 random bits, so
+// ids from any number of instances never collide.
+func NewEventID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return "msg_" + eventIDEncoding.EncodeToString(b[:])
+}
+
+var eventIDEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)

@@ -1,0 +1,97 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// maxRetryAfter caps how long a subscriber's Retry-After can delay the next
+// attempt, so a receiver cannot park deliveries for a year.
+const maxRetryAfter = time.Hour
+
+// Schedule is when failed deliveries are tried again. Intervals[i] is the
+// wait after the (i+1)th failure; the last one repeats. MaxAge bounds the
+// whole effort, counted from when the message was created: a message is
+// given up rather than kept forever.
+type Schedule struct {
+	Intervals []time.Duration
+	MaxAge    time.Duration
+}
+
+// DefaultSchedule retries quickly at first, for a blip, then hourly for a
+// day, for an outage. A Schedule with no Intervals or no MaxAge takes them
+// from here. Treat it as read-only.
+var DefaultSchedule = Schedule{
+	Intervals: []time.Duration{
+		5 * time.Second,
+		30 * time.Second,
+		2 * time.Minute,
+		10 * time.Minute,
+		time.Hour,
+	},
+	MaxAge: 24 * time.Hour,
+}
+
+// ParseIntervals reads retry intervals from a flag value such as
+// "5s,30s,2m,10m,1h" (Go durations, comma-separated). Each must be positive:
+// a zero wait would hammer a failing subscriber.
+func ParseIntervals(s string) ([]time.Duration, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("retry intervals: empty; want a list such as 5s,30s,2m,10m,1h")
+	}
+	parts := strings.Split(s, ",")
+	intervals := make([]time.Duration, 0, len(parts))
+	for i, part := range parts {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			return nil, fmt.Errorf("retry intervals: interval %d is empty", i+1)
+		}
+		d, err := time.ParseDuration(part)
+		if err != nil {
+			return nil, fmt.Errorf("retry intervals: interval %d %q is not a duration such as 30s or 2m", i+1, part)
+		}
+		if d <= 0 {
+			return nil, fmt.Errorf("retry intervals: interval %d %q must be positive", i+1, part)
+		}
+		intervals = append(intervals, d)
+	}
+	return intervals, nil
+}
+
+// Next says when to try a message again after its attempts-th failure
+// (1 after the first). The wait is Intervals[attempts-1], or the last
+// interval once they run out, scaled by a random factor between 0.8 and
+// 1.2 so that messages that failed together do not retry together. jitter
+// returns a number in [0, 1) that picks the factor linearly (0 is 0.8, 0.5
+// is exactly 1); nil means math/rand/v2's Float64.
+// retryAfter, the subscriber's own request (Result.RetryAfter), is a lower
+// bound on the wait, itself capped at one hour. giveUp is true when next is
+// later than firstCreated+MaxAge: the dispatcher should stop and record the
+// message as failed instead of scheduling it.
+func (s Schedule) Next(attempts int, firstCreated, now time.Time, retryAfter time.Duration, jitter func() float64) (next time.Time, giveUp bool) {
+	intervals, maxAge := s.Intervals, s.MaxAge
+	if len(intervals) == 0 {
+		intervals = DefaultSchedule.Intervals
+	}
+	if maxAge <= 0 {
+		maxAge = DefaultSchedule.MaxAge
+	}
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	i := min(max(attempts, 1)-1, len(intervals)-1)
+	u := jitter()
+	if !(u >= 0) { // also catches NaN: a bad jitter func cannot leave 0.8 to 1.2
+		u = 0
+	}
+	u = min(u, 1)
+	wait := time.Duration(float64(intervals[i]) * (0.8 + 0.4*u))
+	if retryAfter > 0 {
+		wait = max(wait, min(retryAfter, maxRetryAfter))
+	}
+	next = now.Add(wait)
+	return next, next.After(firstCreated.Add(maxAge))
+}

@@ -87,6 +87,17 @@ func (fs *flagSet) Int64(name string, def int64, usage string) *int64 {
 	return p
 }
 
+// Bool is a flag given alone (--flag) or with a value (--flag=false); its
+// variable takes true, false, 1 or 0.
+func (fs *flagSet) Bool(name string, def bool, usage string) *bool {
+	p := new(bool)
+	*p = def
+	v := (*boolValue)(p)
+	fs.fromEnv(name, v)
+	fs.Var(v, name, usage+" (env "+envName(name)+")")
+	return p
+}
+
 // parse parses args, allowing flags after positional arguments, and returns
 // the positional ones. -h or --help prints the usage on stdout and returns
 // errHelp.
@@ -187,3 +198,16 @@ func (v *int64Value) Set(s string) error {
 	return nil
 }
 func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+
+type boolValue bool
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("not a boolean (true or false)")
+	}
+	*v = boolValue(b)
+	return nil
+}
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }

@@ -37,13 +37,16 @@ Usage:
   plantstore token create --name NAME [--scope S]   issue a token; prints it alone on stdout
   plantstore token list [--all]                     show tokens (never the secrets)
   plantstore token revoke NAME                      revoke the active token called NAME
+  plantstore webhook add URL                        subscribe URL to new plants; prints its signing secret
+  plantstore webhook list [--json]                  show subscribers and their deliveries (never the secrets)
+  plantstore webhook remove ID                      unsubscribe
   plantstore plants add --id ID --name NAME [--tag TAG]
   plantstore plants list [--tag TAG] [--limit N] [--after ID] [--all]
   plantstore plants get ID
   plantstore plants update ID --name NAME [--tag TAG]
   plantstore plants delete ID
 
-serve and token work on the store itself: --db PATH (env PLANTSTORE_DB,
+serve, token and webhook work on the store itself: --db PATH (env PLANTSTORE_DB,
 default ./plantstore.db).
 plants talks to a running server: --server URL (env PLANTSTORE_SERVER,
 default http://127.0.0.1:8080) and --token TOKEN (env PLANTSTORE_TOKEN);
@@ -64,6 +67,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runServe(ctx, args[1:], getenv, stdout, stderr)
 	case "token":
 		return runToken(ctx, args[1:], getenv, stdout, stderr)
+	case "webhook":
+		return runWebhook(ctx, args[1:], getenv, stdout, stderr)
 	case "plants":
 		return runPlants(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -14,6 +14,7 @@ import (
 
 	"github.com/plantstore/plantstore/internal/auth"
 	"github.com/plantstore/plantstore/internal/httpapi"
+	"github.com/plantstore/plantstore/internal/webhook"
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -34,6 +35,7 @@ shown beside it.`, getenv, stdout, stderr)
 	requestTimeout := fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "time in-flight requests get to finish after SIGTERM or SIGINT")
 	pprofAddr := fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback")
+	hooks := addWebhookFlags(fs)
 	logFormat := fs.String("log-format", "json", "log format: json or text")
 	logLevel := fs.String("log-level", "info", "least severe log level: debug, info, warn or error")
 	if rest, err := fs.parse(args); err != nil {
@@ -48,11 +50,38 @@ shown beside it.`, getenv, stdout, stderr)
 		return err
 	}
 
-	store, err := dbFlags.open(ctx, true)
+	schedule, err := hooks.schedule()
+	if err != nil {
+		return err
+	}
+	// A create that enqueued deliveries wakes the dispatcher; a wake
+	// already pending covers it.
+	wake := make(chan struct{}, 1)
+	enqueued := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	store, err := dbFlags.openServer(ctx, enqueued)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	dispatcher, err := webhook.NewDispatcher(webhook.DispatcherConfig{
+		Store:          store,
+		Client:         webhook.NewClient(webhook.ClientOptions{AllowPrivate: *hooks.allowPrivate, Timeout: *hooks.timeout}),
+		Schedule:       schedule,
+		Log:            log,
+		Workers:        int(*hooks.workers),
+		Poll:           *hooks.poll,
+		Lease:          *hooks.lease,
+		AttemptTimeout: *hooks.timeout,
+		Wake:           wake,
+	})
+	if err != nil {
+		return err
+	}
 
 	authn := auth.New(store, auth.Options{Logger: log})
 	api := httpapi.NewServer(store, authn, httpapi.Config{
@@ -89,6 +118,12 @@ shown beside it.`, getenv, stdout, stderr)
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() { authn.Run(bgCtx) })
 	background.Go(func() { logs.run(bgCtx) })
+	// The dispatcher stops after the API: creates answered during the
+	// shutdown still have their deliveries, which go out now or at the
+	// next start.
+	dispatchCtx, stopDispatch := context.WithCancel(context.WithoutCancel(ctx))
+	var dispatching sync.WaitGroup
+	dispatching.Go(func() { dispatcher.Run(dispatchCtx) })
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(httpapi.JSONErrorListener(ln, log)) }()
@@ -107,6 +142,8 @@ shown beside it.`, getenv, stdout, stderr)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	stopDispatch()
+	dispatching.Wait()
 	stopBackground()
 	background.Wait()
 	if err == nil {
@@ -145,4 +182,36 @@ func startProfiler(addr string) (*http.Server, error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	return srv, nil
+}
+
+// webhookFlags tune the delivery of new-plant events.
+type webhookFlags struct {
+	allowPrivate    *bool
+	retrySchedule   *string
+	maxAge, timeout *time.Duration
+	poll, lease     *time.Duration
+	workers         *int64
+}
+
+func addWebhookFlags(fs *flagSet) webhookFlags {
+	return webhookFlags{
+		allowPrivate:  fs.Bool("allow-private-webhooks", false, "let webhooks reach loopback, private and link-local addresses (tests, or subscribers on your own network); refused by default, checked at connect time"),
+		retrySchedule: fs.String("webhook-retry-schedule", "5s,30s,2m,10m,1h", "waits between a webhook delivery's failed attempts; the last repeats"),
+		maxAge:        fs.Duration("webhook-max-age", webhook.DefaultSchedule.MaxAge, "how long a webhook delivery is retried, from its plant's creation, before it is marked failed"),
+		timeout:       fs.Duration("webhook-timeout", 10*time.Second, "time one webhook attempt may take, connection to answer"),
+		poll:          fs.Duration("webhook-poll", time.Second, "how often to look for due webhook deliveries when no create of this process signals one (bounds how soon instances send what others enqueued)"),
+		lease:         fs.Duration("webhook-lease", 30*time.Second, "how long a subscriber stays with one instance without renewal; a crashed instance's subscribers are taken over after it (at least 3x --webhook-timeout)"),
+		workers:       fs.Int64("webhook-workers", 16, "subscribers served at once; a slow one holds one worker, never the others"),
+	}
+}
+
+func (f webhookFlags) schedule() (webhook.Schedule, error) {
+	intervals, err := webhook.ParseIntervals(*f.retrySchedule)
+	if err != nil {
+		return webhook.Schedule{}, usageError("--webhook-retry-schedule: " + err.Error())
+	}
+	if *f.workers < 1 || *f.workers > 1024 {
+		return webhook.Schedule{}, usageError("--webhook-workers must be between 1 and 1024")
+	}
+	return webhook.Schedule{Intervals: intervals, MaxAge: *f.maxAge}, nil
 }

@@ -65,7 +65,7 @@ plants:write (create, update and delete them).`, getenv, stdout, stderr)
 	if err != nil {
 		return usageError(plantstore.ErrorMessage(err))
 	}
-	store, err := db.open(ctx, false)
+	store, err := db.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ Shows each token's name, scopes, creation and last use; never a secret.`, getenv
 	} else if len(rest) > 0 {
 		return usageError(fmt.Sprintf("token list takes no arguments, got %q", rest))
 	}
-	store, err := db.open(ctx, false)
+	store, err := db.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ seconds.`, getenv, stdout, stderr)
 	if len(rest) != 1 {
 		return usageError("token revoke takes exactly one argument: the token's name")
 	}
-	store, err := db.open(ctx, false)
+	store, err := db.open(ctx)
 	if err != nil {
 		return err
 	}

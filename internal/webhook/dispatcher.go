@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -292,15 +293,18 @@ func attemptError(res Result) string {
 // EventBody is the body of a new-plant event: the NewPlant the API
 // accepted, {"id", "name", "tag"?}, encoded from the plant as committed.
 func EventBody(p plantstore.Plant) []byte {
-	b, err := json.Marshal(struct {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // JSON for a program, not for a page
+	err := enc.Encode(struct {
 		ID   int64   `json:"id"`
 		Name string  `json:"name"`
 		Tag  *string `json:"tag,omitempty"`
 	}{p.ID, p.Name, p.Tag})
 	if err != nil {
-		panic(err) // an int64 and two strings always encode
+		panic(err) // an int64 and two valid strings always encode
 	}
-	return b
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // logURL is a subscriber's URL without its query, which may hold the

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/webhook"
+)
+
+const webhookUsage = `Usage: plantstore webhook add|list|remove [flags]
+
+Manages the subscribers that hear of every new plant, in the store at
+--db. Each gets POST URL with the NewPlant as JSON, signed as Standard
+Webhooks signs (webhook-id, webhook-timestamp, webhook-signature).
+  webhook add URL        prints the new subscriber's signing secret, once
+  webhook list [--json]  subscribers and their delivery counts; never secrets
+  webhook remove ID      the subscriber and its pending deliveries
+Run "plantstore webhook SUBCOMMAND --help" for its flags.
+`
+
+func runWebhook(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError("webhook needs a subcommand: add, list or remove")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, webhookUsage)
+		return errHelp
+	case "add":
+		return webhookAdd(ctx, args[1:], getenv, stdout, stderr)
+	case "list":
+		return webhookList(ctx, args[1:], getenv, stdout, stderr)
+	case "remove":
+		return webhookRemove(ctx, args[1:], getenv, stdout, stderr)
+	}
+	return usageError(fmt.Sprintf("unknown webhook subcommand %q: want add, list or remove", args[0]))
+}
+
+// webhookAdd prints the signing secret alone on stdout, so that
+// SECRET=$(plantstore webhook add URL) captures it; the rest goes to stderr.
+func webhookAdd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("webhook add", `webhook add URL [--db PATH]
+
+Subscribes URL (http or https) to new plants and prints its signing secret
+("whsec_" + base64) on stdout; it is shown only this once. Servers refuse
+to deliver to loopback, private and link-local addresses unless they run
+with --allow-private-webhooks.`, getenv, stdout, stderr)
+	db := addDBFlags(fs)
+	rest, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError("webhook add takes exactly one argument: the subscriber's URL")
+	}
+	if err := webhook.CheckURL(rest[0]); err != nil {
+		return usageError(err.Error())
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return err
+	}
+	store, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	sub, err := store.AddSubscriber(ctx, rest[0], secret)
+	if err != nil {
+		return cliError(err)
+	}
+	fmt.Fprintln(stdout, secret)
+	fmt.Fprintf(stderr, "added webhook subscriber %d for %s; its signing secret is shown only this once\n", sub.ID, sub.URL)
+	return nil
+}
+
+func webhookList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("webhook list", `webhook list [--json] [--db PATH]
+
+Shows each subscriber: its URL, whether it is active or was disabled (it
+answered 410 Gone), its deliveries pending, delivered and failed (given up
+after the retry schedule), and its last error. Never a secret.`, getenv, stdout, stderr)
+	db := addDBFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if rest, err := fs.parse(args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError(fmt.Sprintf("webhook list takes no arguments, got %q", rest))
+	}
+	store, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	subs, err := store.Subscribers(ctx)
+	if err != nil {
+		return cliError(err)
+	}
+	if *asJSON {
+		type subscriberJSON struct {
+			ID             int64      `json:"id"`
+			URL            string     `json:"url"`
+			CreatedAt      time.Time  `json:"created_at"`
+			DisabledAt     *time.Time `json:"disabled_at,omitempty"`
+			DisabledReason string     `json:"disabled_reason,omitempty"`
+			Pending        int64      `json:"pending"`
+			Delivered      int64      `json:"delivered"`
+			Failed         int64      `json:"failed"`
+			LastError      string     `json:"last_error,omitempty"`
+		}
+		out := make([]subscriberJSON, 0, len(subs))
+		for _, s := range subs {
+			out = append(out, subscriberJSON{s.ID, s.URL, s.CreatedAt, s.DisabledAt, s.DisabledReason, s.Pending, s.Delivered, s.Failed, s.LastError})
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tURL\tSTATE\tPENDING\tDELIVERED\tFAILED\tCREATED\tLAST ERROR")
+	for _, s := range subs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, s.URL, subscriberState(s),
+			s.Pending, s.Delivered, s.Failed, timeOrNever(s.CreatedAt), orDash(s.LastError))
+	}
+	return tw.Flush()
+}
+
+func subscriberState(s plantstore.Subscriber) string {
+	if s.DisabledAt != nil {
+		return "disabled " + s.DisabledAt.UTC().Format(time.RFC3339)
+	}
+	return "active"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func webhookRemove(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("webhook remove", `webhook remove ID [--db PATH]
+
+Removes the subscriber with ID (see webhook list) and every delivery still
+waiting for it.`, getenv, stdout, stderr)
+	db := addDBFlags(fs)
+	rest, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError("webhook remove takes exactly one argument: the subscriber's ID")
+	}
+	id, err := strconv.ParseInt(rest[0], 10, 64)
+	if err != nil || id < 1 {
+		return usageError(fmt.Sprintf("webhook remove: %q is not a subscriber ID (see webhook list)", rest[0]))
+	}
+	store, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.RemoveSubscriber(ctx, id); err != nil {
+		return cliError(err)
+	}
+	fmt.Fprintf(stderr, "removed webhook subscriber %d and its pending deliveries\n", id)
+	return nil
+}

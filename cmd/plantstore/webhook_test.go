@@ -1,0 +1,449 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore/internal/apitest"
+	"github.com/plantstore/plantstore/internal/webhook"
+)
+
+// These tests run the built binary with real receivers on loopback, so
+// serve runs with --allow-private-webhooks, except where the refusal is
+// what is tested.
+
+// receiver is a webhook subscriber's endpoint. It verifies every request
+// as a real one would, records it, and answers as told. It can go down and
+// come back on the same port.
+type receiver struct {
+	t    *testing.T
+	addr string
+
+	mu      sync.Mutex
+	key     []byte
+	status  int           // the answer; 204 unless set
+	hold    chan struct{} // while non-nil, requests wait for it to close
+	arrived chan struct{} // a request arrived (buffered, never blocks)
+	got     []event
+	srv     *http.Server
+}
+
+// event is one request the receiver answered.
+type event struct {
+	id      string // webhook-id
+	plantID int64
+	name    string
+	status  int
+}
+
+func newReceiver(t *testing.T) *receiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &receiver{t: t, addr: ln.Addr().String(), status: http.StatusNoContent, arrived: make(chan struct{}, 1000)}
+	r.serveOn(ln)
+	t.Cleanup(r.down)
+	return r
+}
+
+func (r *receiver) url() string { return "http://" + r.addr + "/hooks/plants" }
+
+// setSecret gives the receiver the secret that webhook add printed.
+func (r *receiver) setSecret(secret string) {
+	key, err := webhook.ParseSecret(strings.TrimSpace(secret))
+	if err != nil {
+		r.t.Fatalf("webhook add printed %q: %v", secret, err)
+	}
+	r.mu.Lock()
+	r.key = key
+	r.mu.Unlock()
+}
+
+func (r *receiver) answer(status int) {
+	r.mu.Lock()
+	r.status = status
+	r.mu.Unlock()
+}
+
+func (r *receiver) serveOn(ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(r.handle), ReadHeaderTimeout: 5 * time.Second}
+	r.mu.Lock()
+	r.srv = srv
+	r.mu.Unlock()
+	go srv.Serve(ln)
+}
+
+// down stops listening: deliveries meet a refused connection.
+func (r *receiver) down() {
+	r.mu.Lock()
+	srv := r.srv
+	r.srv = nil
+	r.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// up listens again on the same port.
+func (r *receiver) up() {
+	r.t.Helper()
+	ln, err := net.Listen("tcp", r.addr)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.serveOn(ln)
+}
+
+func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	key, hold := r.key, r.hold
+	r.mu.Unlock()
+	select {
+	case r.arrived <- struct{}{}:
+	default:
+	}
+	if hold != nil {
+		<-hold
+	}
+	if req.Method != http.MethodPost || req.Header.Get("Content-Type") != "application/json" {
+		r.t.Errorf("webhook request %s with Content-Type %q", req.Method, req.Header.Get("Content-Type"))
+	}
+	if err := webhook.Verify(key, req.Header, body, time.Now(), time.Minute); err != nil {
+		r.t.Errorf("webhook signature does not verify: %v (body %s)", err, body)
+	}
+	var plant struct {
+		ID   int64  `json:"id"`
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(body, &plant); err != nil {
+		r.t.Errorf("webhook body %q: %v", body, err)
+	}
+	r.mu.Lock()
+	status := r.status
+	r.got = append(r.got, event{id: req.Header.Get("webhook-id"), plantID: plant.ID, name: plant.Name, status: status})
+	r.mu.Unlock()
+	w.WriteHeader(status)
+}
+
+func (r *receiver) events() []event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// delivered lists the plants whose event the receiver accepted (2xx), in
+// the order of acceptance, and how many times each event id was accepted.
+func (r *receiver) delivered() (plants []int64, timesByID map[string]int) {
+	timesByID = map[string]int{}
+	for _, e := range r.events() {
+		if e.status/100 == 2 {
+			plants = append(plants, e.plantID)
+			timesByID[e.id]++
+		}
+	}
+	return plants, timesByID
+}
+
+// awaitDelivered waits until the receiver has accepted n events.
+func (r *receiver) awaitDelivered(n int, timeout time.Duration, logs func() string) []int64 {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		plants, _ := r.delivered()
+		if len(plants) >= n {
+			return plants
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%d of %d events delivered within %v: %v\n%s", len(plants), n, timeout, r.events(), logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// subscribe adds r as a subscriber of the store db (a path or URL) and
+// returns the new subscriber's ID.
+func subscribe(t *testing.T, dir, db string, r *receiver) string {
+	t.Helper()
+	res := cli(t, dir, nil, "webhook", "add", r.url(), "--db", db)
+	if res.exit != 0 {
+		t.Fatalf("webhook add: exit %d, %s", res.exit, res.stderr)
+	}
+	r.setSecret(res.stdout)
+	m := regexp.MustCompile(`subscriber (\d+) `).FindStringSubmatch(res.stderr)
+	if m == nil {
+		t.Fatalf("webhook add said %q", res.stderr)
+	}
+	return m[1]
+}
+
+type subscriberJSON struct {
+	ID         int64      `json:"id"`
+	URL        string     `json:"url"`
+	DisabledAt *time.Time `json:"disabled_at"`
+	Pending    int64      `json:"pending"`
+	Delivered  int64      `json:"delivered"`
+	Failed     int64      `json:"failed"`
+	LastError  string     `json:"last_error"`
+}
+
+func listSubscribers(t *testing.T, dir, db string) []subscriberJSON {
+	t.Helper()
+	res := cli(t, dir, nil, "webhook", "list", "--json", "--db", db)
+	if res.exit != 0 {
+		t.Fatalf("webhook list --json: exit %d, %s", res.exit, res.stderr)
+	}
+	var subs []subscriberJSON
+	if err := json.Unmarshal([]byte(res.stdout), &subs); err != nil {
+		t.Fatalf("webhook list --json printed %q: %v", res.stdout, err)
+	}
+	return subs
+}
+
+func plantBody(id int64) string { return fmt.Sprintf(`{"id":%d,"name":"plant %d"}`, id, id) }
+
+var testWebhookFlags = []string{"--allow-private-webhooks", "--webhook-retry-schedule", "100ms", "--webhook-poll", "100ms"}
+
+func TestWebhookCLI(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []string{"ftp://example.com/hook", "example.com/hook", "http://user:pw@example.com/hook", "https:///nohost", ""} {
+		if res := cli(t, dir, nil, "webhook", "add", bad); res.exit != 2 || res.stdout != "" {
+			t.Errorf("webhook add %q: exit %d, stdout %q; want 2 and nothing", bad, res.exit, res.stdout)
+		}
+	}
+	res := cli(t, dir, nil, "webhook", "add", "https://hooks.example.com/plants?team=7")
+	if res.exit != 0 || !regexp.MustCompile(`^whsec_[A-Za-z0-9+/]{43}=\n$`).MatchString(res.stdout) {
+		t.Fatalf("webhook add: exit %d, stdout %q, stderr %q; want the secret alone", res.exit, res.stdout, res.stderr)
+	}
+	secret := strings.TrimSpace(res.stdout)
+	if !strings.Contains(res.stderr, "shown only this once") {
+		t.Errorf("webhook add's note: %q", res.stderr)
+	}
+	cli(t, dir, nil, "webhook", "add", "http://second.example/hook")
+
+	table := cli(t, dir, nil, "webhook", "list")
+	if table.exit != 0 || strings.Contains(table.stdout, secret) || strings.Contains(table.stdout, "whsec_") {
+		t.Fatalf("webhook list: exit %d, %q (must never show a secret)", table.exit, table.stdout)
+	}
+	for _, want := range []string{"ID", "PENDING", "https://hooks.example.com/plants?team=7", "http://second.example/hook", "active"} {
+		if !strings.Contains(table.stdout, want) {
+			t.Errorf("webhook list lacks %q:\n%s", want, table.stdout)
+		}
+	}
+	subs := listSubscribers(t, dir, "plantstore.db")
+	if len(subs) != 2 || subs[0].URL != "https://hooks.example.com/plants?team=7" || subs[0].DisabledAt != nil {
+		t.Fatalf("webhook list --json: %+v", subs)
+	}
+
+	if res := cli(t, dir, nil, "webhook", "remove", fmt.Sprint(subs[0].ID)); res.exit != 0 {
+		t.Fatalf("webhook remove: exit %d, %s", res.exit, res.stderr)
+	}
+	if res := cli(t, dir, nil, "webhook", "remove", fmt.Sprint(subs[0].ID)); res.exit != 1 || !strings.Contains(res.stderr, "not found") {
+		t.Errorf("removing it again: exit %d, %q; want 1, not found", res.exit, res.stderr)
+	}
+	if res := cli(t, dir, nil, "webhook", "remove", "first"); res.exit != 2 {
+		t.Errorf("webhook remove first: exit %d, want 2", res.exit)
+	}
+	if subs := listSubscribers(t, dir, "plantstore.db"); len(subs) != 1 || subs[0].URL != "http://second.example/hook" {
+		t.Errorf("after remove: %+v", subs)
+	}
+	if res := cli(t, dir, nil, "webhook", "frobnicate"); res.exit != 2 {
+		t.Errorf("unknown subcommand: exit %d", res.exit)
+	}
+}
+
+// Every new plant, and only new plants, reach the subscriber, signed, in
+// creation order, once.
+func TestWebhookDelivery(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	id := subscribe(t, dir, "plantstore.db", r)
+	s := serve(t, dir, testWebhookFlags...)
+	client := apitest.Client(t)
+
+	for i := int64(1); i <= 5; i++ {
+		if status, body := create(t, client, s.url, token, plantBody(i)); status != 200 {
+			t.Fatalf("create %d: %d %s", i, status, body)
+		}
+	}
+	// None of these stores a new plant, so none is announced.
+	for _, tc := range []struct {
+		token, body string
+		want        int
+	}{
+		{token, plantBody(1), 200},              // a replay
+		{token, `{"id":1,"name":"other"}`, 409}, // a conflict
+		{token, `{"id":6,"name":""}`, 400},      // invalid
+		{token, `{"id":"7","name":"x"}`, 400},   // id not a number
+		{"pst_wrong", plantBody(8), 401},        // bad token
+	} {
+		if status, body := create(t, client, s.url, tc.token, tc.body); status != tc.want {
+			t.Errorf("POST %s: %d %s, want %d", tc.body, status, body, tc.want)
+		}
+	}
+	plants := r.awaitDelivered(5, 10*time.Second, s.logs.String)
+	time.Sleep(500 * time.Millisecond) // time for any wrong event to arrive
+	plants, times := r.delivered()
+	if !slices.Equal(plants, []int64{1, 2, 3, 4, 5}) {
+		t.Errorf("delivered plants %v, want 1..5 once each, in order", plants)
+	}
+	for id, n := range times {
+		if n != 1 || !strings.HasPrefix(id, "msg_") {
+			t.Errorf("event %q delivered %d times", id, n)
+		}
+	}
+	if e := r.events()[0]; e.name != "plant 1" {
+		t.Errorf("first event's plant: %+v", e)
+	}
+	subs := listSubscribers(t, dir, "plantstore.db")
+	if len(subs) != 1 || fmt.Sprint(subs[0].ID) != id || subs[0].Delivered != 5 || subs[0].Pending != 0 || subs[0].Failed != 0 {
+		t.Errorf("webhook list after delivery: %+v", subs)
+	}
+	if logs := s.logs.String(); !strings.Contains(logs, `"msg":"webhook delivered"`) || !strings.Contains(logs, `"subscriber":`+id) {
+		t.Errorf("no per-attempt log line:\n%s", logs)
+	}
+}
+
+// Deliveries wait out a receiver that is down across a restart of the
+// service, and survive a SIGKILL of the service.
+func TestWebhooksSurviveRestartAndKill(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	subscribe(t, dir, "plantstore.db", r)
+	r.down()
+
+	s := serve(t, dir, testWebhookFlags...)
+	client := apitest.Client(t)
+	for i := int64(1); i <= 5; i++ {
+		if status, body := create(t, client, s.url, token, plantBody(i)); status != 200 {
+			t.Fatalf("create %d: %d %s", i, status, body)
+		}
+	}
+	awaitLog(t, s, `"msg":"webhook attempt failed"`)
+	if code := s.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+	if subs := listSubscribers(t, dir, "plantstore.db"); subs[0].Pending != 5 || !strings.Contains(subs[0].LastError, "refused") {
+		t.Errorf("while the receiver is down: %+v", subs[0])
+	}
+
+	r.up()
+	s = serve(t, dir, testWebhookFlags...)
+	if plants := r.awaitDelivered(5, 10*time.Second, s.logs.String); !slices.Equal(plants, []int64{1, 2, 3, 4, 5}) {
+		t.Errorf("after the restart: delivered %v, want 1..5 in order", plants)
+	}
+
+	// Now the receiver fails every attempt, and the service is killed with
+	// deliveries pending.
+	r.answer(http.StatusServiceUnavailable)
+	for i := int64(6); i <= 10; i++ {
+		if status, body := create(t, client, s.url, token, plantBody(i)); status != 200 {
+			t.Fatalf("create %d: %d %s", i, status, body)
+		}
+	}
+	awaitLog(t, s, `"status":503`)
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.done
+	s.done <- nil
+	r.answer(http.StatusOK)
+	s = serve(t, dir, testWebhookFlags...)
+	plants := r.awaitDelivered(10, 10*time.Second, s.logs.String)
+	if !slices.Equal(plants, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+		t.Errorf("after SIGKILL and restart: delivered %v, want 1..10 in order", plants)
+	}
+}
+
+// awaitLog waits until the server's log holds want.
+func awaitLog(t *testing.T, s *server, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never showed %s:\n%s", want, s.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWebhookGoneDisablesSubscriber(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	r.answer(http.StatusGone)
+	subscribe(t, dir, "plantstore.db", r)
+	s := serve(t, dir, testWebhookFlags...)
+	client := apitest.Client(t)
+	create(t, client, s.url, token, plantBody(1))
+	awaitLog(t, s, `subscriber disabled`)
+	create(t, client, s.url, token, plantBody(2))
+	time.Sleep(300 * time.Millisecond)
+	if n := len(r.events()); n != 1 {
+		t.Errorf("%d requests reached a subscriber that answered 410, want 1", n)
+	}
+	subs := listSubscribers(t, dir, "plantstore.db")
+	if subs[0].DisabledAt == nil || subs[0].Failed != 1 || subs[0].Pending != 0 || !strings.Contains(subs[0].LastError, "410") {
+		t.Errorf("after 410: %+v", subs[0])
+	}
+	if table := cli(t, dir, nil, "webhook", "list"); !strings.Contains(table.stdout, "disabled") {
+		t.Errorf("webhook list does not show it disabled:\n%s", table.stdout)
+	}
+}
+
+// Without --allow-private-webhooks, loopback is refused when connecting:
+// the receiver hears nothing and the subscriber shows why.
+func TestWebhookToPrivateAddressRefused(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	subscribe(t, dir, "plantstore.db", r)
+	s := serve(t, dir, "--webhook-retry-schedule", "100ms", "--webhook-poll", "100ms")
+	create(t, apitest.Client(t), s.url, token, plantBody(1))
+	awaitLog(t, s, `"msg":"webhook attempt failed"`)
+	if n := len(r.events()); n != 0 {
+		t.Errorf("%d requests reached a loopback receiver without --allow-private-webhooks", n)
+	}
+	subs := listSubscribers(t, dir, "plantstore.db")
+	if !strings.Contains(subs[0].LastError, "not allowed") || subs[0].Pending != 1 {
+		t.Errorf("subscriber after a refused attempt: %+v", subs[0])
+	}
+}
+
+func TestWebhookFlagsChecked(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--webhook-retry-schedule", "5s,-1s"},
+		{"--webhook-retry-schedule", "soon"},
+		{"--webhook-workers", "0"},
+		{"--webhook-timeout", "0s"},
+	} {
+		res := cli(t, dir, nil, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+		if res.exit != 2 || !strings.Contains(res.stderr, strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("serve %v: exit %d, %q; want 2 and a message naming the flag", args, res.exit, res.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "plantstore.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused configuration created the store: %v", err)
+	}
+}

@@ -123,6 +123,9 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 	}
 	if hold != nil {
 		<-hold
+		if req.Context().Err() != nil {
+			return // the sender went away (killed) while the request was held
+		}
 	}
 	if req.Method != http.MethodPost || req.Header.Get("Content-Type") != "application/json" {
 		r.t.Errorf("webhook request %s with Content-Type %q", req.Method, req.Header.Get("Content-Type"))

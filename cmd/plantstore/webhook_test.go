@@ -378,6 +378,75 @@ func TestWebhooksSurviveRestartAndKill(t *testing.T) {
 	}
 }
 
+// A subscriber added while the service runs gets the plants created after
+// it; one that fails twice gets the event on the third attempt, with the
+// same webhook-id each time.
+func TestWebhookRetriesUntilDelivered(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	s := serve(t, dir, testWebhookFlags...)
+	client := apitest.Client(t)
+	create(t, client, s.url, token, plantBody(1)) // before any subscriber: no event
+
+	r := newReceiver(t)
+	r.answer(http.StatusInternalServerError)
+	subscribe(t, dir, "plantstore.db", r)
+	create(t, client, s.url, token, plantBody(2))
+	for len(r.events()) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.answer(http.StatusOK)
+	r.awaitDelivered(1, 10*time.Second, s.logs.String)
+	time.Sleep(300 * time.Millisecond)
+	events := r.events()
+	if len(events) != 3 {
+		t.Fatalf("%d attempts, want 2 failed and 1 delivered: %+v", len(events), events)
+	}
+	for _, e := range events {
+		if e.plantID != 2 || e.id != events[0].id {
+			t.Errorf("attempt %+v; want plant 2 with webhook-id %s every time", e, events[0].id)
+		}
+	}
+	if n := countLines(s.logs.String(), `"msg":"webhook attempt failed"`); n != 2 {
+		t.Errorf("%d failed attempts logged, want 2", n)
+	}
+	if !strings.Contains(s.logs.String(), `"next_attempt":`) {
+		t.Errorf("a failed attempt's log does not say when it is retried:\n%s", s.logs)
+	}
+	subs := listSubscribers(t, dir, "plantstore.db")
+	if subs[0].Delivered != 1 || subs[0].Pending != 0 {
+		t.Errorf("webhook list: %+v", subs[0])
+	}
+}
+
+// Creates never wait for deliveries: a receiver that hangs does not slow
+// them down.
+func TestWebhookHangingReceiverDoesNotSlowCreates(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	hold := make(chan struct{})
+	r.hold = hold
+	defer close(hold)
+	subscribe(t, dir, "plantstore.db", r)
+	s := serve(t, dir, testWebhookFlags...)
+	client := apitest.Client(t)
+	for i := int64(1); i <= 50; i++ {
+		start := time.Now()
+		if status, body := create(t, client, s.url, token, plantBody(i)); status != 200 {
+			t.Fatalf("create %d: %d %s", i, status, body)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("create %d took %v while the receiver hangs", i, took)
+		}
+	}
+	select {
+	case <-r.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery was even attempted")
+	}
+}
+
 // awaitLog waits until the server's log holds want.
 func awaitLog(t *testing.T, s *server, want string) {
 	t.Helper()

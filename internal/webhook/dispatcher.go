@@ -63,6 +63,9 @@ type Dispatcher struct {
 // batchSize bounds the deliveries read at once for one subscriber.
 const batchSize = 32
 
+// minClaimInterval spaces the dispatcher's claims.
+const minClaimInterval = 10 * time.Millisecond
+
 type stats struct {
 	attempts, delivered, retried, failed, disabled atomic.Int64
 }
@@ -139,7 +142,19 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	defer wg.Wait()
 	ticker := time.NewTicker(d.cfg.Poll)
 	defer ticker.Stop()
+	var lastClaim time.Time
 	for {
+		// Under a stream of creates the wakes come faster than claims are
+		// useful (a claimed subscriber's worker picks up its new
+		// deliveries itself); space the claims, which are writes.
+		if wait := minClaimInterval - time.Since(lastClaim); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		lastClaim = time.Now()
 		if free := d.cfg.Workers - len(slots); free > 0 {
 			subs, err := d.cfg.Store.ClaimSubscribers(ctx, d.owner, d.cfg.Lease, free)
 			if err != nil && ctx.Err() == nil {

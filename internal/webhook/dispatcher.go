@@ -228,7 +228,9 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 				break
 			}
 			if outcome == Gone {
-				record(results, true)
+				// Keep the lease until the subscriber is disabled (which
+				// frees it), or another worker could claim it in between.
+				record(results, false)
 				d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", dl.EventID))
 				return
 			}

@@ -332,6 +332,8 @@ func TestSlowSubscriberDelaysNoOther(t *testing.T) {
 	if took := time.Since(begin); took > time.Second {
 		t.Errorf("the quick subscriber waited %v behind the slow one", took)
 	}
+	eventually(t, "the slow subscriber's first request", func() bool { return len(slow.deliveries()) >= 1 })
+	time.Sleep(100 * time.Millisecond)
 	if n := len(slow.deliveries()); n != 1 {
 		t.Errorf("the slow subscriber got %d requests while its first hangs, want 1", n)
 	}

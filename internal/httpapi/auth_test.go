@@ -141,7 +141,7 @@ func TestAccessLogAndRequestID(t *testing.T) {
 	if generated == "" || len(generated) > 128 {
 		t.Errorf("an over-long X-Request-Id was kept or none made: %q", generated)
 	}
-	resp, _ = e.do("GET", "/nowhere", nil, nil)
+	e.do("GET", "/nowhere", nil, nil)
 	logs := e.logs.String()
 	for _, want := range []string{`"request_id":"trace-abc.123"`, `"request_id":"` + generated + `"`,
 		`"path":"/nowhere","status":404`, `"method":"GET"`, `"duration_ms":`} {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -37,11 +38,30 @@ func envName(flagName string) string {
 	return "PLANTSTORE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// fromEnv sets v from the flag's variable when that is set.
+// fromEnv sets v from the flag's variable when that is set, or else from
+// the file that the variable with _FILE appended names: container
+// platforms mount secrets (a database URL with its password, a token) as
+// files, and a file keeps them out of the process's environment. A value
+// read from a file is never echoed in an error.
 func (fs *flagSet) fromEnv(name string, v flag.Value) {
-	if s := fs.getenv(envName(name)); s != "" {
+	env := envName(name)
+	s, file := fs.getenv(env), fs.getenv(env+"_FILE")
+	switch {
+	case s != "" && file != "":
+		fs.envErrs[name] = fmt.Errorf("%s and %s_FILE are both set: set one", env, env)
+	case s != "":
 		if err := v.Set(s); err != nil {
-			fs.envErrs[name] = fmt.Errorf("%s=%q: %v", envName(name), s, err)
+			fs.envErrs[name] = fmt.Errorf("%s=%q: %v", env, s, err)
+		}
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			fs.envErrs[name] = fmt.Errorf("%s_FILE: %v", env, err)
+			return
+		}
+		// Files written by editors and by "echo" end with a newline.
+		if err := v.Set(strings.TrimRight(string(b), "\r\n")); err != nil {
+			fs.envErrs[name] = fmt.Errorf("%s_FILE (%s): %v", env, file, err)
 		}
 	}
 }

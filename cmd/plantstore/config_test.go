@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every flag also reads PLANTSTORE_<NAME>, or the file PLANTSTORE_<NAME>_FILE
+// names, as container platforms mount secrets.
+func TestConfigurationFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(t.TempDir(), "secret path.db")
+	dbFile := filepath.Join(t.TempDir(), "db-url")
+	if err := os.WriteFile(dbFile, []byte(db+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, dir, []string{"PLANTSTORE_DB_FILE=" + dbFile}, "token", "create", "--name", "from-file")
+	if r.exit != 0 || !tokenShape.MatchString(r.stdout) {
+		t.Fatalf("token create with PLANTSTORE_DB_FILE: exit %d, %q, %q", r.exit, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(db); err != nil {
+		t.Fatalf("the store named in the file (newline trimmed) was not used: %v", err)
+	}
+	if r := cli(t, dir, nil, "token", "list", "--db", db); !strings.Contains(r.stdout, "from-file") {
+		t.Errorf("the token is not in the store named by the file:\n%s", r.stdout)
+	}
+
+	// The token for the plants commands, from a file.
+	s := serve(t, dir, "--db", db)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(mustToken(t, dir, "--name", "cli", "--db", db)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, dir, []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN_FILE=" + tokenFile}, "plants", "add", "--id", "1", "--name", "fern")
+	if r.exit != 0 {
+		t.Fatalf("plants add with PLANTSTORE_TOKEN_FILE: exit %d, %s", r.exit, r.stderr)
+	}
+
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"PLANTSTORE_DB=" + db, "PLANTSTORE_DB_FILE=" + dbFile}, "PLANTSTORE_DB and PLANTSTORE_DB_FILE are both set"},
+		{[]string{"PLANTSTORE_DB_FILE=" + filepath.Join(dir, "missing")}, "PLANTSTORE_DB_FILE"},
+	} {
+		r := cli(t, dir, tc.env, "token", "list")
+		if r.exit != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("token list with %v: exit %d, %q; want 2 and %q", tc.env, r.exit, r.stderr, tc.want)
+		}
+	}
+	// A secret read from a file is never echoed, even when it is refused.
+	badFile := filepath.Join(t.TempDir(), "timeout")
+	os.WriteFile(badFile, []byte("sekrit-not-a-duration"), 0o600)
+	r = cli(t, dir, []string{"PLANTSTORE_BUSY_TIMEOUT_FILE=" + badFile}, "token", "list")
+	if r.exit != 2 || strings.Contains(r.stderr, "sekrit") || !strings.Contains(r.stderr, "PLANTSTORE_BUSY_TIMEOUT_FILE") {
+		t.Errorf("a malformed value from a file: exit %d, %q", r.exit, r.stderr)
+	}
+}

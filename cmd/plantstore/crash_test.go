@@ -1,29 +1,39 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
 	"github.com/plantstore/plantstore/internal/sqlite"
 )
+
+var crashSeed = flag.Uint64("crash-seed", 0, "seed of TestCrashKeepsEveryAcknowledgedWrite's random choices (0: a new one, which the test logs)")
 
 // checkStore opens the file as the service would (replaying the WAL),
 // checks SQLite's integrity and that every acknowledged plant is stored
 // with the name it was acknowledged with.
 func checkStore(t *testing.T, path string, acked map[int64]string) {
 	t.Helper()
-	raw, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var integrity string
-	if err := raw.QueryRow(`PRAGMA integrity_check`).Scan(&integrity); err != nil || integrity != "ok" {
-		t.Errorf("integrity_check = %q, %v", integrity, err)
-	}
-	raw.Close()
+	checkIntegrity(t, path)
 	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -37,4 +47,374 @@ func checkStore(t *testing.T, path string, acked map[int64]string) {
 			t.Errorf("acknowledged plant %d is named %q, want %q", id, p.Name, name)
 		}
 	}
+}
+
+// checkIntegrity runs PRAGMA integrity_check on the SQLite file at path,
+// which no server may be using.
+func checkIntegrity(t *testing.T, path string) {
+	t.Helper()
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var integrity string
+	if err := raw.QueryRow(`PRAGMA integrity_check`).Scan(&integrity); err != nil || integrity != "ok" {
+		t.Errorf("integrity_check = %q, %v", integrity, err)
+	}
+}
+
+// The process is killed with SIGKILL at random moments while workers
+// create, update and delete plants, and restarted each time. Every write
+// it acknowledged holds afterwards: an acknowledged create or update is
+// stored with that content, an acknowledged delete stays deleted. Only a
+// write that was unanswered when the process died may have gone either
+// way. The file passes SQLite's integrity check.
+func TestCrashKeepsEveryAcknowledgedWrite(t *testing.T) {
+	seed := *crashSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d; replay its choices with -crash-seed=%d", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "crash")
+	// A timeout, so a stalled request cannot hang the test; a request that
+	// times out counts as unanswered, like one cut by the kill.
+	client := &http.Client{Timeout: 5 * time.Second}
+	workers := make([]*crashWorker, 8)
+	for i := range workers {
+		workers[i] = &crashWorker{
+			n:     int64(i + 1),
+			rng:   rand.New(rand.NewPCG(seed, uint64(i+1))),
+			maybe: map[int64][]plantState{},
+			acked: map[string]int{},
+		}
+	}
+	for round := range 4 {
+		s := serve(t, dir)
+		var wg sync.WaitGroup
+		for _, w := range workers {
+			wg.Go(func() { w.run(t, client, s.url, token) })
+		}
+		killAfter := time.Duration(300+rng.IntN(1200)) * time.Millisecond
+		time.Sleep(killAfter)
+		s.cmd.Process.Kill()
+		<-s.done
+		s.done <- nil // for the cleanup
+		wg.Wait()
+		client.CloseIdleConnections()
+		unanswered := 0
+		for _, w := range workers {
+			unanswered += w.unanswered
+			w.unanswered = 0
+		}
+		t.Logf("round %d: SIGKILL after %v with %d writes in flight", round, killAfter, unanswered)
+	}
+
+	expect := map[int64][]plantState{}
+	acked := map[string]int{}
+	for _, w := range workers {
+		for id, states := range w.maybe {
+			expect[id] = states
+		}
+		for method, n := range w.acked {
+			acked[method] += n
+		}
+	}
+	t.Logf("acknowledged: %d creates, %d updates, %d deletes, %d answers of 404, over %d ids",
+		acked["POST"], acked["PUT"], acked["DELETE"], acked["404"], len(expect))
+	if acked["POST"] < 50 || acked["PUT"] < 20 || acked["DELETE"] < 20 {
+		t.Fatalf("too few writes were acknowledged for the test to prove much: %v", acked)
+	}
+
+	// The file, as the next start finds it.
+	path := filepath.Join(dir, "plantstore.db")
+	checkIntegrity(t, path)
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, states := range expect {
+		p, err := db.GetPlant(context.Background(), id)
+		got := absent
+		if err == nil {
+			got = stateOf(p)
+		} else if plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+			t.Errorf("plant %d: %v", id, err)
+			continue
+		}
+		if !slices.Contains(states, got) {
+			t.Errorf("plant %d is %v in the file; its acknowledged writes leave it %s", id, got, describe(states))
+		}
+	}
+	db.Close()
+
+	// And the service, restarted, answers the same.
+	s := serve(t, dir)
+	checkListing(t, s.url, token, expect)
+	api := apitest.Client(t)
+	ids := make([]int64, 0, len(expect))
+	for id := range expect {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, id := range ids[:min(len(ids), 100)] {
+		status, _, body := call(t, api, "GET", fmt.Sprintf("%s/plants/%d", s.url, id), token, "")
+		got := absent
+		switch status {
+		case 200:
+			got = decodeState(t, body)
+		case 404:
+		default:
+			t.Errorf("GET /plants/%d: %d %s", id, status, body)
+			continue
+		}
+		if !slices.Contains(expect[id], got) {
+			t.Errorf("GET /plants/%d answers %v; its acknowledged writes leave it %s", id, got, describe(expect[id]))
+		}
+	}
+	if code := s.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+}
+
+// checkListing walks GET /plants to its end: every plant listed is one
+// that may be stored, and every plant that must be stored is listed.
+func checkListing(t *testing.T, url, token string, expect map[int64][]plantState) {
+	t.Helper()
+	api := apitest.Client(t)
+	listed := map[int64]bool{}
+	query := "?limit=1000"
+	for {
+		status, _, body := call(t, api, "GET", url+"/plants"+query, token, "")
+		if status != 200 {
+			t.Fatalf("GET /plants%s: %d %s", query, status, body)
+		}
+		var page []struct {
+			ID   int64   `json:"id"`
+			Name string  `json:"name"`
+			Tag  *string `json:"tag"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatalf("GET /plants%s: %v", query, err)
+		}
+		for _, p := range page {
+			listed[p.ID] = true
+			got := stateOf(plantstore.Plant{ID: p.ID, Name: p.Name, Tag: p.Tag})
+			if states, ok := expect[p.ID]; !ok {
+				t.Errorf("GET /plants lists plant %d, which no one wrote", p.ID)
+			} else if !slices.Contains(states, got) {
+				t.Errorf("GET /plants lists plant %d as %v; its acknowledged writes leave it %s", p.ID, got, describe(states))
+			}
+		}
+		if len(page) < 1000 {
+			break
+		}
+		query = fmt.Sprintf("?limit=1000&after=%d", page[len(page)-1].ID)
+	}
+	for id, states := range expect {
+		if !listed[id] && !slices.Contains(states, absent) {
+			t.Errorf("GET /plants does not list plant %d; its acknowledged writes leave it %s", id, describe(states))
+		}
+	}
+}
+
+// plantState is a content an id may have in the store: absent, or a plant
+// with a name and maybe a tag. It is comparable, so == compares contents.
+type plantState struct {
+	present bool
+	name    string
+	tagged  bool
+	tag     string
+}
+
+var absent = plantState{}
+
+func stateOf(p plantstore.Plant) plantState {
+	s := plantState{present: true, name: p.Name}
+	if p.Tag != nil {
+		s.tagged, s.tag = true, *p.Tag
+	}
+	return s
+}
+
+func (s plantState) String() string {
+	switch {
+	case !s.present:
+		return "absent"
+	case s.tagged:
+		return fmt.Sprintf("%q tag %q", s.name, s.tag)
+	default:
+		return fmt.Sprintf("%q without a tag", s.name)
+	}
+}
+
+// json is the body that writes s, with id when it is not zero.
+func (s plantState) json(id int64) string {
+	body := struct {
+		ID   int64   `json:"id,omitempty"`
+		Name string  `json:"name"`
+		Tag  *string `json:"tag,omitempty"`
+	}{ID: id, Name: s.name}
+	if s.tagged {
+		body.Tag = &s.tag
+	}
+	b, _ := json.Marshal(body)
+	return string(b)
+}
+
+func describe(states []plantState) string {
+	if len(states) == 1 {
+		return states[0].String()
+	}
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = s.String()
+	}
+	return "one of " + strings.Join(parts, " or ") + " (a write was unanswered)"
+}
+
+func decodeState(t *testing.T, body []byte) plantState {
+	t.Helper()
+	var p struct {
+		Name string  `json:"name"`
+		Tag  *string `json:"tag"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Errorf("%v: %s", err, body)
+	}
+	return stateOf(plantstore.Plant{Name: p.Name, Tag: p.Tag})
+}
+
+// crashWorker writes plants under ids of its own only, one request at a
+// time, so it alone decides what each should hold. For every id it keeps
+// the states the store may be in: the one its last acknowledged write left,
+// and, when a later write went unanswered, that write's outcome too.
+type crashWorker struct {
+	n          int64 // its ids are n<<32 | i
+	rng        *rand.Rand
+	next       int64   // i of its next new id
+	ids        []int64 // every id it has written
+	maybe      map[int64][]plantState
+	ops        int            // requests sent, for unique names
+	acked      map[string]int // acknowledged writes by method, and "404"
+	unanswered int            // writes unanswered since last counted
+}
+
+// run writes until the server stops answering: the first write left
+// unanswered ends it, so a worker never has two writes pending.
+func (w *crashWorker) run(t *testing.T, client *http.Client, url, token string) {
+	for w.write(t, client, url, token) {
+	}
+}
+
+// write sends one create, update or delete and checks the answer against
+// what the id may hold. It reports whether the worker should go on.
+func (w *crashWorker) write(t *testing.T, client *http.Client, url, token string) bool {
+	var id int64
+	fresh := w.rng.IntN(10) < 4 || len(w.ids) == 0
+	if fresh {
+		id = w.n<<32 | w.next
+		w.next++
+		w.ids = append(w.ids, id)
+		w.maybe[id] = []plantState{absent}
+	} else {
+		id = w.ids[w.rng.IntN(len(w.ids))]
+	}
+	before := w.maybe[id]
+	w.ops++
+	content := plantState{present: true, name: fmt.Sprintf("plant %d, write %d", id, w.ops)}
+	switch w.rng.IntN(3) {
+	case 0:
+		content.tagged, content.tag = true, fmt.Sprintf("t%d", w.rng.IntN(5))
+	case 1:
+		content.tagged = true // an empty tag, which is not no tag
+	}
+
+	var method, target, body string
+	var after plantState
+	switch {
+	case fresh || slices.Equal(before, []plantState{absent}) && w.rng.IntN(2) == 0:
+		method, target, body, after = "POST", url+"/plants", content.json(id), content
+	case w.rng.IntN(2) == 0:
+		method, target, body, after = "PUT", fmt.Sprintf("%s/plants/%d", url, id), content.json(0), content
+	default:
+		method, target, after = "DELETE", fmt.Sprintf("%s/plants/%d", url, id), absent
+	}
+	status, _, answer, err := send(client, method, target, token, body)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return false // the server was gone before the write was sent
+	}
+	if err != nil || status == http.StatusServiceUnavailable {
+		// The write may have been done, or not, or may yet be (a 503'd
+		// create can still commit): until another write is answered the
+		// id may be in either state.
+		if !slices.Contains(before, after) {
+			w.maybe[id] = append(slices.Clone(before), after)
+		}
+		w.unanswered++
+		return false
+	}
+	mayBeAbsent := slices.Contains(before, absent)
+	mayBePresent := slices.ContainsFunc(before, func(s plantState) bool { return s.present })
+	switch {
+	case method == "POST" && status == 200 && mayBeAbsent,
+		method == "PUT" && status == 200 && mayBePresent:
+		if got := decodeState(t, answer); got != after {
+			t.Errorf("%s plant %d answered %v, want %v", method, id, got, after)
+		}
+		w.maybe[id] = []plantState{after}
+		w.acked[method]++
+	case method == "DELETE" && status == 204 && mayBePresent:
+		w.maybe[id] = []plantState{absent}
+		w.acked[method]++
+	case method != "POST" && status == 404 && mayBeAbsent:
+		w.maybe[id] = []plantState{absent}
+		w.acked["404"]++
+	default:
+		t.Errorf("%s plant %d: %d %s; its acknowledged writes left it %s", method, id, status, answer, describe(before))
+		return false
+	}
+	return true
+}
+
+// send makes one request; an error means no answer came.
+func send(client *http.Client, method, url, token, body string) (int, http.Header, []byte, error) {
+	var reader io.Reader
+	if body != "" {
+		reader = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, reader)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, resp.Header, bytes.TrimSpace(answer), nil
+}
+
+// call makes one request that must be answered.
+func call(t *testing.T, client *http.Client, method, url, token, body string) (int, http.Header, []byte) {
+	t.Helper()
+	status, header, answer, err := send(client, method, url, token, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return status, header, answer
 }

@@ -1,0 +1,122 @@
+// Package docs serves the API reference page: Redoc, rendering the OpenAPI
+// document the service serves. Redoc's bundle is embedded (taken from the
+// npm registry by ./fetch, pinned and checked), so the page needs no
+// internet access: it loads nothing from anywhere but this service.
+package docs
+
+import (
+	"bytes"
+	"compress/gzip"
+	_ "embed"
+	"html/template"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+//go:generate go run ./fetch -dir .
+
+//go:embed redoc.standalone.js.gz
+var bundleGz []byte
+
+// License is Redoc's licence (MIT), shipped with its bundle.
+//
+//go:embed redoc.LICENSE
+var License string
+
+// RedocVersion is the embedded Redoc release.
+const RedocVersion = "3.0.1"
+
+// BundlePath is where the page loads Redoc from. The version is in the
+// path, so the bundle can be cached for good.
+const BundlePath = "/docs/redoc-" + RedocVersion + ".standalone.js"
+
+// page links its script and the document relatively, so it works under a
+// path prefix too (a proxy serving the API at /store/ serves the page at
+// /store/docs and everything it loads beside it).
+var page = template.Must(template.New("docs").Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}}</title>
+<style>body { margin: 0; padding: 0; }</style>
+</head>
+<body>
+<div id="redoc"></div>
+<script src="{{.Bundle}}"></script>
+<script>
+Redoc.init("openapi.json", {
+  hideDownloadButton: false,
+  expandResponses: "200,201,204",
+  pathInMiddlePanel: true
+}, document.getElementById("redoc"));
+</script>
+</body>
+</html>
+`))
+
+// Page serves the reference page (GET /docs).
+func Page(title string) http.Handler {
+	var b bytes.Buffer
+	if err := page.Execute(&b, struct{ Title, Bundle string }{title, strings.TrimPrefix(BundlePath, "/")}); err != nil {
+		panic(err) // a constant template and two strings
+	}
+	html := b.Bytes()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		// Only this origin's scripts; Redoc's styles are inline, and it
+		// renders in workers it makes from blobs.
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:")
+		h.Set("Content-Length", strconv.Itoa(len(html)))
+		w.Write(html)
+	})
+}
+
+// Bundle serves Redoc's script (GET BundlePath): gzipped as embedded to a
+// client that accepts gzip, which every browser does, and decompressed
+// once, on first need, for one that does not.
+func Bundle() http.Handler {
+	plain := sync.OnceValue(func() []byte {
+		zr, err := gzip.NewReader(bytes.NewReader(bundleGz))
+		if err != nil {
+			panic(err) // the embedded file is checked by the tests
+		}
+		b, err := io.ReadAll(zr)
+		if err != nil {
+			panic(err)
+		}
+		return b
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "text/javascript; charset=utf-8")
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+		h.Add("Vary", "Accept-Encoding")
+		body := bundleGz
+		if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+			h.Set("Content-Encoding", "gzip")
+		} else {
+			body = plain()
+		}
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	})
+}
+
+// acceptsGzip reads Accept-Encoding well enough for browsers and curl: gzip
+// listed without q=0.
+func acceptsGzip(header string) bool {
+	for part := range strings.SplitSeq(header, ",") {
+		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
+}

@@ -40,11 +40,15 @@ Usage:
   plantstore webhook add URL                        subscribe URL to new plants; prints its signing secret
   plantstore webhook list [--json]                  show subscribers and their deliveries (never the secrets)
   plantstore webhook remove ID                      unsubscribe
+  plantstore backup --to FILE                       copy the SQLite store, while it serves
+  plantstore restore --from FILE [--force]          replace the SQLite store with a backup; stop serve first
   plantstore plants add --id ID --name NAME [--tag TAG]
   plantstore plants list [--tag TAG] [--limit N] [--after ID] [--all]
   plantstore plants get ID
   plantstore plants update ID --name NAME [--tag TAG]
   plantstore plants delete ID
+  plantstore health [--path /readyz]                exit 0 if the server on --addr answers 200
+  plantstore version [--json]                       print the version, the commit and the build date
 
 serve, token and webhook work on the store itself: --db PATH (env PLANTSTORE_DB,
 default ./plantstore.db).
@@ -71,6 +75,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runWebhook(ctx, args[1:], getenv, stdout, stderr)
 	case "plants":
 		return runPlants(ctx, args[1:], getenv, stdout, stderr)
+	case "backup":
+		return runBackup(ctx, args[1:], getenv, stdout, stderr)
+	case "restore":
+		return runRestore(ctx, args[1:], getenv, stdout, stderr)
+	case "health":
+		return runHealth(ctx, args[1:], getenv, stdout, stderr)
+	case "version", "--version":
+		return runVersion(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

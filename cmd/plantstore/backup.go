@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/plantstore/plantstore/internal/postgres"
+	"github.com/plantstore/plantstore/internal/sqlite"
+)
+
+// runBackup copies a SQLite store while it serves. --to is read from the
+// command line only, not from a variable: it names a new file each time.
+func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("backup", `backup --to FILE [--db PATH]
+
+Writes a consistent copy of the SQLite store at --db to FILE, while the
+server goes on serving: every plant acknowledged before the backup began
+is in it. FILE must not exist. The copy holds token hashes and webhook
+secrets: keep it as safe as the store. Restore it with plantstore restore.
+For PostgreSQL, use pg_dump (see the README's Backups section).`, getenv, stdout, stderr)
+	db := addDBFlags(fs)
+	to := fs.FlagSet.String("to", "", "the backup `FILE` to write; it must not exist (required)")
+	if rest, err := fs.parse(args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError(fmt.Sprintf("backup takes no arguments, got %q; use --to", rest))
+	}
+	if postgres.IsURL(db.db.raw) {
+		return usageError("backup copies a SQLite store; for PostgreSQL, use pg_dump --format=custom (see the README's Backups section)")
+	}
+	if *to == "" {
+		return usageError("backup needs --to FILE")
+	}
+	info, err := sqlite.Backup(ctx, db.db.raw, *to, *db.busyTimeout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "backed up %s to %s: %s, schema version %d, %d plants\n",
+		db.db.raw, info.Path, byteSize(info.Bytes), info.SchemaVersion, info.Plants)
+	return nil
+}
+
+// runRestore replaces a SQLite store with a backup. --force is read from
+// the command line only: a variable left set must never make a restore
+// destroy a store.
+func runRestore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("restore", `restore --from FILE [--db PATH] [--force]
+
+Makes the backup FILE (written by plantstore backup) the SQLite store at
+--db. Stop the server first: restore refuses while one serves the store.
+The backup is checked before anything changes. A store already at --db
+is replaced only with --force, and is then gone: back it up first if you
+may need it. For PostgreSQL, use pg_restore (see the README's Backups
+section).`, getenv, stdout, stderr)
+	db := addDBFlags(fs)
+	from := fs.FlagSet.String("from", "", "the backup `FILE` to restore (required)")
+	force := fs.FlagSet.Bool("force", false, "replace the store at --db if there is one")
+	if rest, err := fs.parse(args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError(fmt.Sprintf("restore takes no arguments, got %q; use --from", rest))
+	}
+	if postgres.IsURL(db.db.raw) {
+		return usageError("restore writes a SQLite store; for PostgreSQL, use pg_restore (or psql for a plain dump) into an empty database (see the README's Backups section)")
+	}
+	if *from == "" {
+		return usageError("restore needs --from FILE")
+	}
+	info, err := sqlite.Restore(ctx, *from, db.db.raw, sqlite.RestoreOptions{Replace: *force})
+	if errors.Is(err, sqlite.ErrStoreExists) {
+		return fmt.Errorf("%w; back it up first if you may need it (plantstore backup), then replace it with --force", err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "restored %s to %s: schema version %d, %d plants; start the server with: plantstore serve --db %s\n",
+		*from, info.Path, info.SchemaVersion, info.Plants, info.Path)
+	return nil
+}
+
+// byteSize shows n in the largest binary unit it fills.
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	size, prefix := float64(n)/unit, "KMGTPE"
+	for size >= unit && len(prefix) > 1 {
+		size, prefix = size/unit, prefix[1:]
+	}
+	return fmt.Sprintf("%.1f %ciB", size, prefix[0])
+}

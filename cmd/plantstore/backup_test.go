@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Eight writers create plants through the server while two backups are
+// taken beside it. Each backup, restored into a new directory and served,
+// holds every plant acknowledged before it began, with its name, and only
+// plants sent before it returned. The store starts with enough plants
+// that creates commit while a backup copies.
+func TestBackupUnderLoadKeepsEveryAcknowledgedPlant(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "load")
+	seeded := seedPlants(t, filepath.Join(dir, "plantstore.db"), 50_000)
+	s := serve(t, dir)
+	client := &http.Client{Timeout: 10 * time.Second}
+
+	var mu sync.Mutex
+	sent := maps.Clone(seeded) // every plant sent, whatever its answer
+	acked := maps.Clone(seeded)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var writers sync.WaitGroup
+	for w := range int64(8) {
+		writers.Go(func() {
+			for i := int64(0); ctx.Err() == nil; i++ {
+				id := w<<32 | i
+				name := fmt.Sprintf("plant %d/%d", w, i)
+				mu.Lock()
+				sent[id] = name
+				mu.Unlock()
+				status, _, body, err := send(client, "POST", s.url+"/plants", token, fmt.Sprintf(`{"id":%d,"name":%q}`, id, name))
+				if err != nil || status != 200 {
+					t.Errorf("create %d: %d %s %v", id, status, body, err)
+					return
+				}
+				mu.Lock()
+				acked[id] = name
+				mu.Unlock()
+			}
+		})
+	}
+	acknowledged := func() map[int64]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(acked)
+	}
+
+	type backup struct {
+		file        string
+		ackedBefore map[int64]string // acknowledged before the backup began
+		sentBefore  map[int64]string // sent before it returned
+	}
+	var backups []backup
+	ackedDuring := 0
+	time.Sleep(300 * time.Millisecond)
+	for i := range 2 {
+		before := acknowledged()
+		file := filepath.Join(t.TempDir(), fmt.Sprintf("backup-%d.db", i))
+		start := time.Now()
+		r := cli(t, dir, nil, "backup", "--to", file)
+		took := time.Since(start)
+		if r.exit != 0 || r.stdout != "" || !strings.Contains(r.stderr, "backed up") {
+			t.Fatalf("backup %d: %+v", i, r)
+		}
+		mu.Lock()
+		sentBefore := maps.Clone(sent)
+		mu.Unlock()
+		during := len(acknowledged()) - len(before)
+		ackedDuring += during
+		t.Logf("backup %d took %v, %d creates acknowledged meanwhile: %s", i, took.Round(time.Millisecond), during, strings.TrimSpace(r.stderr))
+		backups = append(backups, backup{file, before, sentBefore})
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	writers.Wait()
+	if len(backups[0].ackedBefore) < 100 {
+		t.Fatalf("only %d creates were acknowledged before the first backup; the test proves little", len(backups[0].ackedBefore))
+	}
+	if ackedDuring == 0 {
+		t.Error("no create was acknowledged while a backup ran; the backups were not taken under load")
+	}
+	if code := s.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("serve exited %d", code)
+	}
+
+	for i, b := range backups {
+		restoredDir := t.TempDir()
+		r := cli(t, restoredDir, nil, "restore", "--from", b.file, "--db", filepath.Join(restoredDir, "plantstore.db"))
+		if r.exit != 0 || !strings.Contains(r.stderr, "restored") {
+			t.Fatalf("restore of backup %d: %+v", i, r)
+		}
+		rs := serve(t, restoredDir)
+		stored := listAll(t, client, rs.url, token) // the backup holds the token too
+		lost, unsent := 0, 0
+		for id, name := range b.ackedBefore {
+			if stored[id] != name {
+				if lost++; lost <= 10 {
+					t.Errorf("backup %d: plant %d, acknowledged before it began, is %q, want %q", i, id, stored[id], name)
+				}
+			}
+		}
+		for id, name := range stored {
+			if b.sentBefore[id] != name {
+				if unsent++; unsent <= 10 {
+					t.Errorf("backup %d holds plant %d %q, which was not sent before the backup returned", i, id, name)
+				}
+			}
+		}
+		if lost+unsent > 0 {
+			t.Errorf("backup %d: %d acknowledged plants lost, %d plants never sent", i, lost, unsent)
+		}
+		checked := 0
+		for id, name := range b.ackedBefore {
+			status, _, body := call(t, client, "GET", fmt.Sprintf("%s/plants/%d", rs.url, id), token, "")
+			if want := fmt.Sprintf(`{"id":%d,"name":%q}`, id, name); status != 200 || string(body) != want {
+				t.Errorf("backup %d: GET plant %d: %d %s, want %s", i, id, status, body, want)
+			}
+			if checked++; checked == 50 {
+				break
+			}
+		}
+		t.Logf("backup %d: %d plants acknowledged before it began, %d in it, %d sent in all", i, len(b.ackedBefore), len(stored), len(sent))
+		rs.stop(t, syscall.SIGTERM)
+	}
+}
+
+// What backup and restore refuse, and how they say it.
+func TestBackupAndRestoreRefusals(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "me")
+	client := &http.Client{Timeout: 10 * time.Second}
+	s := serve(t, dir)
+	if status, _, body := call(t, client, "POST", s.url+"/plants", token, `{"id":1,"name":"before"}`); status != 200 {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	file := filepath.Join(t.TempDir(), "backup.db")
+	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 0 {
+		t.Fatalf("backup: %+v", r)
+	}
+	if status, _, body := call(t, client, "POST", s.url+"/plants", token, `{"id":2,"name":"after"}`); status != 200 {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 1 || !strings.Contains(r.stderr, "exists") {
+		t.Errorf("backup onto an existing file: %+v", r)
+	}
+	// While the server runs, with --force or not.
+	for _, args := range [][]string{{"restore", "--from", file}, {"restore", "--from", file, "--force"}} {
+		if r := cli(t, dir, nil, args...); r.exit != 1 || !strings.Contains(r.stderr, "another plantstore serve") || !strings.Contains(r.stderr, "stop the server first") {
+			t.Errorf("%q beside a server: %+v", args, r)
+		}
+	}
+	s.stop(t, syscall.SIGTERM)
+
+	// A store is replaced only with --force, never from a variable.
+	if r := cli(t, dir, []string{"PLANTSTORE_FORCE=true"}, "restore", "--from", file); r.exit != 1 || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("restore onto a store without --force: %+v", r)
+	}
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	if err := os.WriteFile(garbage, []byte(strings.Repeat("not a database ", 500)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := cli(t, dir, nil, "restore", "--from", garbage, "--force"); r.exit != 1 || !strings.Contains(r.stderr, "not a usable backup") {
+		t.Errorf("restore of garbage: %+v", r)
+	}
+	if r := cli(t, dir, nil, "restore", "--from", file, "--force"); r.exit != 0 || !strings.Contains(r.stderr, "1 plants") {
+		t.Fatalf("restore --force: %+v", r)
+	}
+	s = serve(t, dir)
+	if status, _, body := call(t, client, "GET", s.url+"/plants/1", token, ""); status != 200 || string(body) != `{"id":1,"name":"before"}` {
+		t.Errorf("plant 1, in the backup: %d %s", status, body)
+	}
+	if status, _, _ := call(t, client, "GET", s.url+"/plants/2", token, ""); status != 404 {
+		t.Errorf("plant 2, created after the backup: %d, want 404", status)
+	}
+	s.stop(t, syscall.SIGTERM)
+
+	missing := filepath.Join(t.TempDir(), "missing.db")
+	if r := cli(t, dir, nil, "backup", "--db", missing, "--to", filepath.Join(t.TempDir(), "b.db")); r.exit != 1 || !strings.Contains(r.stderr, "no store") {
+		t.Errorf("backup of a missing store: %+v", r)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("backup created the store it was to copy")
+	}
+	pg := "postgres://plant:sekrit@127.0.0.1:1/db"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"backup", "--db", pg, "--to", "x"}, "pg_dump"},
+		{[]string{"restore", "--db", pg, "--from", "x"}, "pg_restore"},
+		{[]string{"backup"}, "--to"},
+		{[]string{"restore"}, "--from"},
+		{[]string{"backup", "--to", "x", "extra"}, "no arguments"},
+	} {
+		r := cli(t, dir, nil, c.args...)
+		if r.exit != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "sekrit") {
+			t.Errorf("%q: %+v, want exit 2 and a message with %q", c.args, r, c.want)
+		}
+	}
+	for _, c := range []struct {
+		cmd   string
+		flags []string
+	}{
+		{"backup", []string{"-to", "-db", "pg_dump"}},
+		{"restore", []string{"-from", "-db", "-force", "Stop the server first"}},
+	} {
+		r := cli(t, dir, nil, c.cmd, "--help")
+		for _, f := range c.flags {
+			if r.exit != 0 || !strings.Contains(r.stdout, f) {
+				t.Errorf("%s --help does not explain %s: %+v", c.cmd, f, r)
+			}
+		}
+	}
+	if r := cli(t, dir, nil, "--help"); !strings.Contains(r.stdout, "plantstore backup") || !strings.Contains(r.stdout, "plantstore restore") {
+		t.Errorf("--help does not mention backup and restore:\n%s", r.stdout)
+	}
+}
+
+// seedPlants writes n plants with negative ids straight into the store at
+// path, which no server may be using, and returns their names by id.
+func seedPlants(t *testing.T, path string, n int) map[int64]string {
+	t.Helper()
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	filler := strings.Repeat("x", 150)
+	if _, err := raw.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+		INSERT INTO plants (id, name, created_at) SELECT -i, printf('seed %d ', i) || ?, 0 FROM n`, n, filler); err != nil {
+		t.Fatal(err)
+	}
+	names := make(map[int64]string, n)
+	for i := 1; i <= n; i++ {
+		names[int64(-i)] = fmt.Sprintf("seed %d %s", i, filler)
+	}
+	return names
+}

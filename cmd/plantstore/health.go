@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// runHealth asks a running server whether it is up. It exists for
+// container health checks: the image has no shell and no curl, so the
+// binary probes itself. It reads --addr (PLANTSTORE_ADDR) as serve does,
+// so in the image it finds the server without being told where.
+func runHealth(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("health", `health [--addr HOST:PORT] [--path /healthz] [--timeout 2s]
+
+Sends GET PATH to the server listening on --addr, the same flag and
+variable as serve's (a wildcard address such as 0.0.0.0 is asked on
+loopback), and exits 0 if it answers 200, 1 otherwise. --path /readyz
+asks whether the server can reach its store. Redirects and proxies are
+not followed.`, getenv, stdout, stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` the server listens on")
+	path := fs.FlagSet.String("path", "/healthz", "`PATH` to ask: /healthz (the process is up) or /readyz (it can reach its store)")
+	timeout := fs.FlagSet.Duration("timeout", 2*time.Second, "time the server has to answer")
+	if rest, err := fs.parse(args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError(fmt.Sprintf("health takes no arguments, got %q", rest))
+	}
+	target, err := probeURL(*addr, *path)
+	if err != nil {
+		return usageError(err.Error())
+	}
+	if *timeout <= 0 {
+		return usageError("--timeout must be positive")
+	}
+
+	client := &http.Client{
+		Timeout:   *timeout,
+		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health: %s answered %s", target, resp.Status)
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", target, resp.Status)
+	return nil
+}
+
+// probeURL is the URL of path on the server listening on addr: a
+// wildcard or empty host is reached on loopback.
+func probeURL(addr, path string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--addr %q: %v", addr, err)
+	}
+	if port == "" || port == "0" {
+		return "", fmt.Errorf("--addr %q: needs the port the server listens on", addr)
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	if !strings.HasPrefix(path, "/") {
+		return "", errors.New("--path must start with /")
+	}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: path}
+	return u.String(), nil
+}

@@ -1,0 +1,662 @@
+// Package deploy holds the container image's build script, the compose
+// file and the Kubernetes manifests. No container engine runs where CI
+// does, so these tests check what a reviewer would: that every file parses
+// and that the pieces agree with each other and with the binary.
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Every YAML file here parses, each of its documents.
+func TestManifestsParse(t *testing.T) {
+	n := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || (filepath.Ext(path) != ".yaml" && filepath.Ext(path) != ".yml") {
+			return err
+		}
+		docs := decodeAll(t, path)
+		if len(docs) == 0 {
+			t.Errorf("%s: no YAML document", path)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 5 {
+		t.Errorf("found %d YAML files; expected compose.yaml and the k8s manifests", n)
+	}
+}
+
+// decodeAll returns the documents of a YAML file, failing the test if one
+// does not parse.
+func decodeAll(t *testing.T, path string) []*yaml.Node {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var docs []*yaml.Node
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		docs = append(docs, &doc)
+	}
+}
+
+// decodeFile decodes the one document of a YAML file into v.
+func decodeFile(t *testing.T, path string, v any) {
+	t.Helper()
+	docs := decodeAll(t, path)
+	if len(docs) != 1 {
+		t.Fatalf("%s: %d documents, want 1", path, len(docs))
+	}
+	if err := docs[0].Decode(v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+type composeFile struct {
+	Services map[string]composeService
+	Volumes  map[string]any
+}
+
+type composeService struct {
+	Build *struct {
+		Context    string
+		Dockerfile string
+	}
+	Image       string
+	Command     []string
+	DependsOn   dependsOn `yaml:"depends_on"`
+	Environment map[string]string
+	Ports       []string
+	Volumes     []string
+	Healthcheck *struct{ Test []string }
+}
+
+// dependsOn is compose's depends_on, a list of services or a map of them
+// to their conditions: service name to condition ("" in the list form).
+type dependsOn map[string]string
+
+func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
+	*d = dependsOn{}
+	if n.Kind == yaml.SequenceNode {
+		var names []string
+		if err := n.Decode(&names); err != nil {
+			return err
+		}
+		for _, s := range names {
+			(*d)[s] = ""
+		}
+		return nil
+	}
+	var m map[string]struct{ Condition string }
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for s, c := range m {
+		(*d)[s] = c.Condition
+	}
+	return nil
+}
+
+var instances = []string{"plantstore-1", "plantstore-2", "plantstore-3"}
+
+// compose.yaml: three instances of the image built from the repository's
+// Dockerfile, on PostgreSQL, behind a load balancer that checks /readyz.
+func TestCompose(t *testing.T) {
+	var c composeFile
+	decodeFile(t, "compose.yaml", &c)
+
+	pg, ok := c.Services["postgres"]
+	if !ok {
+		t.Fatal("compose.yaml has no postgres service")
+	}
+	if !strings.HasPrefix(pg.Image, "postgres:") {
+		t.Errorf("postgres image %q", pg.Image)
+	}
+	if pg.Healthcheck == nil || !slices.Contains(pg.Healthcheck.Test, "pg_isready") {
+		t.Errorf("postgres has no pg_isready health check: %+v", pg.Healthcheck)
+	}
+	if len(pg.Volumes) == 0 || !c.hasVolume(pg.Volumes[0]) {
+		t.Errorf("postgres keeps its data in no named volume: %v", pg.Volumes)
+	}
+
+	var image string
+	for _, name := range instances {
+		s, ok := c.Services[name]
+		if !ok {
+			t.Errorf("compose.yaml has no service %s", name)
+			continue
+		}
+		if s.Build == nil {
+			t.Errorf("%s: no build section", name)
+		} else if dockerfile := filepath.Join(s.Build.Context, s.Build.Dockerfile); filepath.Clean(dockerfile) != filepath.Join("..", "Dockerfile") {
+			t.Errorf("%s builds %s, not the repository's Dockerfile", name, dockerfile)
+		}
+		if image == "" {
+			image = s.Image
+		}
+		if s.Image == "" || s.Image != image {
+			t.Errorf("%s: image %q; every instance runs one image (%q)", name, s.Image, image)
+		}
+		if s.DependsOn["postgres"] != "service_healthy" {
+			t.Errorf("%s does not wait for postgres to be healthy: %v", name, s.DependsOn)
+		}
+		db := s.Environment["PLANTSTORE_DB"]
+		if !strings.HasPrefix(db, "postgres://") || !strings.Contains(db, "@postgres:5432/") {
+			t.Errorf("%s: PLANTSTORE_DB %q does not name the postgres service", name, db)
+		}
+		if len(s.Ports) > 0 {
+			t.Errorf("%s publishes %v; only the load balancer should", name, s.Ports)
+		}
+	}
+
+	// The load balancer: the service that mounts haproxy.cfg, publishing the
+	// API, sending to each instance, checking /readyz.
+	var lb string
+	for name, s := range c.Services {
+		for _, v := range s.Volumes {
+			if strings.HasPrefix(v, "./haproxy.cfg:") {
+				lb = name
+			}
+		}
+	}
+	if lb == "" {
+		t.Fatal("no service mounts ./haproxy.cfg")
+	}
+	if len(c.Services[lb].Ports) != 1 || !strings.HasSuffix(c.Services[lb].Ports[0], ":8080") {
+		t.Errorf("%s publishes %v, want the frontend's port 8080", lb, c.Services[lb].Ports)
+	}
+	cfg, err := os.ReadFile("haproxy.cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := regexp.MustCompile(`(?m)^\s*server\s+(\S+)\s+(\S+):8080\b`).FindAllStringSubmatch(string(cfg), -1)
+	var targets []string
+	for _, m := range servers {
+		targets = append(targets, m[2])
+	}
+	slices.Sort(targets)
+	if !slices.Equal(targets, instances) {
+		t.Errorf("haproxy.cfg sends to %v, want %v", targets, instances)
+	}
+	for _, want := range []string{"balance roundrobin", "uri /readyz", "expect status 200", "bind :8080"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("haproxy.cfg lacks %q", want)
+		}
+	}
+	for _, name := range instances {
+		if _, ok := c.Services[lb].DependsOn[name]; !ok {
+			t.Errorf("%s does not depend on %s", lb, name)
+		}
+	}
+}
+
+func (c composeFile) hasVolume(spec string) bool {
+	_, ok := c.Volumes[strings.SplitN(spec, ":", 2)[0]]
+	return ok
+}
+
+// The Kubernetes objects, by kind.
+type object struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string
+	Metadata   struct {
+		Name      string
+		Namespace string
+		Labels    map[string]string
+	}
+}
+
+type deployment struct {
+	object `yaml:",inline"`
+	Spec   struct {
+		Replicas int
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		}
+		Template struct {
+			Metadata struct{ Labels map[string]string }
+			Spec     podSpec
+		}
+	}
+}
+
+type podSpec struct {
+	SecurityContext               securityContext `yaml:"securityContext"`
+	TerminationGracePeriodSeconds int             `yaml:"terminationGracePeriodSeconds"`
+	EnableServiceLinks            *bool           `yaml:"enableServiceLinks"`
+	Containers                    []container
+	Volumes                       []struct {
+		Name   string
+		Secret *struct {
+			SecretName string `yaml:"secretName"`
+			Items      []struct{ Key, Path string }
+		}
+	}
+}
+
+type securityContext struct {
+	RunAsNonRoot             *bool `yaml:"runAsNonRoot"`
+	RunAsUser                *int  `yaml:"runAsUser"`
+	AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+	ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
+	Capabilities             struct{ Drop []string }
+	SeccompProfile           struct{ Type string } `yaml:"seccompProfile"`
+}
+
+type container struct {
+	Name  string
+	Image string
+	Ports []struct {
+		Name          string
+		ContainerPort int `yaml:"containerPort"`
+	}
+	Env []struct {
+		Name      string
+		Value     *string
+		ValueFrom *struct {
+			SecretKeyRef *struct{ Name, Key string } `yaml:"secretKeyRef"`
+		} `yaml:"valueFrom"`
+	}
+	VolumeMounts []struct {
+		Name      string
+		MountPath string `yaml:"mountPath"`
+	} `yaml:"volumeMounts"`
+	SecurityContext securityContext `yaml:"securityContext"`
+	Resources       struct {
+		Requests, Limits map[string]string
+	}
+	ReadinessProbe *probe `yaml:"readinessProbe"`
+	LivenessProbe  *probe `yaml:"livenessProbe"`
+	Lifecycle      struct {
+		PreStop *struct {
+			Sleep *struct{ Seconds int }
+		} `yaml:"preStop"`
+	}
+}
+
+type probe struct {
+	HTTPGet *struct {
+		Path string
+		Port yaml.Node // a name or a number
+	} `yaml:"httpGet"`
+}
+
+type service struct {
+	object `yaml:",inline"`
+	Spec   struct {
+		Type     string
+		Selector map[string]string
+		Ports    []struct {
+			Port       int
+			TargetPort yaml.Node `yaml:"targetPort"`
+		}
+	}
+}
+
+type secret struct {
+	object     `yaml:",inline"`
+	StringData map[string]string `yaml:"stringData"`
+	Data       map[string]string
+}
+
+type k8s struct {
+	deployment deployment
+	service    service
+	secret     secret
+	pdb        struct {
+		object `yaml:",inline"`
+		Spec   struct {
+			Selector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			}
+		}
+	}
+}
+
+// loadK8s decodes every manifest in k8s/, one object of each kind.
+func loadK8s(t *testing.T) k8s {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("k8s", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k k8s
+	seen := map[string]string{}
+	for _, f := range files {
+		for _, doc := range decodeAll(t, f) {
+			var o object
+			if err := doc.Decode(&o); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if o.Metadata.Namespace != "" {
+				t.Errorf("%s: %s %s names namespace %q; the manifests leave it to kubectl -n", f, o.Kind, o.Metadata.Name, o.Metadata.Namespace)
+			}
+			var target any
+			switch o.Kind {
+			case "Deployment":
+				target = &k.deployment
+			case "Service":
+				target = &k.service
+			case "Secret":
+				target = &k.secret
+			case "PodDisruptionBudget":
+				target = &k.pdb
+			case "Kustomization":
+				continue
+			default:
+				t.Errorf("%s: unexpected kind %q", f, o.Kind)
+				continue
+			}
+			if prev, ok := seen[o.Kind]; ok {
+				t.Fatalf("%s: a second %s (the first in %s)", f, o.Kind, prev)
+			}
+			seen[o.Kind] = f
+			if err := doc.Decode(target); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+	}
+	for _, kind := range []string{"Deployment", "Service", "Secret", "PodDisruptionBudget"} {
+		if seen[kind] == "" {
+			t.Fatalf("k8s/ has no %s", kind)
+		}
+	}
+	return k
+}
+
+// portMatches reports whether a probe's or a Service's port (a name or a
+// number) is the container's port.
+func portMatches(n yaml.Node, name string, number int) bool {
+	if i, err := strconv.Atoi(n.Value); err == nil {
+		return i == number
+	}
+	return n.Value != "" && n.Value == name
+}
+
+func TestKubernetes(t *testing.T) {
+	k := loadK8s(t)
+	d := k.deployment
+	if d.Spec.Replicas < 2 {
+		t.Errorf("Deployment runs %d replicas; several instances are the point", d.Spec.Replicas)
+	}
+	pod := d.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("Deployment has %d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 {
+		t.Fatalf("container ports %+v, want 8080 (PLANTSTORE_ADDR)", c.Ports)
+	}
+	portName, port := c.Ports[0].Name, c.Ports[0].ContainerPort
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.Value != nil {
+			env[e.Name] = *e.Value
+		}
+	}
+	if addr := env["PLANTSTORE_ADDR"]; addr != "0.0.0.0:"+strconv.Itoa(port) && addr != ":"+strconv.Itoa(port) {
+		t.Errorf("PLANTSTORE_ADDR %q does not listen on the container port %d", addr, port)
+	}
+
+	for _, p := range []struct {
+		name  string
+		probe *probe
+		path  string
+	}{
+		{"readinessProbe", c.ReadinessProbe, "/readyz"},
+		{"livenessProbe", c.LivenessProbe, "/healthz"},
+	} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("no %s with httpGet", p.name)
+			continue
+		}
+		if p.probe.HTTPGet.Path != p.path || !portMatches(p.probe.HTTPGet.Port, portName, port) {
+			t.Errorf("%s asks %s on port %q, want %s on the container port", p.name, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.Value, p.path)
+		}
+	}
+
+	// Not root, by the pod's or the container's settings.
+	nonRoot := c.SecurityContext.RunAsNonRoot
+	if nonRoot == nil {
+		nonRoot = pod.SecurityContext.RunAsNonRoot
+	}
+	if nonRoot == nil || !*nonRoot {
+		t.Error("runAsNonRoot is not true")
+	}
+	for _, u := range []*int{pod.SecurityContext.RunAsUser, c.SecurityContext.RunAsUser} {
+		if u != nil && *u == 0 {
+			t.Error("runAsUser is 0")
+		}
+	}
+	sc := c.SecurityContext
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	if !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Error("capabilities do not drop ALL")
+	}
+	if pod.SecurityContext.SeccompProfile.Type != "RuntimeDefault" && sc.SeccompProfile.Type != "RuntimeDefault" {
+		t.Error("no RuntimeDefault seccomp profile")
+	}
+	if c.Resources.Limits["memory"] == "" || c.Resources.Requests["memory"] == "" {
+		t.Errorf("memory requests and limits: %+v", c.Resources)
+	}
+	if pod.EnableServiceLinks == nil || *pod.EnableServiceLinks {
+		t.Error("enableServiceLinks is not false: a Service called plantstore would inject PLANTSTORE_* variables, which plantstore reads as flags")
+	}
+	// serve's --shutdown-timeout is 30 s, after the preStop pause.
+	pause := 0
+	if c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+		pause = c.Lifecycle.PreStop.Sleep.Seconds
+	}
+	if pod.TerminationGracePeriodSeconds <= pause+30 {
+		t.Errorf("terminationGracePeriodSeconds %d leaves no margin over the preStop pause (%d s) and --shutdown-timeout (30 s)", pod.TerminationGracePeriodSeconds, pause)
+	}
+
+	// The database URL comes from the Secret: PLANTSTORE_DB from a key of
+	// it, or PLANTSTORE_DB_FILE naming a file of a volume made of it.
+	if _, ok := env["PLANTSTORE_DB"]; ok {
+		t.Error("PLANTSTORE_DB is a plain value; the URL belongs in the Secret")
+	}
+	s := k.secret
+	fromSecret := false
+	for _, e := range c.Env {
+		if e.Name == "PLANTSTORE_DB" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			fromSecret = ref.Name == s.Metadata.Name && s.hasKey(ref.Key)
+		}
+	}
+	if file, ok := env["PLANTSTORE_DB_FILE"]; ok {
+		for _, m := range c.VolumeMounts {
+			rel, err := filepath.Rel(m.MountPath, file)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				continue
+			}
+			for _, v := range pod.Volumes {
+				if v.Name != m.Name || v.Secret == nil || v.Secret.SecretName != s.Metadata.Name {
+					continue
+				}
+				key := rel // without items, each key is a file
+				for _, it := range v.Secret.Items {
+					if it.Path == rel {
+						key = it.Key
+					}
+				}
+				fromSecret = s.hasKey(key)
+			}
+		}
+	}
+	if !fromSecret {
+		t.Errorf("the database URL does not come from the Secret %s", s.Metadata.Name)
+	}
+	for key, v := range s.StringData {
+		if !strings.HasPrefix(v, "postgres://") || !strings.Contains(v, "REPLACE") {
+			t.Errorf("Secret %s key %s: want a postgres:// placeholder marked REPLACE, got a value of %d bytes", s.Metadata.Name, key, len(v))
+		}
+	}
+
+	// The Service and the PodDisruptionBudget select these pods, and the
+	// Service sends to the container's port.
+	labels := d.Spec.Template.Metadata.Labels
+	for what, sel := range map[string]map[string]string{
+		"Deployment selector": d.Spec.Selector.MatchLabels,
+		"Service selector":    k.service.Spec.Selector,
+		"PDB selector":        k.pdb.Spec.Selector.MatchLabels,
+	} {
+		if len(sel) == 0 {
+			t.Errorf("%s is empty", what)
+		}
+		for key, v := range sel {
+			if labels[key] != v {
+				t.Errorf("%s %s=%s does not match the pods' labels %v", what, key, v, labels)
+			}
+		}
+	}
+	if ports := k.service.Spec.Ports; len(ports) != 1 {
+		t.Errorf("Service has %d ports, want 1", len(ports))
+	} else if !portMatches(ports[0].TargetPort, portName, port) {
+		t.Errorf("Service targets port %q, not the container's (%s, %d)", ports[0].TargetPort.Value, portName, port)
+	}
+}
+
+func (s secret) hasKey(key string) bool {
+	_, a := s.StringData[key]
+	_, b := s.Data[key]
+	return a || b
+}
+
+// kustomization.yaml lists every manifest but the Secret's, whose
+// placeholder must never be applied over the real URL, and renames the
+// Deployment's image.
+func TestKustomization(t *testing.T) {
+	var kz struct {
+		Resources []string
+		Images    []struct {
+			Name string
+		}
+	}
+	decodeFile(t, filepath.Join("k8s", "kustomization.yaml"), &kz)
+	files, _ := filepath.Glob(filepath.Join("k8s", "*.yaml"))
+	var want []string
+	for _, f := range files {
+		switch filepath.Base(f) {
+		case "kustomization.yaml", "secret.yaml":
+		default:
+			want = append(want, filepath.Base(f))
+		}
+	}
+	got := slices.Sorted(slices.Values(kz.Resources))
+	if !slices.Equal(got, want) {
+		t.Errorf("kustomization.yaml lists %v, want %v", got, want)
+	}
+	image := loadK8s(t).deployment.Spec.Template.Spec.Containers[0].Image
+	for _, im := range kz.Images {
+		if name, _, _ := strings.Cut(image, ":"); im.Name != name {
+			t.Errorf("kustomization.yaml renames image %q; the Deployment runs %q", im.Name, image)
+		}
+	}
+}
+
+// The Dockerfile builds with deploy/build.sh, the script CI runs, and runs
+// the binary as a non-root user with a health check.
+func TestDockerfile(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Instructions, with continuation lines joined and comments dropped.
+	var instr []string
+	var cur strings.Builder
+	scan := bufio.NewScanner(f)
+	for scan.Scan() {
+		line := strings.TrimSpace(scan.Text())
+		if strings.HasPrefix(line, "#") || line == "" && cur.Len() == 0 {
+			continue
+		}
+		if more, ok := strings.CutSuffix(line, `\`); ok {
+			cur.WriteString(strings.TrimSpace(more) + " ")
+			continue
+		}
+		cur.WriteString(line)
+		instr = append(instr, cur.String())
+		cur.Reset()
+	}
+	if err := scan.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var stages int
+	var user, healthcheck string
+	var buildScript, modulesFirst, copyAll bool
+	for _, in := range instr {
+		keyword, rest, _ := strings.Cut(in, " ")
+		switch strings.ToUpper(keyword) {
+		case "FROM":
+			stages++
+			user = "" // USER is per stage; the last stage's counts
+		case "COPY":
+			if strings.HasSuffix(rest, "go.mod go.sum ./") && !copyAll {
+				modulesFirst = true
+			}
+			if rest == ". ." {
+				copyAll = true
+			}
+		case "RUN":
+			if strings.Contains(rest, "bash deploy/build.sh ") {
+				buildScript = true
+			}
+		case "USER":
+			user = strings.TrimSpace(rest)
+		case "HEALTHCHECK":
+			healthcheck = rest
+		}
+	}
+	if stages < 2 {
+		t.Errorf("%d stages; want a build stage and a runtime stage", stages)
+	}
+	if !buildScript {
+		t.Error("no RUN bash deploy/build.sh: the image must build the way CI does")
+	}
+	if !modulesFirst {
+		t.Error("go.mod and go.sum are not copied before the source (the module download is not a layer of its own)")
+	}
+	name, _, _ := strings.Cut(user, ":")
+	if uid, err := strconv.Atoi(name); name == "" || name == "root" || err == nil && uid == 0 {
+		t.Errorf("the runtime stage runs as %q; want a non-root user", user)
+	}
+	if !strings.Contains(healthcheck, `CMD ["/plantstore", "health"`) {
+		t.Errorf("HEALTHCHECK %q does not run plantstore health", healthcheck)
+	}
+	if _, err := os.Stat("build.sh"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,321 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/plantstore/plantstore/internal/migration"
+)
+
+// BackupInfo describes a backup file: what was written, or what is about
+// to be restored.
+type BackupInfo struct {
+	Path          string
+	Bytes         int64
+	SchemaVersion int
+	Plants        int64
+}
+
+// Backup writes a consistent copy of the store at from to the new file to,
+// while a server and other commands go on using the store. VACUUM INTO
+// copies one read transaction's snapshot, so the copy holds every commit
+// made before it began and none of the commits after; a writer never
+// waits for it. The store is opened as it is, without migrating it, so a
+// backup never changes the file it copies. to must not exist: a backup
+// never replaces a file. The copy is written beside to under a temporary
+// name, synced, checked with PRAGMA integrity_check and only then given
+// its name, so a crash never leaves a partial backup under that name.
+func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (BackupInfo, error) {
+	if _, err := os.Lstat(to); err == nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w; a backup never replaces a file", to, fs.ErrExist)
+	}
+	if _, err := os.Stat(from); err != nil {
+		return BackupInfo{}, fmt.Errorf("backup %s: no store there: %w", from, err)
+	}
+	abs, err := filepath.Abs(from)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup %s: %w", from, err)
+	}
+	absTo, err := filepath.Abs(to)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+	}
+	tmp, err := newTemp(absTo)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+	}
+	defer removeWithSidecars(tmp) // a no-op once the copy has its name
+
+	// mode=rw: open the store only if it exists, never create one.
+	live, err := sql.Open("sqlite", dsn(abs, url.Values{
+		"mode":    {"rw"},
+		"_pragma": {fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds())},
+	}))
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup %s: %w", from, err)
+	}
+	// The file name is a bound parameter, never SQL built from it.
+	_, err = live.ExecContext(ctx, `VACUUM INTO ?`, tmp)
+	if errClose := live.Close(); err == nil {
+		err = errClose
+	}
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup %s: %w", from, err)
+	}
+	if err := syncFile(tmp); err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+	}
+	info, err := inspect(ctx, tmp)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: the copy failed its check: %w", to, err)
+	}
+	if err := install(tmp, to, false); err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+	}
+	info.Path = to
+	return info, nil
+}
+
+// RestoreOptions tune Restore.
+type RestoreOptions struct {
+	// Replace lets Restore replace an existing store. Without it, a store
+	// at the target is left alone and Restore fails.
+	Replace bool
+}
+
+// ErrStoreExists is Restore's refusal to replace a store it was not told
+// to replace.
+var ErrStoreExists = errors.New("a store exists there")
+
+// Restore makes the backup at from the store at to. It takes the lock a
+// server holds (see Options.SoleServer), so it fails while a server uses
+// the store, and no server can start until it is done. The backup is
+// copied beside to, synced and checked (integrity, and a schema no newer
+// than this binary knows) before anything at to changes; then the old
+// store's write-ahead log and shared-memory files are removed, since
+// SQLite would otherwise replay the old log onto the restored file, and
+// the copy is renamed into place. Commands such as "token" must not run
+// during a restore: one that has the old store open would go on writing
+// to it.
+func Restore(ctx context.Context, from, to string, opts RestoreOptions) (BackupInfo, error) {
+	abs, err := filepath.Abs(to)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
+	}
+	// The temporary file first: it fails plainly on a missing directory.
+	tmp, err := newTemp(abs)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
+	}
+	defer removeWithSidecars(tmp)
+	lock, err := lockSoleServer(abs)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("restore to %s: %w; stop the server first", to, err)
+	}
+	if lock != nil {
+		defer lock.Close()
+	}
+	if _, err := os.Lstat(to); err == nil && !opts.Replace {
+		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, ErrStoreExists)
+	}
+	// A store's main file without its log may lack commits: that is a
+	// live store or a copy of one, not a backup.
+	if st, err := os.Stat(from + "-wal"); err == nil && st.Size() > 0 {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %s-wal exists, so it is a live store or a copy of one, not a backup; make one with plantstore backup", from, from)
+	}
+	if err := copyFile(from, tmp); err != nil {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
+	}
+	info, err := inspect(ctx, tmp)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("restore from %s: not a usable backup: %w", from, err)
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	if info.SchemaVersion > len(ms) {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, migration.NewerSchemaError(info.SchemaVersion, len(ms)))
+	}
+	// inspect closed its connection, which removes these; make sure.
+	removeSidecars(tmp)
+	if err := removeSidecars(abs); err != nil {
+		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
+	}
+	if err := install(tmp, to, opts.Replace); err != nil {
+		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
+	}
+	info.Path = to
+	return info, nil
+}
+
+// inspect checks that the SQLite file at path is whole and a plantstore
+// store, and says what it holds. No one else may be using path.
+func inspect(ctx context.Context, path string) (BackupInfo, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	abs, err := filepath.Abs(path) // a file: URI needs an absolute path
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	db, err := sql.Open("sqlite", dsn(abs, url.Values{"mode": {"rw"}, "_pragma": {"query_only(ON)"}}))
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `PRAGMA integrity_check`)
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			rows.Close()
+			return BackupInfo{}, err
+		}
+		if line != "ok" && len(problems) < 5 {
+			problems = append(problems, line)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return BackupInfo{}, err
+	}
+	if len(problems) > 0 {
+		return BackupInfo{}, fmt.Errorf("integrity check failed: %s", strings.Join(problems, "; "))
+	}
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('schema_migrations', 'plants')`).Scan(&tables); err != nil {
+		return BackupInfo{}, err
+	}
+	if tables != 2 {
+		return BackupInfo{}, errors.New("it is a SQLite file but not a plantstore store")
+	}
+	info := BackupInfo{Bytes: st.Size()}
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&info.SchemaVersion); err != nil {
+		return BackupInfo{}, err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM plants`).Scan(&info.Plants); err != nil {
+		return BackupInfo{}, err
+	}
+	return info, nil
+}
+
+// newTemp creates an empty file beside path, on the same file system, so
+// it can be renamed to path. Its mode is 0600: a store holds webhook
+// secrets and token hashes.
+func newTemp(path string) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	return f.Name(), f.Close()
+}
+
+// install gives the synced file tmp the name path, and syncs the directory
+// so the name survives a crash. Without replace it never replaces a file
+// at path: a hard link fails if the name is taken, where a rename would
+// replace it.
+func install(tmp, path string, replace bool) error {
+	if replace {
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+		return syncDir(filepath.Dir(path))
+	}
+	err := os.Link(tmp, path)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("%w; it was created meanwhile", err)
+	case err != nil:
+		// Some file systems have no hard links; check, then rename.
+		if _, statErr := os.Lstat(path); statErr == nil {
+			return fmt.Errorf("%s: %w", path, fs.ErrExist)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+	default:
+		os.Remove(tmp)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Sync(); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// syncDir makes a rename or removal in dir durable. Windows cannot sync a
+// directory, and does not need to.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
+
+// removeSidecars removes the files SQLite keeps beside a store: its
+// write-ahead log, the log's shared-memory index and a rollback journal.
+func removeSidecars(path string) error {
+	for _, suffix := range []string{"-wal", "-shm", "-journal"} {
+		if err := os.Remove(path + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func removeWithSidecars(path string) {
+	os.Remove(path)
+	removeSidecars(path)
+}

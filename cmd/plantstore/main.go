@@ -50,7 +50,7 @@ Usage:
   plantstore health [--path /readyz]                exit 0 if the server on --addr answers 200
   plantstore version [--json]                       print the version, the commit and the build date
 
-serve, token and webhook work on the store itself: --db PATH (env PLANTSTORE_DB,
+serve, token, webhook, backup and restore work on the store itself: --db PATH (env PLANTSTORE_DB,
 default ./plantstore.db).
 plants talks to a running server: --server URL (env PLANTSTORE_SERVER,
 default http://127.0.0.1:8080) and --token TOKEN (env PLANTSTORE_TOKEN);

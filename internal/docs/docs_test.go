@@ -16,7 +16,7 @@ func TestPageLoadsOnlyFromThisService(t *testing.T) {
 	if rec.Code != 200 || rec.Header().Get("Content-Type") != "text/html; charset=utf-8" {
 		t.Fatalf("GET /docs: %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
-	for _, want := range []string{`<title>Plant Store API</title>`, `src="docs/redoc-3.0.1.standalone.js"`, `Redoc.init("openapi.json"`} {
+	for _, want := range []string{`<title>Plant Store API</title>`, `src="docs/redoc-3.0.1.standalone.js"`, `<redoc spec-url="openapi.json"`, `type="module"`, `disable-telemetry="true"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page lacks %s:\n%s", want, body)
 		}

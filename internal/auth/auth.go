@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -35,6 +36,17 @@ type Authenticator struct {
 	mu    sync.Mutex
 	cache map[plantstore.TokenHash]cached
 	used  map[int64]time.Time
+
+	hits, misses atomic.Int64
+}
+
+// CacheStats count well-formed tokens answered from memory (hits) and
+// looked up in the store (misses), since the Authenticator was made.
+type CacheStats struct{ Hits, Misses int64 }
+
+// Stats returns the cache's counts, for metrics.
+func (a *Authenticator) Stats() CacheStats {
+	return CacheStats{Hits: a.hits.Load(), Misses: a.misses.Load()}
 }
 
 type cached struct {
@@ -85,9 +97,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plants
 	entry, ok := a.cache[hash]
 	a.mu.Unlock()
 	if ok && now.Before(entry.expires) && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1 {
+		a.hits.Add(1)
 		a.recordUse(entry.token.ID, now)
 		return entry.token, nil
 	}
+	a.misses.Add(1)
 
 	token, err := a.store.TokenByHash(ctx, hash)
 	if plantstore.ErrorCode(err) == plantstore.ENOTFOUND {

@@ -146,3 +146,23 @@ func BenchmarkAuthenticate(b *testing.B) {
 		})
 	}
 }
+
+func TestCacheStats(t *testing.T) {
+	a, db, c := setup(t)
+	secret := issue(t, db, "alice")
+	for range 3 {
+		if _, err := a.Authenticate(context.Background(), secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Authenticate(context.Background(), plantstore.NewToken()) // unknown: a miss
+	a.Authenticate(context.Background(), "malformed")           // refused before the cache
+	if got := a.Stats(); got != (CacheStats{Hits: 2, Misses: 2}) {
+		t.Errorf("after 3 uses of one token and an unknown one: %+v, want 2 hits, 2 misses", got)
+	}
+	c.advance(3 * time.Second) // the entry expires
+	a.Authenticate(context.Background(), secret)
+	if got := a.Stats(); got.Misses != 3 {
+		t.Errorf("an expired entry is not a hit: %+v", got)
+	}
+}

@@ -91,6 +91,9 @@ func (db *DB) committer() {
 			}
 		}
 		db.commit(batch, func(i int, res createResult) { batch[i].done <- res })
+		if db.observeBatch != nil {
+			db.observeBatch(len(batch))
+		}
 	}
 }
 

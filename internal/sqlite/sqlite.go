@@ -44,6 +44,9 @@ type Options struct {
 	// deliveries, so a dispatcher can start at once instead of at its next
 	// poll. It must not block.
 	Enqueued func()
+	// ObserveBatch, when set, is told the size of each group commit's
+	// batch (for metrics). It must not block.
+	ObserveBatch func(creates int)
 }
 
 // cachedPlants bounds the plant cache: about 10 MB at most.
@@ -71,6 +74,7 @@ type DB struct {
 	// The committer's outbox statements (webhooks.go).
 	anySubscriberStmt, enqueueStmt *sql.Stmt
 	enqueued                       func()
+	observeBatch                   func(int)
 	// life ends at Close; the committer's transactions run in it.
 	life     context.Context
 	stopLife context.CancelFunc
@@ -146,7 +150,7 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	}
 	write.SetMaxOpenConns(1)
 	write.SetConnMaxIdleTime(0)
-	db := &DB{write: write, now: opts.Now, enqueued: opts.Enqueued}
+	db := &DB{write: write, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch}
 	// The first connection sets WAL mode, which needs the file to be
 	// writable; open the readers only after it. When processes start
 	// together on a new file, switching it to WAL and creating the schema

@@ -266,3 +266,27 @@ func TestBatchWithTakenIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestObserveBatch(t *testing.T) {
+	var mu sync.Mutex
+	var sizes []int
+	db, _ := openTest(t, Options{ObserveBatch: func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }})
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	if total != 50 || len(sizes) == 0 {
+		t.Errorf("batches %v: %d creates observed, want 50", sizes, total)
+	}
+}

@@ -1,0 +1,165 @@
+// Package metrics exposes what plantstore does as Prometheus metrics, on a
+// listener of its own (serve --metrics-addr), never on the API's port. It
+// holds every collector in its own registry, and adapts to the other
+// packages through small hooks (an HTTP observer, a store wrapper,
+// functions that read counters), so none of them imports Prometheus.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/plantstore/plantstore"
+)
+
+const namespace = "plantstore"
+
+// Metrics is the registry and the collectors the service updates.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	inFlight        prometheus.Gauge
+	storeDuration   *prometheus.HistogramVec
+	batchSize       prometheus.Histogram
+}
+
+// New makes the registry, with Go's runtime and the process's metrics.
+func New() *Metrics {
+	m := &Metrics{registry: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "http", Name: "requests_total",
+		Help: "HTTP requests answered, by route pattern (never the raw path), method and status.",
+	}, []string{"route", "method", "status"})
+	m.requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "http", Name: "request_duration_seconds",
+		Help:    "Time from reading a request's headers to the end of its answer, by route pattern and method.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+	}, []string{"route", "method"})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "http", Name: "requests_in_flight",
+		Help: "Requests being served now.",
+	})
+	m.storeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "store", Name: "operation_duration_seconds",
+		Help:    "Time of each store operation, by operation and outcome (ok, or the error code).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"operation", "outcome"})
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "store", Name: "group_commit_batch_size",
+		Help:    "Creates committed together by each SQLite group commit.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+	})
+	m.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.requests, m.requestDuration, m.inFlight, m.storeDuration, m.batchSize,
+	)
+	return m
+}
+
+// Handler serves the registry in Prometheus's text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// RequestStarted and RequestDone implement the HTTP transport's observer.
+func (m *Metrics) RequestStarted() { m.inFlight.Inc() }
+
+// RequestDone records one answered request. route is the pattern that
+// matched ("POST /plants", "GET /plants/{id}"), or "" for none, which is
+// counted as "unmatched": a raw path would let any client grow the series
+// without bound.
+func (m *Metrics) RequestDone(route, method string, status int, took time.Duration) {
+	m.inFlight.Dec()
+	if route == "" {
+		route = "unmatched"
+	}
+	method = knownMethod(method)
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.requestDuration.WithLabelValues(route, method).Observe(took.Seconds())
+}
+
+// knownMethod keeps the method label's values few: an unknown method is
+// "other".
+func knownMethod(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodPatch, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
+
+// ObserveBatch records a group commit's size (sqlite.Options.ObserveBatch).
+func (m *Metrics) ObserveBatch(creates int) { m.batchSize.Observe(float64(creates)) }
+
+// TokenCache registers the authenticator's cache counts, read at each
+// scrape.
+func (m *Metrics) TokenCache(stats func() (hits, misses int64)) {
+	m.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "auth", Name: "token_cache_hits_total",
+			Help: "Token checks answered from memory.",
+		}, func() float64 { h, _ := stats(); return float64(h) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "auth", Name: "token_cache_misses_total",
+			Help: "Token checks that asked the store.",
+		}, func() float64 { _, mi := stats(); return float64(mi) }),
+	)
+}
+
+// WebhookStats are a dispatcher's counters since it started.
+type WebhookStats struct {
+	Attempts, Delivered, Retried, Failed, Disabled int64
+}
+
+// Webhooks registers the webhook counters: this process's attempts, read
+// from the dispatcher, and the outbox's pending, delivered and failed
+// deliveries (across all instances), read from the store at each scrape.
+func (m *Metrics) Webhooks(dispatcher func() WebhookStats, store plantstore.WebhookStore) {
+	counter := func(name, help string, read func(WebhookStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "webhook", Name: name, Help: help,
+		}, func() float64 { return float64(read(dispatcher())) })
+	}
+	m.registry.MustRegister(
+		counter("attempts_total", "Delivery attempts made by this process.", func(s WebhookStats) int64 { return s.Attempts }),
+		counter("delivered_total", "Attempts answered 2xx.", func(s WebhookStats) int64 { return s.Delivered }),
+		counter("retried_total", "Failed attempts scheduled to be tried again.", func(s WebhookStats) int64 { return s.Retried }),
+		counter("failed_total", "Deliveries given up on after the retry schedule.", func(s WebhookStats) int64 { return s.Failed }),
+		counter("subscribers_disabled_total", "Subscribers disabled because they answered 410 Gone.", func(s WebhookStats) int64 { return s.Disabled }),
+		&outboxCollector{store: store, desc: prometheus.NewDesc(
+			prometheus.BuildFQName(namespace, "webhook", "deliveries"),
+			"Deliveries in the store's outbox by state (pending, delivered, failed), all instances together.",
+			[]string{"state"}, nil)},
+	)
+}
+
+// outboxCollector reads the outbox's counts once per scrape.
+type outboxCollector struct {
+	store plantstore.WebhookStore
+	desc  *prometheus.Desc
+}
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts, err := c.store.CountDeliveries(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for state, n := range map[string]int64{"pending": counts.Pending, "delivered": counts.Delivered, "failed": counts.Failed} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), state)
+	}
+}

@@ -1,0 +1,69 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/sqlite"
+)
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("scrape: %d", rec.Code)
+	}
+	b, _ := io.ReadAll(rec.Body)
+	return string(b)
+}
+
+func TestSeries(t *testing.T) {
+	m := New()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), sqlite.Options{ObserveBatch: m.ObserveBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store := m.InstrumentStore(db)
+	m.TokenCache(func() (int64, int64) { return 7, 3 })
+	m.Webhooks(func() WebhookStats { return WebhookStats{Attempts: 5, Delivered: 4, Retried: 1} }, store)
+
+	m.RequestStarted()
+	m.RequestDone("POST /plants", "POST", 200, 3*time.Millisecond)
+	m.RequestStarted()
+	m.RequestDone("", "BREW", 404, time.Millisecond)
+	m.RequestStarted() // still in flight
+	if _, err := store.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "fern"}); err != nil {
+		t.Fatal(err)
+	}
+	store.GetPlant(context.Background(), 404)
+
+	text := scrape(t, m)
+	for _, want := range []string{
+		`plantstore_http_requests_total{method="POST",route="POST /plants",status="200"} 1`,
+		`plantstore_http_requests_total{method="other",route="unmatched",status="404"} 1`,
+		`plantstore_http_request_duration_seconds_count{method="POST",route="POST /plants"} 1`,
+		`plantstore_http_requests_in_flight 1`,
+		`plantstore_store_operation_duration_seconds_count{operation="create_plant",outcome="ok"} 1`,
+		`plantstore_store_operation_duration_seconds_count{operation="get_plant",outcome="not_found"} 1`,
+		`plantstore_store_group_commit_batch_size_count 1`,
+		`plantstore_auth_token_cache_hits_total 7`,
+		`plantstore_auth_token_cache_misses_total 3`,
+		`plantstore_webhook_attempts_total 5`,
+		`plantstore_webhook_retried_total 1`,
+		`plantstore_webhook_deliveries{state="pending"} 0`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +36,7 @@ shown beside it.`, getenv, stdout, stderr)
 	idleTimeout := fs.Duration("idle-timeout", 120*time.Second, "time an idle keep-alive connection stays open")
 	requestTimeout := fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "time in-flight requests get to finish after SIGTERM or SIGINT")
+	limits := addLimitFlags(fs)
 	pprofAddr := fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback")
 	hooks := addWebhookFlags(fs)
 	logFormat := fs.String("log-format", "json", "log format: json or text")
@@ -47,6 +50,10 @@ shown beside it.`, getenv, stdout, stderr)
 	defer logs.Flush()
 	log, err := newLogger(logs, *logFormat, *logLevel)
 	if err != nil {
+		return err
+	}
+	apiConfig := httpapi.Config{MaxBodyBytes: *maxBody, RequestTimeout: *requestTimeout, Logger: log}
+	if err := limits.apply(&apiConfig); err != nil {
 		return err
 	}
 
@@ -84,11 +91,7 @@ shown beside it.`, getenv, stdout, stderr)
 	}
 
 	authn := auth.New(store, auth.Options{Logger: log})
-	api := httpapi.NewServer(store, authn, httpapi.Config{
-		MaxBodyBytes:   *maxBody,
-		RequestTimeout: *requestTimeout,
-		Logger:         log,
-	})
+	api := httpapi.NewServer(store, authn, apiConfig)
 	srv := httpapi.NewHTTPServer(api, httpapi.Limits{
 		ReadHeaderTimeout: *readHeaderTimeout,
 		ReadTimeout:       *readTimeout,
@@ -214,4 +217,53 @@ func (f webhookFlags) schedule() (webhook.Schedule, error) {
 		return webhook.Schedule{}, usageError("--webhook-workers must be between 1 and 1024")
 	}
 	return webhook.Schedule{Intervals: intervals, MaxAge: *f.maxAge}, nil
+}
+
+// limitFlags are the request limits: a cap on requests in flight, a rate
+// per token, and a throttle on failed authentication per address.
+type limitFlags struct {
+	maxInFlight, rate, burst *int64
+	authFailures             *int64
+	authFailureWindow        *time.Duration
+	proxies                  *string
+}
+
+func addLimitFlags(fs *flagSet) limitFlags {
+	return limitFlags{
+		maxInFlight:       fs.Int64("max-in-flight", 1024, "plant operations served at once; more get 503 at once (0: no cap)"),
+		rate:              fs.Int64("rate-limit", 0, "requests per second each token may make; more get 429 (0: no limit)"),
+		burst:             fs.Int64("rate-burst", 0, "requests a token may make at once within --rate-limit (0: twice the rate)"),
+		authFailures:      fs.Int64("auth-failure-limit", 10, "refused tokens one client address may send per --auth-failure-window; then all its plant operations get 429, its tokens unchecked, until it has an attempt again (0: no limit)"),
+		authFailureWindow: fs.Duration("auth-failure-window", httpapi.DefaultAuthFailureWindow, "the window of --auth-failure-limit; an address regains one attempt every window/limit"),
+		proxies:           fs.String("trusted-proxies", "", "comma-separated `CIDRs` of proxies whose X-Forwarded-For names the client address for --auth-failure-limit; ignored from any other peer"),
+	}
+}
+
+// apply sets the limits in cfg, or refuses them with a usage error.
+func (f limitFlags) apply(cfg *httpapi.Config) error {
+	if *f.burst > 0 && *f.rate == 0 {
+		return usageError("--rate-burst needs --rate-limit")
+	}
+	for field := range strings.SplitSeq(*f.proxies, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(field)
+		if err != nil {
+			addr, addrErr := netip.ParseAddr(field)
+			if addrErr != nil {
+				return usageError(fmt.Sprintf("--trusted-proxies: %q is not an address or a CIDR prefix", field))
+			}
+			addr = addr.Unmap()
+			p = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, p.Masked())
+	}
+	cfg.MaxInFlight = int(*f.maxInFlight)
+	cfg.TokenRate = float64(*f.rate)
+	cfg.TokenBurst = int(*f.burst)
+	cfg.AuthFailures = int(*f.authFailures)
+	cfg.AuthFailureWindow = *f.authFailureWindow
+	return nil
 }

@@ -8,11 +8,16 @@ import (
 )
 
 // requireScope lets a request through to next only with a valid bearer
-// token (RFC 6750) that grants scope.
+// token (RFC 6750) that grants scope, from an address that has not failed
+// authentication too often, within the token's rate limit.
 func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authLocked(w, r) {
+			return
+		}
 		secret, err := bearerToken(r.Header)
 		if err != nil {
+			s.noteAuthFailure(r, err)
 			s.writeError(w, r, err)
 			return
 		}
@@ -21,10 +26,14 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 			err = invalidToken(plantstore.ErrorMessage(err))
 		}
 		if err != nil {
+			s.noteAuthFailure(r, err)
 			s.writeError(w, r, err)
 			return
 		}
 		infoFrom(r.Context()).token = token.Name
+		if s.tokenRateExceeded(w, r, token.ID) {
+			return
+		}
 		if !token.HasScope(scope) {
 			s.writeError(w, r, &authError{
 				kind:        plantstore.EFORBIDDEN,

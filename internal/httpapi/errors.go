@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/plantstore/plantstore"
 )
@@ -58,6 +59,9 @@ func statusOf(err error) (int, string) {
 	if e, ok := errors.AsType[*statusError](err); ok {
 		return e.status, e.message
 	}
+	if e, ok := errors.AsType[*limitError](err); ok {
+		return e.status, e.message
+	}
 	code, message := plantstore.ErrorCode(err), plantstore.ErrorMessage(err)
 	if e, ok := errors.AsType[*authError](err); ok {
 		code, message = e.kind, e.description
@@ -91,12 +95,19 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if e, ok := errors.AsType[*authError](err); ok {
 		w.Header().Set("WWW-Authenticate", e.challenge())
 	}
-	if status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage {
+	limit, refused := errors.AsType[*limitError](err)
+	switch {
+	case refused:
+		w.Header().Set("Retry-After", retryAfterSeconds(limit.retryAfter))
+	case status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage:
 		w.Header().Set("Retry-After", "1")
 	}
-	if status >= 500 {
+	// A refusal by a limit is no fault of the service: the access log line
+	// names it, and a flood of them must not flood the error log too.
+	if status >= 500 && !refused {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("request_id", requestID(r.Context())), slog.Int("status", status), slog.Any("err", err))
 	}
-	writeJSON(w, status, errorBody{Error: int32(status), Message: message})
+	// Messages may quote the request, which need not be UTF-8; JSON must be.
+	writeJSON(w, status, errorBody{Error: int32(status), Message: strings.ToValidUTF8(message, "\uFFFD")})
 }

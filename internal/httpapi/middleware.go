@@ -23,6 +23,7 @@ type requestInfoKey struct{}
 type requestInfo struct {
 	id    string
 	token string // name of the authenticated token, never the secret
+	limit string // the limit that refused the request, if one did
 }
 
 func infoFrom(ctx context.Context) *requestInfo {
@@ -51,7 +52,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		attrs := append(make([]slog.Attr, 0, 9),
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path),
 			slog.Int("status", rec.status),
@@ -61,6 +62,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			slog.String("token", info.token),
 			slog.String("remote", r.RemoteAddr),
 		)
+		if info.limit != "" {
+			attrs = append(attrs, slog.String("limit", info.limit))
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 	})
 }
 
@@ -110,7 +115,10 @@ func (rec *recorder) WriteHeader(status int) {
 		rec.ResponseWriter.WriteHeader(status)
 		return
 	}
-	body, _ := json.Marshal(errorBody{Error: int32(status), Message: rec.defaultMessage(status)})
+	// The message may quote the request's path, which need not be UTF-8;
+	// JSON must be.
+	message := strings.ToValidUTF8(rec.defaultMessage(status), "\uFFFD")
+	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", fmt.Sprint(len(body)))

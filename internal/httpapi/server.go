@@ -8,6 +8,8 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -16,20 +18,38 @@ import (
 	"github.com/plantstore/plantstore/api"
 )
 
-// Config holds the transport's limits. Zero values take the defaults.
+// Config holds the transport's limits. Zero values take the defaults; the
+// request limits (MaxInFlight, TokenRate, AuthFailures) are off when zero.
 type Config struct {
 	// MaxBodyBytes caps a request body; larger ones get 413. Default 64 KiB.
 	MaxBodyBytes int64
 	// RequestTimeout bounds the work of one request once it has been read;
 	// past it the request gets 503. Default 10 s.
 	RequestTimeout time.Duration
+	// MaxInFlight caps the plant operations being served at once; beyond
+	// it a request gets 503 at once.
+	MaxInFlight int
+	// TokenRate is the requests per second each token may make, in bursts
+	// of up to TokenBurst (default twice the rate, at least 1); beyond it,
+	// 429.
+	TokenRate  float64
+	TokenBurst int
+	// AuthFailures is how many refused tokens one client address may send
+	// per AuthFailureWindow (default 1 minute), all at once if it likes;
+	// beyond that its plant operations get 429, valid token or not.
+	AuthFailures      int
+	AuthFailureWindow time.Duration
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client
+	// address for AuthFailures; from any other peer the header is ignored.
+	TrustedProxies []netip.Prefix
 	Logger         *slog.Logger
 }
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes   = 64 << 10
-	DefaultRequestTimeout = 10 * time.Second
+	DefaultMaxBodyBytes      = 64 << 10
+	DefaultRequestTimeout    = 10 * time.Second
+	DefaultAuthFailureWindow = time.Minute
 )
 
 // Authenticator turns a bearer token into the token record it stands for,
@@ -51,6 +71,10 @@ type Server struct {
 	log     *slog.Logger
 	cfg     Config
 	handler http.Handler
+
+	inFlight     atomic.Int64
+	tokenRate    *tokenBuckets[int64]      // by token ID; nil when off
+	authFailures *tokenBuckets[netip.Addr] // by clientAddr; nil when off
 }
 
 // NewServer returns the API's handler over store, checking tokens with
@@ -66,6 +90,20 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg}
+	if cfg.TokenRate > 0 {
+		burst := cfg.TokenBurst
+		if burst <= 0 {
+			burst = max(1, int(2*cfg.TokenRate))
+		}
+		s.tokenRate = newTokenBuckets[int64](cfg.TokenRate, burst, maxBucketKeys)
+	}
+	if cfg.AuthFailures > 0 {
+		if cfg.AuthFailureWindow <= 0 {
+			s.cfg.AuthFailureWindow = DefaultAuthFailureWindow
+		}
+		rate := float64(cfg.AuthFailures) / s.cfg.AuthFailureWindow.Seconds()
+		s.authFailures = newTokenBuckets[netip.Addr](rate, cfg.AuthFailures, maxBucketKeys)
+	}
 	mux := http.NewServeMux()
 	s.routes(mux)
 	s.handler = s.observe(s.recoverPanics(s.withTimeout(mux)))
@@ -79,11 +117,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // Error body by observe.
 func (s *Server) routes(mux *http.ServeMux) {
 	read, write := plantstore.ScopePlantsRead, plantstore.ScopePlantsWrite
-	mux.Handle("GET /plants", s.requireScope(read, s.handleListPlants()))
-	mux.Handle("POST /plants", s.requireScope(write, s.handleCreatePlant()))
-	mux.Handle("GET /plants/{id}", s.requireScope(read, s.handleGetPlant()))
-	mux.Handle("PUT /plants/{id}", s.requireScope(write, s.handleUpdatePlant()))
-	mux.Handle("DELETE /plants/{id}", s.requireScope(write, s.handleDeletePlant()))
+	// A plant operation counts against MaxInFlight, then needs a token
+	// (which the failed-authentication throttle and the token's rate
+	// limit guard; see requireScope).
+	plants := func(scope string, h http.Handler) http.Handler {
+		return s.limitInFlight(s.requireScope(scope, h))
+	}
+	mux.Handle("GET /plants", plants(read, s.handleListPlants()))
+	mux.Handle("POST /plants", plants(write, s.handleCreatePlant()))
+	mux.Handle("GET /plants/{id}", plants(read, s.handleGetPlant()))
+	mux.Handle("PUT /plants/{id}", plants(write, s.handleUpdatePlant()))
+	mux.Handle("DELETE /plants/{id}", plants(write, s.handleDeletePlant()))
 
 	mux.Handle("GET /healthz", s.handleHealth())
 	mux.Handle("GET /readyz", s.handleReady())

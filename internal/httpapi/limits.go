@@ -1,0 +1,309 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The request limits: a cap on plant operations in flight, a rate per
+// token, and a throttle on failed authentication per client address. Each
+// is off when its Config field is zero, and then costs nothing: the
+// wrappers below are not installed, or test one nil pointer.
+
+// limitError is a request refused by one of the limits, not for anything
+// it asked: the client may send it again after retryAfter.
+type limitError struct {
+	status     int
+	message    string
+	retryAfter time.Duration
+}
+
+func (e *limitError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
+
+// retryAfterSeconds is d as Retry-After wants it: whole seconds, rounded
+// up, and at least 1, as "0" would invite an immediate retry.
+func retryAfterSeconds(d time.Duration) string {
+	s := (d + time.Second - 1) / time.Second
+	return strconv.FormatInt(max(1, int64(s)), 10)
+}
+
+// limitInFlight answers 503 at once to a plant operation beyond
+// MaxInFlight, so that a flood is refused in microseconds instead of
+// queueing behind the store without bound. Only the plant operations
+// count: /healthz must answer while the service is saturated (a liveness
+// probe failing under load would restart a healthy process), /readyz
+// asks the store, which has its own limit, and the documents cost nothing.
+func (s *Server) limitInFlight(next http.Handler) http.Handler {
+	limit := int64(s.cfg.MaxInFlight)
+	if limit <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.inFlight.Add(1) > limit {
+			s.inFlight.Add(-1)
+			s.refuse(w, r, "in_flight", &limitError{
+				status:     http.StatusServiceUnavailable,
+				message:    "the service is serving as many requests as it can; retry shortly",
+				retryAfter: time.Second,
+			})
+			return
+		}
+		defer s.inFlight.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuse answers err, a refusal by the limit named limit, which the access
+// log line of the request then names.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, limit string, err *limitError) {
+	infoFrom(r.Context()).limit = limit
+	s.writeError(w, r, err)
+}
+
+// tokenRateExceeded answers 429 when the token has spent its allowance.
+func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, tokenID int64) bool {
+	if s.tokenRate == nil {
+		return false
+	}
+	wait := s.tokenRate.take(tokenID, time.Now())
+	if wait == 0 {
+		return false
+	}
+	s.refuse(w, r, "token_rate", &limitError{
+		status:     http.StatusTooManyRequests,
+		message:    "this access token has exceeded its rate limit; retry after the time in Retry-After",
+		retryAfter: wait,
+	})
+	return true
+}
+
+// authLocked answers 429, before the token is looked at, to a client
+// address that has failed authentication too often: so a guesser gets no
+// answer about its guesses, and costs no token lookup. A valid token from
+// that address is refused too until the address has an attempt again; the
+// alternative, checking every token and refusing only the bad ones, would
+// answer each guess.
+func (s *Server) authLocked(w http.ResponseWriter, r *http.Request) bool {
+	if s.authFailures == nil {
+		return false
+	}
+	wait := s.authFailures.wait(s.clientAddr(r), time.Now())
+	if wait == 0 {
+		return false
+	}
+	s.refuse(w, r, "auth_failures", &limitError{
+		status:     http.StatusTooManyRequests,
+		message:    "too many failed authentications from this address; retry after the time in Retry-After",
+		retryAfter: wait,
+	})
+	return true
+}
+
+// noteAuthFailure counts a refused token against the client's address.
+// Only a bearer token that was sent and refused counts (a guess); a request
+// without credentials is not one. Successes do not reset the count, or a
+// holder of one valid token could interleave it with guesses at others.
+func (s *Server) noteAuthFailure(r *http.Request, err error) {
+	if s.authFailures == nil {
+		return
+	}
+	if e, ok := errors.AsType[*authError](err); !ok || e.code != "invalid_token" {
+		return
+	}
+	addr := s.clientAddr(r)
+	if s.authFailures.spend(addr, time.Now()) {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "client address throttled after repeated authentication failures",
+			slog.String("request_id", requestID(r.Context())),
+			slog.String("address", addr.String()),
+			slog.String("remote", r.RemoteAddr),
+			slog.Int("failures", s.cfg.AuthFailures),
+			slog.String("window", s.cfg.AuthFailureWindow.String()))
+	}
+}
+
+// clientAddr is the key of the failed-authentication throttle: the
+// address the request came from, or, when that is a trusted proxy, the
+// nearest address in X-Forwarded-For that is not one (the ones before it
+// could be forged by the client). An IPv6 address stands for its /64, as
+// one host commonly holds a whole /64.
+func (s *Server) clientAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{} // not over TCP; all such requests share one key
+	}
+	addr := ap.Addr().Unmap()
+	if len(s.cfg.TrustedProxies) > 0 && s.trustedProxy(addr) {
+		addr = s.forwardedFor(r.Header.Values("X-Forwarded-For"), addr)
+	}
+	if addr.Is6() {
+		addr = netip.PrefixFrom(addr.WithZone(""), 64).Masked().Addr()
+	}
+	return addr
+}
+
+// forwardedFor walks X-Forwarded-For from the nearest hop back, past the
+// trusted proxies, and returns the first address that is not one; peer
+// when the header names none or has a malformed hop.
+func (s *Server) forwardedFor(values []string, peer netip.Addr) netip.Addr {
+	for i := len(values) - 1; i >= 0; i-- {
+		hops := strings.Split(values[i], ",")
+		for j := len(hops) - 1; j >= 0; j-- {
+			addr, ok := parseHop(strings.TrimSpace(hops[j]))
+			if !ok {
+				return peer
+			}
+			if !s.trustedProxy(addr) {
+				return addr
+			}
+			peer = addr
+		}
+	}
+	return peer
+}
+
+// parseHop reads one X-Forwarded-For entry: an address, with a port or
+// in brackets as some proxies write it.
+func parseHop(hop string) (netip.Addr, bool) {
+	if addr, err := netip.ParseAddr(hop); err == nil {
+		return addr.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(hop); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if addr, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(hop, "["), "]")); err == nil {
+		return addr.Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+func (s *Server) trustedProxy(addr netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// tokenBuckets is a token bucket per key, held in one map under one mutex:
+// a lookup and a store per request, which costs far less than the rest of
+// a request (see BenchmarkTokenBuckets). It is our own rather than
+// golang.org/x/time/rate because what we need is the map around the
+// buckets (keyed, bounded, forgetting idle keys), which that package does
+// not have; a bucket alone is a few lines, kept here as a single time.
+//
+// A bucket is stored as the time it will be full again (the "theoretical
+// arrival time" of GCRA): a key may spend burst tokens at once and regains
+// one every interval. A bucket that is full again is the same as no bucket,
+// so forgetting it loses nothing; that is how the map stays small.
+type tokenBuckets[K comparable] struct {
+	interval time.Duration // time to regain one token
+	slack    time.Duration // (burst-1) intervals: how far ahead of now "full" may be while a token remains
+	maxKeys  int
+
+	mu      sync.Mutex
+	full    map[K]time.Time
+	sweepAt int // map size at which idle buckets are next dropped
+}
+
+// maxBucketKeys bounds each limiter's map: at about 100 bytes a key, 10 MB.
+const maxBucketKeys = 100_000
+
+// newTokenBuckets makes buckets of burst tokens refilled at rate a second.
+func newTokenBuckets[K comparable](rate float64, burst int, maxKeys int) *tokenBuckets[K] {
+	interval := max(time.Duration(float64(time.Second)/rate), 1)
+	// A burst so large that its time overflows is no limit at all.
+	slack := min(float64(max(burst, 1)-1)*float64(interval), math.MaxInt64/2)
+	return &tokenBuckets[K]{
+		interval: interval,
+		slack:    time.Duration(slack),
+		maxKeys:  maxKeys,
+		full:     make(map[K]time.Time),
+		sweepAt:  min(1024, maxKeys),
+	}
+}
+
+// take spends a token of key's bucket and answers 0, or, when the bucket
+// is empty, spends nothing and answers how long until it holds a token.
+func (b *tokenBuckets[K]) take(key K, now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	full, ok := b.full[key]
+	if !ok || full.Before(now) {
+		full = now
+	}
+	if ahead := full.Sub(now); ahead > b.slack {
+		return ahead - b.slack
+	}
+	b.put(key, full.Add(b.interval), ok, now)
+	return 0
+}
+
+// wait answers how long until key's bucket holds a token, 0 if it holds
+// one now. It spends nothing, and remembers nothing of a key it does not
+// know, so looking costs no memory.
+func (b *tokenBuckets[K]) wait(key K, now time.Time) time.Duration {
+	b.mu.Lock()
+	full, ok := b.full[key]
+	b.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(full.Sub(now)-b.slack, 0)
+}
+
+// spend takes a token from key's bucket even when it has none: the debt is
+// repaid at the same rate, so however many attempts race past wait, the
+// long-run rate stays bounded. It reports whether this spend emptied the
+// bucket, so the caller can say so once rather than at every refusal.
+func (b *tokenBuckets[K]) spend(key K, now time.Time) (emptied bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	full, ok := b.full[key]
+	if !ok || full.Before(now) {
+		full = now
+	}
+	next := full.Add(b.interval)
+	b.put(key, next, ok, now)
+	return full.Sub(now) <= b.slack && next.Sub(now) > b.slack
+}
+
+// put stores key's bucket. Before adding a key to a map that has grown to
+// sweepAt, it drops the buckets that are full again; if that is not enough
+// to stay under maxKeys (a flood of distinct keys), it drops arbitrary
+// ones, down to three quarters, so the sweeps stay rare. Either way the
+// work is amortised over the keys added since the last sweep.
+func (b *tokenBuckets[K]) put(key K, full time.Time, known bool, now time.Time) {
+	if !known && len(b.full) >= b.sweepAt {
+		for k, f := range b.full {
+			if !f.After(now) {
+				delete(b.full, k)
+			}
+		}
+		if len(b.full) >= b.maxKeys {
+			for k := range b.full { // Go's map order is random
+				if len(b.full) < b.maxKeys*3/4 {
+					break
+				}
+				delete(b.full, k)
+			}
+		}
+		b.sweepAt = min(max(1024, 2*len(b.full)), b.maxKeys)
+	}
+	b.full[key] = full
+}
+
+// size is how many keys are held, for tests.
+func (b *tokenBuckets[K]) size() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.full)
+}

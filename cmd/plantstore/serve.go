@@ -16,6 +16,7 @@ import (
 
 	"github.com/plantstore/plantstore/internal/auth"
 	"github.com/plantstore/plantstore/internal/httpapi"
+	"github.com/plantstore/plantstore/internal/metrics"
 	"github.com/plantstore/plantstore/internal/webhook"
 )
 
@@ -37,6 +38,7 @@ shown beside it.`, getenv, stdout, stderr)
 	requestTimeout := fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "time in-flight requests get to finish after SIGTERM or SIGINT")
 	limits := addLimitFlags(fs)
+	metricsAddr := fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty")
 	pprofAddr := fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback")
 	hooks := addWebhookFlags(fs)
 	logFormat := fs.String("log-format", "json", "log format: json or text")
@@ -70,11 +72,23 @@ shown beside it.`, getenv, stdout, stderr)
 		default:
 		}
 	}
-	store, err := dbFlags.openServer(ctx, enqueued)
+	// Metrics, when asked for, watch the transport, the store and the
+	// dispatcher through hooks; when not, nothing is wrapped.
+	var m *metrics.Metrics
+	hooksOfStore := storeHooks{enqueued: enqueued}
+	if *metricsAddr != "" {
+		m = metrics.New()
+		hooksOfStore.observeBatch = m.ObserveBatch
+	}
+	store, err := dbFlags.openServer(ctx, hooksOfStore)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	if m != nil {
+		store = m.InstrumentStore(store)
+		apiConfig.Observer = m
+	}
 	dispatcher, err := webhook.NewDispatcher(webhook.DispatcherConfig{
 		Store:          store,
 		Client:         webhook.NewClient(webhook.ClientOptions{AllowPrivate: *hooks.allowPrivate, Timeout: *hooks.timeout}),
@@ -91,6 +105,13 @@ shown beside it.`, getenv, stdout, stderr)
 	}
 
 	authn := auth.New(store, auth.Options{Logger: log})
+	if m != nil {
+		m.TokenCache(func() (int64, int64) { s := authn.Stats(); return s.Hits, s.Misses })
+		m.Webhooks(func() metrics.WebhookStats {
+			s := dispatcher.Stats()
+			return metrics.WebhookStats{Attempts: s.Attempts, Delivered: s.Delivered, Retried: s.Retried, Failed: s.Failed, Disabled: s.Disabled}
+		}, store)
+	}
 	api := httpapi.NewServer(store, authn, apiConfig)
 	srv := httpapi.NewHTTPServer(api, httpapi.Limits{
 		ReadHeaderTimeout: *readHeaderTimeout,
@@ -108,6 +129,16 @@ shown beside it.`, getenv, stdout, stderr)
 	log.Info("listening", "addr", ln.Addr().String(), "db", dbFlags.db.String())
 	logs.Flush() // scripts wait for this line
 
+	if m != nil {
+		metricsServer, err := startSideServer(*metricsAddr, "metrics", func(mux *http.ServeMux) {
+			mux.Handle("GET /metrics", m.Handler())
+		})
+		if err != nil {
+			return err
+		}
+		defer metricsServer.Close()
+		log.Info("metrics listening", "addr", metricsServer.Addr)
+	}
 	if *pprofAddr != "" {
 		profiler, err := startProfiler(*pprofAddr)
 		if err != nil {
@@ -173,16 +204,25 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // startProfiler serves net/http/pprof on its own listener, so profiles are
 // never reachable through the API's port.
 func startProfiler(addr string) (*http.Server, error) {
+	return startSideServer(addr, "pprof", func(mux *http.ServeMux) {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	})
+}
+
+// startSideServer serves routes on a listener of its own at addr, apart
+// from the API, so what it serves is never reachable through the API's
+// port. The returned server's Addr is the bound address.
+func startSideServer(addr, name string, routes func(*http.ServeMux)) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("pprof listen: %w", err)
+		return nil, fmt.Errorf("%s listen: %w", name, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	routes(mux)
+	srv := &http.Server{Handler: mux, Addr: ln.Addr().String(), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	return srv, nil
 }

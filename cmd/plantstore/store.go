@@ -48,23 +48,31 @@ func (v *dbValue) String() string {
 // open opens the store for a command-line tool: PostgreSQL for a
 // postgres:// URL, else a SQLite file.
 func (f dbFlags) open(ctx context.Context) (plantstore.Store, error) {
-	return f.openStore(ctx, false, nil)
+	return f.openStore(ctx, false, storeHooks{})
 }
 
 // openServer opens the store for serve. serve must be the only server of
 // a SQLite file (see sqlite.Options.SoleServer); any number of servers
-// share a PostgreSQL database. enqueued is called after a create wrote
-// webhook deliveries.
-func (f dbFlags) openServer(ctx context.Context, enqueued func()) (plantstore.Store, error) {
-	return f.openStore(ctx, true, enqueued)
+// share a PostgreSQL database.
+func (f dbFlags) openServer(ctx context.Context, hooks storeHooks) (plantstore.Store, error) {
+	return f.openStore(ctx, true, hooks)
 }
 
-func (f dbFlags) openStore(ctx context.Context, soleServer bool, enqueued func()) (plantstore.Store, error) {
+// storeHooks are what serve wants to hear from the store: enqueued after a
+// create wrote webhook deliveries, observeBatch with each group commit's
+// size (SQLite only). Either may be nil.
+type storeHooks struct {
+	enqueued     func()
+	observeBatch func(int)
+}
+
+func (f dbFlags) openStore(ctx context.Context, soleServer bool, hooks storeHooks) (plantstore.Store, error) {
 	if postgres.IsURL(f.db.raw) {
 		if *f.maxConns < 0 || *f.maxConns > 1<<16 {
 			return nil, usageError("--db-max-conns must be between 0 and 65536")
 		}
-		return postgres.Open(ctx, f.db.raw, postgres.Options{MaxConns: int32(*f.maxConns), LockTimeout: *f.busyTimeout, Enqueued: enqueued})
+		return postgres.Open(ctx, f.db.raw, postgres.Options{MaxConns: int32(*f.maxConns), LockTimeout: *f.busyTimeout, Enqueued: hooks.enqueued})
 	}
-	return sqlite.Open(ctx, f.db.raw, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes, SoleServer: soleServer, Enqueued: enqueued})
+	return sqlite.Open(ctx, f.db.raw, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes, SoleServer: soleServer,
+		Enqueued: hooks.enqueued, ObserveBatch: hooks.observeBatch})
 }

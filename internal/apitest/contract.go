@@ -47,6 +47,9 @@ func Load() (*Contract, error) {
 }
 
 func load() (*Contract, error) {
+	// The reference page and its script are text; their schemas say so.
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("text/javascript", openapi3filter.PlainBodyDecoder)
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(api.YAML)
 	if err != nil {

@@ -48,7 +48,7 @@ var page = template.Must(template.New("docs").Parse(`<!DOCTYPE html>
 <style>body { margin: 0; padding: 0; }</style>
 </head>
 <body>
-<redoc spec-url="openapi.json" disable-telemetry="true" expand-responses="200,201,204" path-in-middle-panel></redoc>
+<redoc spec-url="openapi.json" disable-telemetry="true" schema-definitions-tag-name="schemas" expand-responses="200,201,204" path-in-middle-panel></redoc>
 <script type="module" src="{{.Bundle}}"></script>
 </body>
 </html>

@@ -24,6 +24,7 @@ type requestInfo struct {
 	id    string
 	token string // name of the authenticated token, never the secret
 	limit string // the limit that refused the request, if one did
+	route string // the pattern that matched, "" when none did
 }
 
 func infoFrom(ctx context.Context) *requestInfo {
@@ -43,6 +44,9 @@ func requestID(ctx context.Context) string { return infoFrom(ctx).id }
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.RequestStarted()
+		}
 		info := &requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id"))}
 		w.Header().Set("X-Request-Id", info.id)
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -51,6 +55,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
+		}
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.RequestDone(info.route, r.Method, rec.status, time.Since(start))
 		}
 		attrs := append(make([]slog.Attr, 0, 9),
 			slog.String("method", r.Method),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore/api"
+	"github.com/plantstore/plantstore/internal/docs"
 	"github.com/plantstore/plantstore/internal/httpapi"
 )
 
@@ -65,6 +66,16 @@ func TestOpenAPIServed(t *testing.T) {
 	resp, body = e.do("GET", "/openapi.yaml", nil, nil)
 	if resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(body, api.YAML) {
 		t.Errorf("/openapi.yaml: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+	}
+	// The reference page, and the script it loads, are served without a
+	// token; the page is read by a browser in cmd/plantstore's tests.
+	resp, body = e.do("GET", "/docs", nil, nil)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !bytes.Contains(body, []byte(`spec-url="openapi.json"`)) {
+		t.Errorf("/docs: %d %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	resp, body = e.do("GET", docs.BundlePath, nil, nil)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/javascript") || len(body) < 1<<20 {
+		t.Errorf("%s: %d %q, %d bytes", docs.BundlePath, resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/api"
+	"github.com/plantstore/plantstore/internal/docs"
 )
 
 // Config holds the transport's limits. Zero values take the defaults; the
@@ -43,6 +44,16 @@ type Config struct {
 	// address for AuthFailures; from any other peer the header is ignored.
 	TrustedProxies []netip.Prefix
 	Logger         *slog.Logger
+	// Observer, when set, is told of every request, for metrics.
+	Observer Observer
+}
+
+// Observer watches requests: RequestStarted when one arrives, RequestDone
+// when it has been answered, with the route pattern that matched it ("" for
+// none), never the raw path.
+type Observer interface {
+	RequestStarted()
+	RequestDone(route, method string, status int, took time.Duration)
 }
 
 // Defaults of Config.
@@ -123,16 +134,28 @@ func (s *Server) routes(mux *http.ServeMux) {
 	plants := func(scope string, h http.Handler) http.Handler {
 		return s.limitInFlight(s.requireScope(scope, h))
 	}
-	mux.Handle("GET /plants", plants(read, s.handleListPlants()))
-	mux.Handle("POST /plants", plants(write, s.handleCreatePlant()))
-	mux.Handle("GET /plants/{id}", plants(read, s.handleGetPlant()))
-	mux.Handle("PUT /plants/{id}", plants(write, s.handleUpdatePlant()))
-	mux.Handle("DELETE /plants/{id}", plants(write, s.handleDeletePlant()))
+	handle := func(pattern string, h http.Handler) { mux.Handle(pattern, withRoute(pattern, h)) }
+	handle("GET /plants", plants(read, s.handleListPlants()))
+	handle("POST /plants", plants(write, s.handleCreatePlant()))
+	handle("GET /plants/{id}", plants(read, s.handleGetPlant()))
+	handle("PUT /plants/{id}", plants(write, s.handleUpdatePlant()))
+	handle("DELETE /plants/{id}", plants(write, s.handleDeletePlant()))
 
-	mux.Handle("GET /healthz", s.handleHealth())
-	mux.Handle("GET /readyz", s.handleReady())
-	mux.Handle("GET /openapi.json", serveDocument("application/json", api.JSON))
-	mux.Handle("GET /openapi.yaml", serveDocument("application/yaml", api.YAML))
+	handle("GET /healthz", s.handleHealth())
+	handle("GET /readyz", s.handleReady())
+	handle("GET /openapi.json", serveDocument("application/json", api.JSON))
+	handle("GET /openapi.yaml", serveDocument("application/yaml", api.YAML))
+	handle("GET /docs", docs.Page("Plant Store API reference"))
+	handle("GET "+docs.BundlePath, docs.Bundle())
+}
+
+// withRoute notes the pattern that matched, for metrics: the mux sets it
+// on its own copy of the request, which the outer layers never see.
+func withRoute(pattern string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		infoFrom(r.Context()).route = pattern
+		h.ServeHTTP(w, r)
+	})
 }
 
 type statusBody struct {

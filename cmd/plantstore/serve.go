@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,9 @@ shown beside it.`, getenv, stdout, stderr)
 	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "time to write the answer, from the end of the headers")
 	idleTimeout := fs.Duration("idle-timeout", 120*time.Second, "time an idle keep-alive connection stays open")
 	requestTimeout := fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503")
+	tlsCert := fs.String("tls-cert", "", "`FILE` with the TLS certificate chain (PEM): serve HTTPS, TLS 1.2 at least; needs --tls-key")
+	tlsKey := fs.String("tls-key", "", "`FILE` with the TLS private key (PEM)")
+	publicURL := fs.String("public-url", "", "`URL` clients reach the API at, behind a proxy or under a path prefix: makes Link headers absolute and names it in the served document's servers")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "time in-flight requests get to finish after SIGTERM or SIGINT")
 	limits := addLimitFlags(fs)
 	metricsAddr := fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty")
@@ -57,6 +61,20 @@ shown beside it.`, getenv, stdout, stderr)
 	apiConfig := httpapi.Config{MaxBodyBytes: *maxBody, RequestTimeout: *requestTimeout, Logger: log}
 	if err := limits.apply(&apiConfig); err != nil {
 		return err
+	}
+	if *publicURL != "" {
+		if apiConfig.PublicURL, err = httpapi.ParsePublicURL(*publicURL); err != nil {
+			return usageError("--public-url: " + err.Error())
+		}
+	}
+	var tlsConfig *tls.Config
+	switch {
+	case (*tlsCert == "") != (*tlsKey == ""):
+		return usageError("--tls-cert and --tls-key go together")
+	case *tlsCert != "":
+		if tlsConfig, err = httpapi.TLSConfig(*tlsCert, *tlsKey); err != nil {
+			return usageError(err.Error())
+		}
 	}
 
 	schedule, err := hooks.schedule()
@@ -126,7 +144,12 @@ shown beside it.`, getenv, stdout, stderr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "db", dbFlags.db.String())
+	scheme := "http"
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+		scheme = "https"
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", dbFlags.db.String())
 	logs.Flush() // scripts wait for this line
 
 	if m != nil {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -140,4 +141,28 @@ func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, er
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// TLSConfig is the server's TLS: the certificate and key in PEM files,
+// TLS 1.2 at least, and for TLS 1.2 only forward-secret AEAD suites (TLS
+// 1.3's are all such). It speaks HTTP/1.1: the listener wrappers below
+// stand between net/http and the TLS connection, so HTTP/2 is not offered.
+func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate: %w", err)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: []uint16{
+			tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+			tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+		},
+		NextProtos: []string{"http/1.1"},
+	}, nil
 }

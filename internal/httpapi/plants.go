@@ -133,7 +133,11 @@ func (s *Server) handleListPlants() http.Handler {
 		}
 		if len(plants) > want {
 			plants = plants[:want]
-			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, nextPage(plants[want-1].ID, want, opts.Tag)))
+			next := nextPage(plants[want-1].ID, want, opts.Tag)
+			if s.cfg.PublicURL != "" {
+				next = s.cfg.PublicURL + "/plants" + next
+			}
+			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, next))
 		}
 		page := make([]storedPlantBody, len(plants))
 		for i, p := range plants {

@@ -5,14 +5,20 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/api"
@@ -46,6 +52,27 @@ type Config struct {
 	Logger         *slog.Logger
 	// Observer, when set, is told of every request, for metrics.
 	Observer Observer
+	// PublicURL is the base URL clients reach the API at, when a proxy or
+	// a path prefix stands between them ("https://api.example.com/store").
+	// When set, Link headers are absolute URLs under it and the served
+	// document's servers name it; when empty, Link headers are relative to
+	// the request and the document keeps its {base_url} variable. Checked
+	// by ParsePublicURL.
+	PublicURL string
+}
+
+// ParsePublicURL checks a public base URL: absolute http or https, with a
+// host, and no query, fragment or credentials. It returns it without a
+// trailing slash.
+func ParsePublicURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%q is not an absolute http or https URL", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("%q: a public URL has no query, fragment or credentials", raw)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // Observer watches requests: RequestStarted when one arrives, RequestDone
@@ -143,8 +170,12 @@ func (s *Server) routes(mux *http.ServeMux) {
 
 	handle("GET /healthz", s.handleHealth())
 	handle("GET /readyz", s.handleReady())
-	handle("GET /openapi.json", serveDocument("application/json", api.JSON))
-	handle("GET /openapi.yaml", serveDocument("application/yaml", api.YAML))
+	docJSON, docYAML := api.JSON, api.YAML
+	if s.cfg.PublicURL != "" {
+		docJSON, docYAML = withServer(api.JSON, s.cfg.PublicURL), withServerYAML(api.YAML, s.cfg.PublicURL)
+	}
+	handle("GET /openapi.json", serveDocument("application/json", docJSON))
+	handle("GET /openapi.yaml", serveDocument("application/yaml", docYAML))
 	handle("GET /docs", docs.Page("Plant Store API reference"))
 	handle("GET "+docs.BundlePath, docs.Bundle())
 }
@@ -183,6 +214,51 @@ func (s *Server) handleReady() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, statusBody{Status: "ready"})
 	})
+}
+
+// withServer returns the JSON document with its servers replaced by the
+// public URL, so clients generated from it, and the reference page's
+// examples, point at this deployment.
+func withServer(doc []byte, publicURL string) []byte {
+	var m map[string]jsontext.Value
+	if err := json.Unmarshal(doc, &m); err != nil {
+		panic(err) // the embedded document is valid JSON (api's tests)
+	}
+	servers, err := json.Marshal([]map[string]string{{"url": publicURL, "description": "This deployment."}})
+	if err != nil {
+		panic(err)
+	}
+	m["servers"] = servers
+	out, err := json.Marshal(m, json.Deterministic(true))
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// withServerYAML does the same to the YAML document, whose top-level
+// servers block is replaced as text: up to the next top-level key.
+func withServerYAML(doc []byte, publicURL string) []byte {
+	start := bytes.Index(doc, []byte("\nservers:\n"))
+	if start < 0 {
+		panic("openapi.yaml has no top-level servers") // checked by the tests
+	}
+	start++
+	end := start + len("servers:\n")
+	for end < len(doc) {
+		next := bytes.IndexByte(doc[end:], '\n')
+		if next < 0 {
+			end = len(doc)
+			break
+		}
+		if doc[end] != ' ' && doc[end] != '\n' && doc[end] != '#' {
+			break
+		}
+		end += next + 1
+	}
+	quoted, _ := json.Marshal(publicURL) // a JSON string is a YAML string
+	block := fmt.Appendf(nil, "servers:\n  - url: %s\n    description: This deployment.\n", quoted)
+	return slices.Concat(doc[:start], block, doc[end:])
 }
 
 func serveDocument(contentType string, doc []byte) http.Handler {

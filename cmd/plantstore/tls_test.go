@@ -1,0 +1,161 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// selfSigned writes a certificate for 127.0.0.1 and its key, and returns
+// their paths and a pool that trusts the certificate.
+func selfSigned(t *testing.T) (certFile, keyFile string, roots *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "plantstore test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	roots = x509.NewCertPool()
+	roots.AddCert(cert)
+	return certFile, keyFile, roots
+}
+
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	certFile, keyFile, roots := selfSigned(t)
+	s := serve(t, dir, "--tls-cert", certFile, "--tls-key", keyFile)
+	if !strings.Contains(s.logs.String(), `"scheme":"https"`) {
+		t.Errorf("the listening line does not say https:\n%s", s.logs)
+	}
+	base := "https://" + strings.TrimPrefix(s.url, "http://")
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	if status, body := create(t, client, base, token, plantBody(1)); status != 200 {
+		t.Fatalf("create over HTTPS: %d %s", status, body)
+	}
+	resp, err := client.Get(base + "/plants/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
+		t.Errorf("answer over %v", resp.TLS)
+	}
+
+	// TLS 1.1 and older are refused, as are TLS 1.2 suites without forward
+	// secrecy or AEAD.
+	for name, cfg := range map[string]*tls.Config{
+		"TLS 1.1":          {RootCAs: roots, MaxVersion: tls.VersionTLS11},
+		"RSA key exchange": {RootCAs: roots, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256}},
+		"CBC":              {RootCAs: roots, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}},
+	} {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), cfg)
+		if err == nil {
+			conn.Close()
+			t.Errorf("%s: the handshake succeeded", name)
+		}
+	}
+	// Plain HTTP to the HTTPS port gets no plant.
+	if resp, err := http.Get(s.url + "/healthz"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Errorf("plain HTTP to the TLS port answered 200 %s", b)
+		}
+	}
+
+	for _, args := range [][]string{
+		{"--tls-cert", certFile},
+		{"--tls-key", keyFile},
+		{"--tls-cert", keyFile, "--tls-key", certFile},
+		{"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", keyFile},
+	} {
+		r := cli(t, dir, nil, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+		if r.exit != 2 || !strings.Contains(r.stderr, "tls") && !strings.Contains(r.stderr, "TLS") {
+			t.Errorf("serve %v: exit %d, %q; want 2 and a word on TLS", args, r.exit, r.stderr)
+		}
+	}
+}
+
+// Behind a proxy under a path prefix, Link headers and the document's
+// servers name the public URL.
+func TestPublicURL(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	s := serve(t, dir, "--public-url", "https://api.example.com/store/")
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := int64(1); i <= 3; i++ {
+		create(t, client, s.url, token, plantBody(i))
+	}
+	req, _ := http.NewRequest("GET", s.url+"/plants?limit=1", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got, want := resp.Header.Get("Link"), `<https://api.example.com/store/plants?after=1&limit=1>; rel="next"`; got != want {
+		t.Errorf("Link %q, want %q", got, want)
+	}
+
+	var doc struct {
+		Servers []struct{ URL string } `json:"servers" yaml:"servers"`
+		Paths   map[string]any         `json:"paths" yaml:"paths"`
+	}
+	if err := json.Unmarshal([]byte(do(client, "GET", s.url+"/openapi.json", "", "").body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != "https://api.example.com/store" || doc.Paths["/plants"] == nil {
+		t.Errorf("openapi.json servers %+v, %d paths", doc.Servers, len(doc.Paths))
+	}
+	doc.Servers, doc.Paths = nil, nil
+	if err := yaml.Unmarshal([]byte(do(client, "GET", s.url+"/openapi.yaml", "", "").body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != "https://api.example.com/store" || doc.Paths["/plants"] == nil {
+		t.Errorf("openapi.yaml servers %+v, %d paths", doc.Servers, len(doc.Paths))
+	}
+
+	for _, bad := range []string{"api.example.com", "ftp://x/", "https://x/?a=1", "https://u:p@x/"} {
+		if r := cli(t, dir, nil, "serve", "--addr", "127.0.0.1:0", "--public-url", bad); r.exit != 2 || !strings.Contains(r.stderr, "--public-url") {
+			t.Errorf("--public-url %q: exit %d, %q", bad, r.exit, r.stderr)
+		}
+	}
+}

@@ -58,3 +58,30 @@ func TestConfigurationFromFiles(t *testing.T) {
 		t.Errorf("a malformed value from a file: exit %d, %q", r.exit, r.stderr)
 	}
 }
+
+// A misspelt variable stops serve with a message that names it.
+func TestUnknownVariableStopsServe(t *testing.T) {
+	dir := t.TempDir()
+	r := cli(t, dir, []string{"PLANTSTORE_ADRR=0.0.0.0:80"}, "serve", "--addr", "127.0.0.1:0")
+	if r.exit != 2 || !strings.Contains(r.stderr, "PLANTSTORE_ADRR") {
+		t.Errorf("serve with PLANTSTORE_ADRR: exit %d, %q; want 2 naming it", r.exit, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "plantstore.db")); err == nil {
+		t.Error("the refused start created the store")
+	}
+	// The plants commands' variables, and _FILE forms, are not unknown:
+	// serve starts with them set (it inherits this process's environment).
+	t.Setenv("PLANTSTORE_TOKEN", "x")
+	t.Setenv("PLANTSTORE_SERVER", "http://127.0.0.1:1")
+	t.Setenv("PLANTSTORE_LOG_FORMAT_FILE", writeFile(t, "json\n"))
+	serve(t, dir)
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "value")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

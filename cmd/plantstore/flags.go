@@ -231,3 +231,29 @@ func (v *boolValue) Set(s string) error {
 }
 func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
 func (v *boolValue) IsBoolFlag() bool { return true }
+
+// checkVariables refuses PLANTSTORE_ variables in environ that no flag of
+// this command reads, so a misspelt one (PLANTSTORE_ADRR) stops the start
+// instead of being silently ignored. alsoKnown are variables other
+// commands read, which may well be set in the same environment;
+// PLANTSTORE_TEST_ is the test suites'.
+func (fs *flagSet) checkVariables(environ []string, alsoKnown ...string) error {
+	known := map[string]bool{}
+	for _, name := range alsoKnown {
+		known[name], known[name+"_FILE"] = true, true
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		known[envName(f.Name)], known[envName(f.Name)+"_FILE"] = true, true
+	})
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "PLANTSTORE_") && !strings.HasPrefix(name, "PLANTSTORE_TEST_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		return usageError(fmt.Sprintf("unknown configuration variable %s: no flag reads it (see --help for the variables)", strings.Join(unknown, ", ")))
+	}
+	return nil
+}

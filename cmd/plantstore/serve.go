@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,10 @@ shown beside it.`, getenv, stdout, stderr)
 		return err
 	} else if len(rest) > 0 {
 		return usageError(fmt.Sprintf("serve takes no arguments, got %q", rest))
+	}
+	// The plants commands' variables may share serve's environment.
+	if err := fs.checkVariables(os.Environ(), "PLANTSTORE_SERVER", "PLANTSTORE_TOKEN"); err != nil {
+		return err
 	}
 	logs := newBufferedLog(stderr)
 	defer logs.Flush()

@@ -257,6 +257,12 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte, dl plantstore.Delivery) (plantstore.AttemptResult, Outcome) {
 	start := d.cfg.Now()
 	res := Send(ctx, d.cfg.Client, Message{ID: dl.EventID, URL: sub.URL, Key: key, Body: EventBody(dl.Plant)}, start)
+	if res.Outcome != Delivered && ctx.Err() != nil {
+		// Cut short by the shutdown: not the subscriber's failure, and not
+		// recorded; the delivery goes out again after the restart.
+		log.Info("webhook attempt cut short by shutdown", "event", dl.EventID, "plant", dl.Plant.ID)
+		return plantstore.AttemptResult{DeliveryID: dl.ID}, Retry
+	}
 	d.stats.attempts.Add(1)
 	attrs := []any{"event", dl.EventID, "plant", dl.Plant.ID, "attempt", dl.Attempts + 1,
 		"status", res.Status, "outcome", res.Outcome.String(),

@@ -64,6 +64,9 @@ shown beside it.`, getenv, stdout, stderr)
 		return err
 	}
 	apiConfig := httpapi.Config{MaxBodyBytes: *maxBody, RequestTimeout: *requestTimeout, Logger: log}
+	if *logFormat == "json" && log.Enabled(ctx, slog.LevelInfo) {
+		apiConfig.AccessLog = logs // the same lines, formatted by httpapi itself
+	}
 	if err := limits.apply(&apiConfig); err != nil {
 		return err
 	}

@@ -93,12 +93,17 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plants
 	hash := plantstore.HashToken(secret)
 	now := a.opts.Now()
 
+	// One critical section per request: the lookup, and the last use of
+	// a hit.
 	a.mu.Lock()
 	entry, ok := a.cache[hash]
+	hit := ok && now.Before(entry.expires) && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1
+	if hit {
+		a.used[entry.token.ID] = now
+	}
 	a.mu.Unlock()
-	if ok && now.Before(entry.expires) && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1 {
+	if hit {
 		a.hits.Add(1)
-		a.recordUse(entry.token.ID, now)
 		return entry.token, nil
 	}
 	a.misses.Add(1)
@@ -138,12 +143,6 @@ func (a *Authenticator) evictLocked(now time.Time) {
 		delete(a.cache, h)
 		return
 	}
-}
-
-func (a *Authenticator) recordUse(id int64, at time.Time) {
-	a.mu.Lock()
-	a.used[id] = at
-	a.mu.Unlock()
 }
 
 // Flush writes the last-use times gathered since the previous flush.

@@ -43,3 +43,18 @@ func BenchmarkDecodeAndValidate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeCommon is the body clients send, which the fast path reads.
+func BenchmarkDecodeCommon(b *testing.B) {
+	body := []byte(`{"id":123456789,"name":"Monstera deliciosa","tag":"tropical"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := decodeNewPlant(body)
+		if err == nil {
+			err = p.Validate()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

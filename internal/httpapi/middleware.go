@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,10 +38,11 @@ func infoFrom(ctx context.Context) *requestInfo {
 
 func requestID(ctx context.Context) string { return infoFrom(ctx).id }
 
-// observe is the outermost layer: it gives each request an id, writes one
-// access log line per request, and makes sure every non-2xx answer carries
-// the Error body, including those written by the mux (404, 405, redirects
-// to a cleaned path) or by anything else that does not speak JSON.
+// observe is the outermost layer: it gives each request an id and the
+// context that bounds its work, writes one access log line per request,
+// and makes sure every non-2xx answer carries the Error body, including
+// those written by the mux (404, 405, redirects to a cleaned path) or by
+// anything else that does not speak JSON.
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -48,31 +50,22 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			s.cfg.Observer.RequestStarted()
 		}
 		info := &requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id"))}
-		w.Header().Set("X-Request-Id", info.id)
-		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h := w.Header()
+		h["X-Request-Id"] = []string{info.id}
+		h["X-Content-Type-Options"] = nosniff
 		rec := &recorder{ResponseWriter: w, r: r}
-		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+		ctx := context.WithValue(s.deadlines.context(start), requestInfoKey{}, info)
+		r = r.WithContext(ctx)
 		next.ServeHTTP(rec, r)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
+		took := time.Since(start)
 		if s.cfg.Observer != nil {
-			s.cfg.Observer.RequestDone(info.route, r.Method, rec.status, time.Since(start))
+			s.cfg.Observer.RequestDone(info.route, r.Method, rec.status, took)
 		}
-		attrs := append(make([]slog.Attr, 0, 9),
-			slog.String("method", r.Method),
-			slog.String("path", r.URL.Path),
-			slog.Int("status", rec.status),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-			slog.Int64("bytes", rec.bytes),
-			slog.String("request_id", info.id),
-			slog.String("token", info.token),
-			slog.String("remote", r.RemoteAddr),
-		)
-		if info.limit != "" {
-			attrs = append(attrs, slog.String("limit", info.limit))
-		}
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+		s.logRequest(ctx, &accessEntry{start: start, method: r.Method, path: r.URL.Path, status: rec.status,
+			duration: took, bytes: rec.bytes, info: info, remote: r.RemoteAddr})
 	})
 }
 
@@ -190,12 +183,47 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// withTimeout bounds the work a request may cause, so a stuck store cannot
-// hold a request forever.
-func (s *Server) withTimeout(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-		defer cancel()
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
+// deadlines hands out the contexts that bound a request's work, so a
+// stuck store cannot hold a request forever. Every request that starts
+// within one tick shares one context, whose deadline is the timeout after
+// the tick ends: one timer a tick instead of a timer, a context and a
+// registration with the connection's context per request, for a deadline
+// at most a tick (a hundredth of the timeout) late.
+//
+// The context is not the request's own, so a client that hangs up does
+// not cut its request's work short: that work is bounded by the timeout
+// anyway, and a create may commit after its client left whichever way
+// (a retry is an idempotent replay).
+type deadlines struct {
+	timeout, tick time.Duration
+	current       atomic.Pointer[deadlineTick]
+	mu            sync.Mutex // held to start the next tick
+}
+
+type deadlineTick struct {
+	ends time.Time // requests starting before this share ctx
+	ctx  context.Context
+	// cancel is never called early: the deadline's own timer cancels the
+	// context and releases it.
+	cancel context.CancelFunc
+}
+
+func newDeadlines(timeout time.Duration) *deadlines {
+	return &deadlines{timeout: timeout, tick: min(max(timeout/100, time.Millisecond), 100*time.Millisecond)}
+}
+
+// context returns the context of a request that starts at now.
+func (d *deadlines) context(now time.Time) context.Context {
+	if t := d.current.Load(); t != nil && now.Before(t.ends) {
+		return t.ctx
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t := d.current.Load(); t != nil && now.Before(t.ends) {
+		return t.ctx
+	}
+	ends := now.Truncate(d.tick).Add(d.tick)
+	ctx, cancel := context.WithDeadline(context.Background(), ends.Add(d.timeout))
+	d.current.Store(&deadlineTick{ends: ends, ctx: ctx, cancel: cancel})
+	return ctx
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/plantstore/plantstore"
 )
@@ -139,11 +139,7 @@ func (s *Server) handleListPlants() http.Handler {
 			}
 			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, next))
 		}
-		page := make([]storedPlantBody, len(plants))
-		for i, p := range plants {
-			page[i] = storedPlant(p)
-		}
-		writeJSON(w, http.StatusOK, page)
+		writeJSON(w, http.StatusOK, plantPage(plants))
 	})
 }
 
@@ -163,7 +159,7 @@ func listOptions(rawQuery string) (plantstore.ListOptions, error) {
 	}
 	if v, ok := q["limit"]; ok {
 		n, err := strconv.ParseInt(v[0], 10, 32)
-		if err != nil || !plainInteger.MatchString(v[0]) || n < 1 || n > plantstore.MaxListLimit {
+		if err != nil || !plainInteger(v[0]) || n < 1 || n > plantstore.MaxListLimit {
 			return opts, invalid("limit: must be an integer from 1 to %d, got %q", plantstore.MaxListLimit, truncate(v[0], 40))
 		}
 		opts.Limit = int(n)
@@ -198,12 +194,25 @@ func nextPage(lastID int64, limit int, tag *string) string {
 	return "?" + q.Encode()
 }
 
-var plainInteger = regexp.MustCompile(`^-?[0-9]+$`)
+// plainInteger reports whether s is an optional minus and decimal digits,
+// which strconv.ParseInt accepts and more ("+1", "0x1f" with base 0, "1_000").
+func plainInteger(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // parseID reads an id written as a plain decimal integer.
 func parseID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || !plainInteger.MatchString(s) {
+	if err != nil || !plainInteger(s) {
 		return 0, fmt.Errorf("must be an integer from %d to %d, got %q", int64(-1<<63), int64(1<<63-1), truncate(s, 40))
 	}
 	return id, nil

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -50,6 +51,11 @@ type Config struct {
 	// address for AuthFailures; from any other peer the header is ignored.
 	TrustedProxies []netip.Prefix
 	Logger         *slog.Logger
+	// AccessLog, when set, receives the access log instead of Logger: one
+	// JSON line per request, as Logger's JSON handler would write it,
+	// formatted without slog's general machinery (see logRequest). It
+	// must be safe for concurrent use; each line is one Write.
+	AccessLog io.Writer
 	// Observer, when set, is told of every request, for metrics.
 	Observer Observer
 	// PublicURL is the base URL clients reach the API at, when a proxy or
@@ -110,6 +116,7 @@ type Server struct {
 	cfg     Config
 	handler http.Handler
 
+	deadlines    *deadlines
 	inFlight     atomic.Int64
 	tokenRate    *tokenBuckets[int64]      // by token ID; nil when off
 	authFailures *tokenBuckets[netip.Addr] // by clientAddr; nil when off
@@ -127,7 +134,7 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg}
+	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg, deadlines: newDeadlines(cfg.RequestTimeout)}
 	if cfg.TokenRate > 0 {
 		burst := cfg.TokenBurst
 		if burst <= 0 {
@@ -144,7 +151,7 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	s.routes(mux)
-	s.handler = s.observe(s.recoverPanics(s.withTimeout(mux)))
+	s.handler = s.observe(s.recoverPanics(mux))
 	return s
 }
 
@@ -267,18 +274,4 @@ func serveDocument(contentType string, doc []byte) http.Handler {
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		w.Write(doc)
 	})
-}
-
-// writeJSON answers with v as JSON. Our values always encode, so an error
-// here can only be the client going away.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":500,"message":"internal error"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(b)
 }

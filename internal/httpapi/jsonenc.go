@@ -1,0 +1,167 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/plantstore/plantstore"
+)
+
+// The answers of the hot routes (a plant, a page of plants, an error) are
+// encoded by hand: appending a handful of known fields costs a fraction of
+// a reflective Marshal, and every request pays it. The output is byte for
+// byte what json.Marshal writes for the same struct (TestAppendMatchesMarshal
+// and FuzzAppendJSONString check it), so the two can never drift apart.
+
+// jsonAppender is a body that can encode itself.
+type jsonAppender interface {
+	appendJSON(b []byte) []byte
+}
+
+func (p plantBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"name":`...)
+	b = appendJSONString(b, p.Name)
+	if p.Tag != nil {
+		b = append(b, `,"tag":`...)
+		b = appendJSONString(b, *p.Tag)
+	}
+	return append(b, '}')
+}
+
+func (p storedPlantBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, p.ID, 10)
+	b = append(b, `,"name":`...)
+	b = appendJSONString(b, p.Name)
+	if p.Tag != nil {
+		b = append(b, `,"tag":`...)
+		b = appendJSONString(b, *p.Tag)
+	}
+	return append(b, '}')
+}
+
+// plantPage is a page of plants as GET /plants answers it: each a
+// storedPlantBody, encoded straight from the store's plants.
+type plantPage []plantstore.Plant
+
+func (page plantPage) appendJSON(b []byte) []byte {
+	b = append(b, '[')
+	for i, p := range page {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = storedPlant(p).appendJSON(b)
+	}
+	return append(b, ']')
+}
+
+func (e errorBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"error":`...)
+	b = strconv.AppendInt(b, int64(e.Error), 10)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, e.Message)
+	return append(b, '}')
+}
+
+func (s statusBody) appendJSON(b []byte) []byte {
+	b = append(b, `{"status":`...)
+	b = appendJSONString(b, s.Status)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string the way json.Marshal does by
+// default: quotes, backslashes and control characters below U+0020
+// escaped (the common ones in their short forms), everything else as is;
+// invalid UTF-8 becomes U+FFFD. The ASCII fast path copies runs of plain
+// bytes at once.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, s[start:i]...)
+				b = append(b, "\ufffd"...)
+				i++
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			const hex = "0123456789abcdef"
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		i++
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// Answer bodies are built in pooled buffers: one allocation fewer per
+// request, and none growing for a long page. Buffers that grew past
+// maxPooledBuffer (a page of 1,000 long names) are left to the collector,
+// so the pool does not pin the largest page ever sent.
+const maxPooledBuffer = 64 << 10
+
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// Header values shared by every answer. The slices are never appended to
+// in place (their length is their capacity), so sharing them is safe.
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+	nosniff         = []string{"nosniff"}
+)
+
+// writeJSON answers with v as JSON. Our values always encode, so an error
+// here can only be the client going away.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	bp := bodyBuffers.Get().(*[]byte)
+	b := (*bp)[:0]
+	if a, ok := v.(jsonAppender); ok {
+		b = a.appendJSON(b)
+	} else {
+		out, err := json.Marshal(v)
+		if err != nil {
+			status = http.StatusInternalServerError
+			out = []byte(`{"error":500,"message":"internal error"}`)
+		}
+		b = append(b, out...)
+	}
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
+	w.WriteHeader(status)
+	w.Write(b)
+	if cap(b) <= maxPooledBuffer {
+		*bp = b
+		bodyBuffers.Put(bp)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"unicode/utf8"
 )
@@ -92,6 +93,7 @@ func serveBaseline(token string) error {
 	if err != nil {
 		return err
 	}
+	fmt.Println("gomaxprocs", runtime.GOMAXPROCS(0)) // for the harness's output
 	fmt.Println("listening", ln.Addr().String())
 	return http.Serve(ln, baselineHandler(token))
 }

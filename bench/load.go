@@ -16,8 +16,9 @@ import (
 
 // A scenario makes the next request. n counts requests across workers.
 type scenario struct {
-	name string
-	next func(n int64, r *rand.Rand) (method, path string, body []byte)
+	name    string
+	creates bool // whether it sends POSTs, whose group commits are worth reporting
+	next    func(n int64, r *rand.Rand) (method, path string, body []byte)
 }
 
 // result is what one run of a scenario measured.
@@ -39,7 +40,26 @@ type result struct {
 	Sweep          bool      `json:"sweep,omitempty"`     // a point of the chart
 	Engine         string    `json:"engine,omitempty"`    // plantstore's storage: sqlite or postgres
 	Instances      int       `json:"instances,omitempty"` // plantstore serve processes behind the target
+	// Shape is how the servers and the load generator shared the CPUs:
+	// pinned, quota or unpinned (see shapes.go).
+	Shape string `json:"shape,omitempty"`
+	// ServerCPUUs is the server's CPU time (user+system, all its
+	// instances) over the measured interval, per request answered.
+	ServerCPUUs float64 `json:"server_cpu_us_per_request,omitempty"`
+	// GeneratorBusyPct is the load generator's CPU time over the measured
+	// interval, as a share of the CPUs it was allowed (GeneratorCPUs).
+	GeneratorBusyPct float64 `json:"generator_busy_pct"`
+	GeneratorCPUs    int     `json:"generator_cpus"`
+	// MeanBatch is the mean size of the group commits over the measured
+	// interval (from plantstore's metrics), for runs that create.
+	MeanBatch float64 `json:"mean_batch_size,omitempty"`
 }
+
+// suspectBusy is the generator's busy share above which its run may have
+// measured the generator rather than the server.
+const suspectBusy = 90
+
+func (r result) suspect() bool { return r.GeneratorBusyPct > suspectBusy }
 
 // A target is a server under load: the baseline, or plantstore on one
 // engine behind one or more "plantstore serve" processes.
@@ -58,6 +78,9 @@ type target struct {
 	// the connections are spread round-robin over them.
 	urls []string
 	pids []int
+	// metrics are the URLs of plantstore's /metrics, one per instance
+	// (none for the baseline).
+	metrics []string
 }
 
 // forWorker is t as worker w sees it: bound to one instance.
@@ -118,8 +141,11 @@ func send(ctx context.Context, client *http.Client, t target, method, path strin
 // closedLoop runs conns workers, each sending its next request when the
 // previous one is answered, for d after a warm-up.
 func closedLoop(t target, s scenario, conns int, warmup, d time.Duration, counter *atomic.Int64) result {
-	client := &http.Client{Transport: newTransport(conns), Timeout: 30 * time.Second}
-	defer client.CloseIdleConnections()
+	return closedLoopWith(newLeanConn, t, s, conns, warmup, d, counter)
+}
+
+// closedLoopWith is closedLoop with the given client.
+func closedLoopWith(dial func(target, time.Time) requester, t target, s scenario, conns int, warmup, d time.Duration, counter *atomic.Int64) result {
 	var measuring atomic.Bool
 	stopAt := time.Now().Add(warmup + d)
 	lat := make([][]time.Duration, conns)
@@ -128,11 +154,13 @@ func closedLoop(t target, s scenario, conns int, warmup, d time.Duration, counte
 	for w := range conns {
 		wg.Go(func() {
 			t := t.forWorker(w)
+			c := dial(t, stopAt.Add(30*time.Second))
+			defer c.close()
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for time.Now().Before(stopAt) {
 				method, path, body := s.next(counter.Add(1), r)
 				begin := time.Now()
-				status, err := send(context.Background(), client, t, method, path, body)
+				status, err := c.do(method, path, body)
 				took := time.Since(begin)
 				if !measuring.Load() {
 					continue
@@ -145,18 +173,21 @@ func closedLoop(t target, s scenario, conns int, warmup, d time.Duration, counte
 		})
 	}
 	time.Sleep(warmup)
+	batchesBefore := scrapeBatches(t, s)
+	before := takeUsage(t)
 	measuring.Store(true)
-	begin := time.Now()
 	wg.Wait()
-	return summarize(t, s, "closed", conns, 0, lat, errs, time.Since(begin))
+	after := takeUsage(t)
+	res := summarize(t, s, "closed", conns, 0, lat, errs, after.at.Sub(before.at))
+	res.addUsage(before, after)
+	res.addBatches(<-batchesBefore, <-scrapeBatches(t, s))
+	return res
 }
 
 // openLoop sends at a fixed rate whatever the answers do, from up to conns
 // connections; latency counts from when a request was due, so a slow
 // server cannot hide queueing (no coordinated omission).
 func openLoop(t target, s scenario, conns, rate int, warmup, d time.Duration, counter *atomic.Int64) result {
-	client := &http.Client{Transport: newTransport(conns), Timeout: 30 * time.Second}
-	defer client.CloseIdleConnections()
 	interval := time.Second / time.Duration(rate)
 	due := make(chan time.Time, conns)
 	lat := make([][]time.Duration, conns)
@@ -164,14 +195,24 @@ func openLoop(t target, s scenario, conns, rate int, warmup, d time.Duration, co
 	start := time.Now()
 	measureFrom := start.Add(warmup)
 	end := measureFrom.Add(d)
+	// The usage is read aside, so that reading it does not delay the
+	// requests that are due.
+	usageFrom := make(chan usage, 1)
+	batchesFrom := make(chan (<-chan batches), 1)
+	time.AfterFunc(warmup, func() {
+		usageFrom <- takeUsage(t)
+		batchesFrom <- scrapeBatches(t, s)
+	})
 	var wg sync.WaitGroup
 	for w := range conns {
 		wg.Go(func() {
 			t := t.forWorker(w)
+			c := newLeanConn(t, end.Add(30*time.Second))
+			defer c.close()
 			r := rand.New(rand.NewPCG(uint64(w), 11))
 			for at := range due {
 				method, path, body := s.next(counter.Add(1), r)
-				status, err := send(context.Background(), client, t, method, path, body)
+				status, err := c.do(method, path, body)
 				if at.Before(measureFrom) {
 					continue
 				}
@@ -190,7 +231,13 @@ func openLoop(t target, s scenario, conns, rate int, warmup, d time.Duration, co
 	}
 	close(due)
 	wg.Wait()
-	return summarize(t, s, "open", conns, rate, lat, errs, time.Since(measureFrom))
+	after := takeUsage(t)
+	before := <-usageFrom
+	res := summarize(t, s, "open", conns, rate, lat, errs, after.at.Sub(before.at))
+	res.addUsage(before, after)
+	from := <-batchesFrom
+	res.addBatches(<-from, <-scrapeBatches(t, s))
+	return res
 }
 
 func summarize(t target, s scenario, mode string, conns, rate int, lat [][]time.Duration, errs []int, elapsed time.Duration) result {
@@ -213,16 +260,23 @@ func summarize(t target, s scenario, mode string, conns, rate int, lat [][]time.
 	return res
 }
 
+// scenarios are the requests of each scenario on a store seeded with plants
+// 1..seeded; created ids are idBase plus a counter.
 func scenarios(seeded int64, idBase int64) map[string]scenario {
 	create := func(n int64) []byte {
 		return fmt.Appendf(nil, `{"id":%d,"name":"plant number %d","tag":"bench"}`, idBase+n, n)
 	}
 	get := func(r *rand.Rand) string { return "/plants/" + strconv.FormatInt(1+r.Int64N(seeded), 10) }
+	// A page from a random position among the seeded plants, as paging
+	// clients ask; the baseline encodes its fixed page whatever the query.
+	list := func(r *rand.Rand) string {
+		return "/plants?limit=100&after=" + strconv.FormatInt(r.Int64N(max(1, seeded-100+1)), 10)
+	}
 	return map[string]scenario{
-		"create": {"create", func(n int64, _ *rand.Rand) (string, string, []byte) { return "POST", "/plants", create(n) }},
-		"get":    {"get", func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", get(r), nil }},
-		"list":   {"list", func(int64, *rand.Rand) (string, string, []byte) { return "GET", "/plants?limit=100", nil }},
-		"mixed": {"mixed", func(n int64, r *rand.Rand) (string, string, []byte) {
+		"create": {"create", true, func(n int64, _ *rand.Rand) (string, string, []byte) { return "POST", "/plants", create(n) }},
+		"get":    {"get", false, func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", get(r), nil }},
+		"list":   {"list", false, func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", list(r), nil }},
+		"mixed": {"mixed", true, func(n int64, r *rand.Rand) (string, string, []byte) {
 			if r.IntN(10) < 2 {
 				return "POST", "/plants", create(n)
 			}

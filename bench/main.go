@@ -2,11 +2,18 @@
 // "plantstore serve" on loopback with a fresh store, and a bare baseline
 // server in a process of its own, and drives both with the same requests:
 // closed-loop at a fixed concurrency, then open-loop at a fixed rate. It
-// prints each figure and its ratio to the baseline, writes the results as
-// JSON, and draws throughput and p99 against concurrency as an SVG.
+// does so in each of three shapes (shapes.go): the servers pinned to one
+// core, the servers each in a cgroup with a quota of one CPU, and
+// everything unpinned; both servers start afresh for each shape. It prints
+// each figure and its ratio to the baseline, the servers' CPU time per
+// request, plantstore's mean group-commit batch, how busy the load
+// generator was, and each target met or not; writes the results as JSON,
+// and draws throughput and p99 against concurrency as an SVG.
 //
-//	go run ./bench                      # the default run, about 3 minutes
+//	go run ./bench                      # the default run, about 7 minutes
 //	go run ./bench -duration 2s -sweep= # a quick check
+//	go run ./bench -shapes unpinned     # one shape only
+//	go run ./bench -calibrate           # wrk against our load generator
 //	go run ./bench -million             # RSS and readiness on 1,000,000 plants
 //	go run ./bench -postgres URL        # also PostgreSQL, at 1 and 3 instances
 package main
@@ -22,12 +29,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -39,10 +49,50 @@ func main() {
 		}
 		return
 	}
-	if err := run(); err != nil {
+	// Interrupted, the harness still stops its servers, removes its
+	// cgroups and drops its PostgreSQL databases.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "bench: %v: cleaning up\n", sig)
+		runCleanups()
+		os.Exit(1)
+	}()
+	err := run()
+	runCleanups()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+var cleanups struct {
+	sync.Mutex
+	fns []func()
+}
+
+// atExit has f run when the harness ends, however it ends; the last
+// registered runs first.
+func atExit(f func()) {
+	cleanups.Lock()
+	defer cleanups.Unlock()
+	cleanups.fns = append(cleanups.fns, f)
+}
+
+func runCleanups() {
+	cleanups.Lock()
+	defer cleanups.Unlock()
+	for i := len(cleanups.fns) - 1; i >= 0; i-- {
+		cleanups.fns[i]()
+	}
+	cleanups.fns = nil
+}
+
+// once is f, run at most once however often it is called.
+func once(f func()) func() {
+	var o sync.Once
+	return func() { o.Do(f) }
 }
 
 type config struct {
@@ -51,6 +101,7 @@ type config struct {
 	rate                            int
 	scenarios                       []string
 	sweep                           []int
+	shapes                          []string
 	out, chart, bin, logLevel       string
 	million                         bool
 	// postgres is an admin URL of a PostgreSQL server, where the harness
@@ -61,22 +112,57 @@ type config struct {
 	pgMaxConns int
 }
 
+const usageText = `Usage: go run ./bench [flags]   (from the repository's root)
+
+Builds plantstore, and for each shape starts "plantstore serve" on a fresh
+SQLite store (metrics on), seeds it with 10,000 plants (unconfined, then
+restarts it as the shape says), starts the bare baseline (bench/baseline.go)
+in a process of its own, and drives both with the same requests. Shapes:
+
+  pinned    each server under "taskset -c FIRST-CPU" (GOMAXPROCS 1); the
+            load generator on the other CPUs. Skipped without taskset or
+            with a single CPU.
+  quota     each server in a cgroup of its own with a one-CPU quota
+            (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us; 100 ms per 100 ms),
+            on any CPU; the load generator on one core. Needs root and the
+            cpu controller; skipped, saying why, otherwise. The cgroups
+            are removed at the end, even on failure or interrupt.
+  unpinned  everything shares every CPU; the sweep runs here only, as do
+            -million and -postgres.
+
+Each run reports req/s, p50/p99/p99.9, errors, peak RSS, the servers' CPU
+time per request (/proc/PID/stat), plantstore's mean group-commit batch on
+runs that create (its /metrics), and how busy the load generator was (a
+run where it was over 90% busy is marked suspect: it may measure the
+generator, not the server). Each shape ends with its targets, met or not.
+-calibrate drives the baseline's GET with wrk and with the generator, in
+the pinned shape, to show whether the generator understates the baseline.
+
+Flags:
+`
+
 func run() error {
 	var c config
-	var scenarioList, sweepList string
-	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long each measurement runs")
-	flag.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured time before each measurement")
+	var scenarioList, sweepList, shapeList string
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), usageText)
+		flag.PrintDefaults()
+	}
+	flag.DurationVar(&c.duration, "duration", 5*time.Second, "how long each measurement runs")
+	flag.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured time before each measurement")
 	flag.IntVar(&c.connections, "connections", 64, "concurrent connections")
 	flag.IntVar(&c.rate, "rate", 0, "requests per second of the open-loop runs (0: half the slower target's closed-loop rate)")
 	flag.StringVar(&scenarioList, "scenarios", "create,get,list,mixed", "scenarios to run")
-	flag.StringVar(&sweepList, "sweep", "1,8,64,256", "connection counts for the chart (create and get, closed loop); empty to skip")
+	flag.StringVar(&shapeList, "shapes", strings.Join(shapeNames, ","), "shapes to run, in order: pinned, quota, unpinned")
+	flag.StringVar(&sweepList, "sweep", "1,8,64,256", "connection counts for the chart (create and get, closed loop, unpinned shape only); empty to skip")
 	flag.DurationVar(&c.sweepDuration, "sweep-duration", 3*time.Second, "how long each sweep point runs")
 	flag.StringVar(&c.out, "out", "docs/benchmarks/results.json", "where to write the results")
-	flag.StringVar(&c.chart, "chart", "docs/benchmarks/throughput.svg", "where to draw the chart (empty: nowhere)")
+	flag.StringVar(&c.chart, "chart", "docs/benchmarks/throughput.svg", "where to draw the chart, from the unpinned shape's sweep (empty: nowhere)")
 	flag.StringVar(&c.bin, "bin", "", "a plantstore binary to use (default: build ./cmd/plantstore)")
 	flag.StringVar(&c.logLevel, "log-level", "info", "plantstore's --log-level (info writes an access log line per request, as in production)")
-	flag.BoolVar(&c.million, "million", false, "measure RSS and readiness on a store of 1,000,000 plants instead")
-	flag.StringVar(&c.postgres, "postgres", "", "also measure plantstore on PostgreSQL: an admin `URL` (postgres://...) of a running server, where the harness creates a fresh database per instance count and drops it at the end")
+	calibrate := flag.Bool("calibrate", false, "only compare load generators (wrk, ours, net/http's) on the baseline's GET in the pinned shape, for -duration each")
+	flag.BoolVar(&c.million, "million", false, "measure RSS and readiness on a store of 1,000,000 plants instead (unpinned shape only)")
+	flag.StringVar(&c.postgres, "postgres", "", "also measure plantstore on PostgreSQL (in the unpinned shape only): an admin `URL` (postgres://...) of a running server, where the harness creates a fresh database per instance count and drops it at the end")
 	instanceList := flag.String("instances", "1,3", "with -postgres: how many plantstore serve processes share the database, one target per count; connections are spread round-robin over them")
 	flag.IntVar(&c.pgMaxConns, "pg-max-conns", 0, "with -postgres: each instance's --db-max-conns (0: plantstore's default)")
 	redraw := flag.Bool("redraw", false, "only draw -chart again from the results in -out")
@@ -89,6 +175,14 @@ func run() error {
 				return fmt.Errorf("-sweep %q: %w", sweepList, err)
 			}
 			c.sweep = append(c.sweep, n)
+		}
+	}
+	for _, s := range strings.Split(shapeList, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !slices.Contains(shapeNames, s) {
+				return fmt.Errorf("-shapes: unknown shape %q (known: %s)", s, strings.Join(shapeNames, ", "))
+			}
+			c.shapes = append(c.shapes, s)
 		}
 	}
 
@@ -113,11 +207,14 @@ func run() error {
 	if *redraw {
 		return redrawChart(c)
 	}
+	if *calibrate {
+		return runCalibration(c)
+	}
 	dir, err := os.MkdirTemp("", "plantstore-bench")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	atExit(func() { os.RemoveAll(dir) })
 	if c.bin == "" {
 		c.bin = filepath.Join(dir, "plantstore")
 		fmt.Println("building plantstore ...")
@@ -130,6 +227,9 @@ func run() error {
 	if c.million {
 		return runMillion(c, dir)
 	}
+	if len(c.shapes) == 0 {
+		return fmt.Errorf("-shapes is empty")
+	}
 	return runComparison(c, dir)
 }
 
@@ -137,16 +237,32 @@ func run() error {
 type process struct {
 	cmd *exec.Cmd
 	url string
+	// metricsURL is plantstore's /metrics (empty for the baseline);
+	// gomaxprocs is the baseline's GOMAXPROCS, as it reported.
+	metricsURL string
+	gomaxprocs int
+	stopOnce   sync.Once
 }
 
 func (p *process) stop() {
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
+	p.stopOnce.Do(func() {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	})
+}
+
+// command is name with args, started through prefix when there is one.
+func command(prefix []string, name string, args ...string) *exec.Cmd {
+	if len(prefix) == 0 {
+		return exec.Command(name, args...)
+	}
+	return exec.Command(prefix[0], slices.Concat(prefix[1:], []string{name}, args)...)
 }
 
 // startServer runs cmd and waits for a line "listening ADDR" on stdout, or
-// a JSON log line with msg "listening" in logFile.
-func startServer(cmd *exec.Cmd, logFile string) (*process, error) {
+// a JSON log line with msg "listening" in logFile; there, it also looks
+// for the line "metrics listening" when wantMetrics.
+func startServer(cmd *exec.Cmd, logFile string, wantMetrics bool) (*process, error) {
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -154,20 +270,27 @@ func startServer(cmd *exec.Cmd, logFile string) (*process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	p := &process{cmd: cmd}
+	atExit(p.stop)
 	addr := make(chan string, 1)
 	go func() {
 		scan := bufio.NewScanner(stdout)
 		for scan.Scan() {
+			if n, ok := strings.CutPrefix(scan.Text(), "gomaxprocs "); ok {
+				p.gomaxprocs, _ = strconv.Atoi(n)
+			}
 			if a, ok := strings.CutPrefix(scan.Text(), "listening "); ok {
 				addr <- a
 			}
 		}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
+	var listening time.Time
 	for time.Now().Before(deadline) {
 		select {
 		case a := <-addr:
-			return &process{cmd: cmd, url: "http://" + a}, nil
+			p.url = "http://" + a
+			return p, nil
 		case <-time.After(20 * time.Millisecond):
 		}
 		if logFile == "" {
@@ -176,30 +299,61 @@ func startServer(cmd *exec.Cmd, logFile string) (*process, error) {
 		data, _ := os.ReadFile(logFile)
 		for line := range strings.SplitSeq(string(data), "\n") {
 			var entry struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "listening" {
-				return &process{cmd: cmd, url: "http://" + entry.Addr}, nil
+			if json.Unmarshal([]byte(line), &entry) != nil {
+				continue
+			}
+			switch entry.Msg {
+			case "listening":
+				p.url = "http://" + entry.Addr
+			case "metrics listening":
+				p.metricsURL = "http://" + entry.Addr + "/metrics"
 			}
 		}
+		if p.url != "" && listening.IsZero() {
+			listening = time.Now()
+		}
+		if p.url != "" && (!wantMetrics || p.metricsURL != "") {
+			return p, nil
+		}
+		if p.url != "" && time.Since(listening) > 2*time.Second {
+			fmt.Println("plantstore logged no \"metrics listening\" line: no batch sizes")
+			return p, nil
+		}
 	}
-	cmd.Process.Kill()
-	return nil, fmt.Errorf("%s did not start listening within 30 s", cmd.Path)
+	p.stop()
+	return nil, fmt.Errorf("%s did not start listening within 30 s", strings.Join(cmd.Args, " "))
 }
 
 func startPlantstore(c config, dir, db string) (*process, error) {
-	return startPlantstoreLog(c, dir, db, "serve.log")
+	return startPlantstoreLog(c, dir, db, "serve.log", nil)
 }
 
-// startPlantstoreLog starts plantstore with its log in dir/logName.
-func startPlantstoreLog(c config, dir, db, logName string, args ...string) (*process, error) {
+// startPlantstoreLog starts plantstore through prefix, with its log in
+// dir/logName and its metrics on a port of its choosing.
+func startPlantstoreLog(c config, dir, db, logName string, prefix []string, args ...string) (*process, error) {
 	logFile := filepath.Join(dir, logName)
 	log, err := os.Create(logFile)
 	if err != nil {
 		return nil, err
 	}
-	args = append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--log-level", c.logLevel}, args...)
-	cmd := exec.Command(c.bin, args...)
+	args = append([]string{"serve", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--db", db, "--log-level", c.logLevel}, args...)
+	cmd := command(prefix, c.bin, args...)
 	cmd.Stderr = log
-	return startServer(cmd, logFile)
+	return startServer(cmd, logFile, true)
+}
+
+// startBaseline starts the bare baseline through prefix.
+func startBaseline(prefix []string) (*process, target, error) {
+	token := randomHex(16)
+	self, err := os.Executable()
+	if err != nil {
+		return nil, target{}, err
+	}
+	p, err := startServer(command(prefix, self, "-serve-baseline", token), "", false)
+	if err != nil {
+		return nil, target{}, err
+	}
+	return p, target{name: "baseline", url: p.url, token: token, pid: p.cmd.Process.Pid}, nil
 }
 
 func createToken(c config, db string) (string, error) {
@@ -258,53 +412,105 @@ func seed(t target, n int64) error {
 const seeded = 10_000
 
 // startFresh issues a token on a new store at db and starts plantstore on
-// it.
-func startFresh(c config, dir, db string) (*process, target, error) {
+// it, through prefix.
+func startFresh(c config, dir, db string, prefix []string) (*process, target, error) {
 	token, err := createToken(c, db)
 	if err != nil {
 		return nil, target{}, err
 	}
-	server, err := startPlantstore(c, dir, db)
+	server, err := startPlantstoreLog(c, dir, db, "serve-"+filepath.Base(db)+".log", prefix)
 	if err != nil {
 		return nil, target{}, err
 	}
-	return server, target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid, engine: "sqlite", instances: 1}, nil
+	t := target{name: "plantstore", url: server.url, token: token, pid: server.cmd.Process.Pid, engine: "sqlite", instances: 1}
+	if server.metricsURL != "" {
+		t.metrics = []string{server.metricsURL}
+	}
+	return server, t, nil
 }
 
 func runComparison(c config, dir string) error {
-	server, store, err := startFresh(c, dir, filepath.Join(dir, "bench.db"))
-	if err != nil {
+	all := scenarios(seeded, 0)
+	for _, name := range c.scenarios {
+		if _, ok := all[name]; !ok {
+			return fmt.Errorf("unknown scenario %q", name)
+		}
+	}
+	var results []result
+	var ran []string
+	for _, name := range c.shapes {
+		sh, skip, err := setupShape(name)
+		if err != nil {
+			return err
+		}
+		if skip != "" {
+			fmt.Printf("\n## shape %s: skipped: %s\n", name, skip)
+			continue
+		}
+		rs, err := runShape(c, dir, sh)
+		sh.cleanup()
+		results = append(results, rs...)
+		if err != nil {
+			return fmt.Errorf("shape %s: %w", name, err)
+		}
+		ran = append(ran, name)
+	}
+	if len(ran) > 1 {
+		printSummary(results, ran)
+	}
+	data, _ := json.MarshalIndent(results, "", "  ")
+	if err := os.WriteFile(c.out, data, 0o644); err != nil {
 		return err
 	}
-	defer server.stop()
+	fmt.Println("results written to", c.out)
+	if c.chart != "" && len(c.sweep) > 0 && slices.Contains(ran, "unpinned") {
+		if err := os.WriteFile(c.chart, drawChart(results, c.sweep), 0o644); err != nil {
+			return err
+		}
+		fmt.Println("chart (from the unpinned shape's sweep) drawn in", c.chart)
+	}
+	return nil
+}
+
+// runShape starts the baseline and plantstore afresh as shape sh says,
+// seeds the store and measures every scenario against both.
+func runShape(c config, dir string, sh *shape) ([]result, error) {
+	prefix := func(role string) []string {
+		if sh.prefix == nil {
+			return nil
+		}
+		return sh.prefix(role)
+	}
+	fmt.Printf("\n## shape %s: %s\n\n", sh.name, sh.setup)
+	// plantstore is seeded unconfined (on one core, seeding alone would
+	// take a while), then restarted as the shape says, on the same store.
+	db := filepath.Join(dir, "bench-"+sh.name+".db")
+	server, store, err := startFresh(c, dir, db, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { server.stop() }()
 	stores := []target{store}
-	if c.postgres != "" {
+	if c.postgres != "" && sh.name != "unpinned" {
+		fmt.Println("PostgreSQL is measured in the unpinned shape only; here SQLite alone.")
+	}
+	if c.postgres != "" && sh.name == "unpinned" {
 		// Told apart from PostgreSQL's rows; the default run keeps its
 		// labels.
 		stores[0].name = "plantstore (sqlite)"
 		for _, n := range c.instances {
 			pg, stop, err := startPostgres(c, dir, n)
 			// stop drops the database: it runs even when the start failed
-			// half-way.
+			// half-way, or when the harness is interrupted.
+			stop = once(stop)
+			atExit(stop)
 			defer stop()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			stores = append(stores, pg)
 		}
 	}
-	baseToken := randomHex(16)
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	baseline, err := startServer(exec.Command(self, "-serve-baseline", baseToken), "")
-	if err != nil {
-		return err
-	}
-	defer baseline.stop()
-
-	bare := target{name: "baseline", url: baseline.url, token: baseToken, pid: baseline.cmd.Process.Pid}
 	for _, t := range stores {
 		if len(stores) > 1 {
 			fmt.Printf("seeding %d plants in %s ...\n", seeded, t.name)
@@ -312,20 +518,56 @@ func runComparison(c config, dir string) error {
 			fmt.Printf("seeding %d plants ...\n", seeded)
 		}
 		if err := seed(t, seeded); err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
+			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
+	if sh.prefix != nil {
+		server.stop()
+		server, err = startPlantstoreLog(c, dir, db, "serve-"+sh.name+".log", prefix("plantstore"))
+		if err != nil {
+			return nil, err
+		}
+		store.url, store.pid, store.metrics = server.url, server.cmd.Process.Pid, nil
+		if server.metricsURL != "" {
+			store.metrics = []string{server.metricsURL}
+		}
+		stores[0] = store
+	}
+	baseline, bare, err := startBaseline(prefix("baseline"))
+	if err != nil {
+		return nil, err
+	}
+	defer baseline.stop()
+	// Only now, with the servers started and seeded, is the generator
+	// confined: the servers must not inherit its CPUs.
+	if sh.generatorCPUs != nil {
+		restore, err := confine(sh.generatorCPUs)
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+	}
+	psProcs := "?"
+	if len(store.metrics) > 0 {
+		if n, ok := scrapeMetrics(store.metrics[0])["go_sched_gomaxprocs_threads"]; ok {
+			psProcs = strconv.Itoa(int(n))
+		}
+	}
+	fmt.Printf("GOMAXPROCS: baseline %d, plantstore %s; load generator: CPUs %s, GOMAXPROCS %d\n",
+		baseline.gomaxprocs, psProcs, cpuList(currentCPUs()), runtime.GOMAXPROCS(0))
+
 	var counter atomic.Int64
 	counter.Store(1 << 40) // created ids start far above the seeded ones
 	all := scenarios(seeded, 0)
 	var results []result
 	measure := func(t target, r result) result {
 		r.PeakRSSMiB, r.PeakRSSEachMiB = t.peakRSS()
+		r.Shape = sh.name
 		results = append(results, r)
 		return r
 	}
-	fmt.Printf("\n%d connections, %s per run after %s of warm-up; ratios are plantstore / baseline\n", c.connections, c.duration, c.warmup)
-	if c.postgres != "" {
+	fmt.Printf("%d connections, %s per run after %s of warm-up; ratios are plantstore / baseline\n", c.connections, c.duration, c.warmup)
+	if len(stores) > 1 {
 		fmt.Printf("PostgreSQL: a fresh database per instance count, each instance's pool %s; with several instances,\n"+
 			"the connections are spread round-robin over them (each sticks to one) and peak RSS is the maximum over the instances.\n"+
 			"The open-loop rate is half the slowest target's closed-loop rate. Everything (load generator, baseline,\n"+
@@ -333,13 +575,9 @@ func runComparison(c config, dir string) error {
 			poolSize(c), runtime.NumCPU())
 	}
 	fmt.Println()
-	fmt.Println("| scenario | mode | target | req/s | p50 ms | p99 ms | p99.9 ms | errors | peak RSS MiB | req/s ratio | p99 ratio |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	printHeader()
 	for _, name := range c.scenarios {
-		s, ok := all[name]
-		if !ok {
-			return fmt.Errorf("unknown scenario %q", name)
-		}
+		s := all[name]
 		b := measure(bare, closedLoop(bare, s, c.connections, c.warmup, c.duration, &counter))
 		var ps []result
 		for _, t := range stores {
@@ -361,15 +599,17 @@ func runComparison(c config, dir string) error {
 		}
 		printRows(b, ps...)
 	}
-	for _, conns := range c.sweep {
-		for _, name := range []string{"create", "get"} {
-			for _, t := range []target{bare, store} {
-				r := closedLoop(t, all[name], conns, c.warmup/2, c.sweepDuration, &counter)
-				r.Sweep = true
-				measure(t, r)
+	if sh.name == "unpinned" {
+		for _, conns := range c.sweep {
+			for _, name := range []string{"create", "get"} {
+				for _, t := range []target{bare, store} {
+					r := closedLoop(t, all[name], conns, c.warmup/2, c.sweepDuration, &counter)
+					r.Sweep = true
+					measure(t, r)
+				}
 			}
+			fmt.Printf("sweep: %d connections done\n", conns)
 		}
-		fmt.Printf("sweep: %d connections done\n", conns)
 	}
 	fmt.Println()
 	for _, t := range stores {
@@ -378,24 +618,17 @@ func runComparison(c config, dir string) error {
 		if len(stores) > 1 {
 			name = t.name
 		}
-		fmt.Printf("%s peak RSS over the whole run: %.1f MiB", name, peak)
+		fmt.Printf("%s peak RSS over the shape's run: %.1f MiB", name, peak)
 		if len(each) > 0 {
 			fmt.Printf(" (the maximum over its instances: %s MiB)", joinMiB(each))
 		}
 		fmt.Println()
 	}
-	data, _ := json.MarshalIndent(results, "", "  ")
-	if err := os.WriteFile(c.out, data, 0o644); err != nil {
-		return err
+	if sh.report != nil {
+		sh.report()
 	}
-	fmt.Println("results written to", c.out)
-	if c.chart != "" && len(c.sweep) > 0 {
-		if err := os.WriteFile(c.chart, drawChart(results, c.sweep), 0o644); err != nil {
-			return err
-		}
-		fmt.Println("chart drawn in", c.chart)
-	}
-	return nil
+	printTargets(sh.name, results)
+	return results, nil
 }
 
 func redrawChart(c config) error {
@@ -408,23 +641,6 @@ func redrawChart(c config) error {
 		return fmt.Errorf("%s: %w", c.out, err)
 	}
 	return os.WriteFile(c.chart, drawChart(results, c.sweep), 0o644)
-}
-
-// printRows prints the baseline's row, then each plantstore target's with
-// its ratios to the baseline.
-func printRows(b result, ps ...result) {
-	mode := "closed"
-	if b.Mode == "open" {
-		mode = fmt.Sprintf("open, %d/s", b.Rate)
-	}
-	row := func(r result, ratios string) {
-		fmt.Printf("| %s | %s | %s | %.0f | %.2f | %.2f | %.2f | %d | %.1f | %s |\n",
-			r.Scenario, mode, r.Target, r.RPS, r.P50, r.P99, r.P999, r.Errors, r.PeakRSSMiB, ratios)
-	}
-	row(b, "1.00 | 1.00")
-	for _, p := range ps {
-		row(p, fmt.Sprintf("%.2f | %.2f", p.RPS/b.RPS, p.P99/b.P99))
-	}
 }
 
 func joinMiB(v []float64) string {

@@ -14,7 +14,8 @@ import (
 func runMillion(c config, dir string) error {
 	const n = 1_000_000
 	db := filepath.Join(dir, "million.db")
-	server, t, err := startFresh(c, dir, db)
+	fmt.Println("-million runs in the unpinned shape only: servers and load generator share every CPU.")
+	server, t, err := startFresh(c, dir, db, nil)
 	if err != nil {
 		return err
 	}
@@ -49,13 +50,17 @@ func runMillion(c config, dir string) error {
 	}
 	fmt.Printf("restarted on %d plants: ready (GET /readyz 200) %s after the process started\n", n, time.Since(started).Round(time.Millisecond))
 	t.url, t.pid = server.url, server.cmd.Process.Pid
+	t.metrics = nil
+	if server.metricsURL != "" {
+		t.metrics = []string{server.metricsURL}
+	}
 	var counter atomic.Int64
 	counter.Store(1 << 40)
 	all := scenarios(n, 0)
 	for _, name := range []string{"get", "list", "mixed"} {
 		r := closedLoop(t, all[name], c.connections, c.warmup, c.duration, &counter)
-		fmt.Printf("%s on %d plants: %.0f req/s, p99 %.2f ms, %d errors; peak RSS so far %.1f MiB\n",
-			name, n, r.RPS, r.P99, r.Errors, peakRSS(t.pid))
+		fmt.Printf("%s on %d plants: %.0f req/s, p99 %.2f ms, %d errors; server CPU %.1f µs/request; load generator %.0f%% busy; peak RSS so far %.1f MiB\n",
+			name, n, r.RPS, r.P99, r.Errors, r.ServerCPUUs, r.GeneratorBusyPct, peakRSS(t.pid))
 	}
 	return nil
 }

@@ -55,13 +55,16 @@ func startPostgres(c config, dir string, n int) (t target, stop func(), err erro
 	}
 	t = target{name: label, token: token, engine: "postgres", instances: n}
 	for i := range n {
-		s, err := startPlantstoreLog(c, dir, db, fmt.Sprintf("serve-pg%d-%d.log", n, i), args...)
+		s, err := startPlantstoreLog(c, dir, db, fmt.Sprintf("serve-pg%d-%d.log", n, i), nil, args...)
 		if err != nil {
 			return target{}, stop, fmt.Errorf("%s: %w", label, err)
 		}
 		servers = append(servers, s)
 		t.urls = append(t.urls, s.url)
 		t.pids = append(t.pids, s.cmd.Process.Pid)
+		if s.metricsURL != "" {
+			t.metrics = append(t.metrics, s.metricsURL)
+		}
 	}
 	t.url, t.pid = t.urls[0], t.pids[0]
 	return t, stop, nil

@@ -60,7 +60,7 @@ func (f dbFlags) openServer(ctx context.Context, hooks storeHooks) (plantstore.S
 
 // storeHooks are what serve wants to hear from the store: enqueued after a
 // create wrote webhook deliveries, observeBatch with each group commit's
-// size (SQLite only). Either may be nil.
+// size. Either may be nil.
 type storeHooks struct {
 	enqueued     func()
 	observeBatch func(int)
@@ -71,7 +71,8 @@ func (f dbFlags) openStore(ctx context.Context, soleServer bool, hooks storeHook
 		if *f.maxConns < 0 || *f.maxConns > 1<<16 {
 			return nil, usageError("--db-max-conns must be between 0 and 65536")
 		}
-		return postgres.Open(ctx, f.db.raw, postgres.Options{MaxConns: int32(*f.maxConns), LockTimeout: *f.busyTimeout, Enqueued: hooks.enqueued})
+		return postgres.Open(ctx, f.db.raw, postgres.Options{MaxConns: int32(*f.maxConns), LockTimeout: *f.busyTimeout, Enqueued: hooks.enqueued,
+			ObserveBatch: hooks.observeBatch})
 	}
 	return sqlite.Open(ctx, f.db.raw, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes, SoleServer: soleServer,
 		Enqueued: hooks.enqueued, ObserveBatch: hooks.observeBatch})

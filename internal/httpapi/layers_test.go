@@ -135,9 +135,9 @@ func (s *memStore) ListPlants(_ context.Context, opts plantstore.ListOptions) ([
 }
 
 func (s *memStore) UpdatePlant(context.Context, plantstore.Plant) error { return nil }
-func (s *memStore) DeletePlant(context.Context, int64) error           { return nil }
-func (s *memStore) Ping(context.Context) error                         { return nil }
-func (s *memStore) Close() error                                       { return nil }
+func (s *memStore) DeletePlant(context.Context, int64) error            { return nil }
+func (s *memStore) Ping(context.Context) error                          { return nil }
+func (s *memStore) Close() error                                        { return nil }
 
 // memTokens is an in-memory token store; the webhook methods of
 // plantstore.Store come with it, unused.
@@ -166,5 +166,5 @@ func (m *memTokens) TokenByHash(_ context.Context, h plantstore.TokenHash) (plan
 }
 
 func (m *memTokens) ListTokens(context.Context, bool) ([]plantstore.Token, error) { panic("unused") }
-func (m *memTokens) RevokeToken(context.Context, string, time.Time) error          { panic("unused") }
-func (m *memTokens) RecordTokenUse(context.Context, map[int64]time.Time) error     { return nil }
+func (m *memTokens) RevokeToken(context.Context, string, time.Time) error         { panic("unused") }
+func (m *memTokens) RecordTokenUse(context.Context, map[int64]time.Time) error    { return nil }

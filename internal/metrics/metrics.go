@@ -54,7 +54,7 @@ func New() *Metrics {
 	}, []string{"operation", "outcome"})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: namespace, Subsystem: "store", Name: "group_commit_batch_size",
-		Help:    "Creates committed together by each SQLite group commit.",
+		Help:    "Creates committed together by each group commit (a SQLite transaction, or a PostgreSQL batch statement).",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 	})
 	m.registry.MustRegister(
@@ -98,7 +98,8 @@ func knownMethod(method string) string {
 	return "other"
 }
 
-// ObserveBatch records a group commit's size (sqlite.Options.ObserveBatch).
+// ObserveBatch records a group commit's size (sqlite.Options.ObserveBatch,
+// postgres.Options.ObserveBatch).
 func (m *Metrics) ObserveBatch(creates int) { m.batchSize.Observe(float64(creates)) }
 
 // TokenCache registers the authenticator's cache counts, read at each

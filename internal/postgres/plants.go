@@ -11,24 +11,17 @@ import (
 	"github.com/plantstore/plantstore"
 )
 
-// CreatePlant inserts p unless its id is taken, then compares. Under READ
-// COMMITTED the insert waits for a concurrent transaction that holds the
-// same id, and does nothing once that one commits; the read that follows
-// is a new statement with a new snapshot, so it sees the row that won.
-// Each statement commits on its own: the insert, which also writes the
-// webhook outbox rows of a new plant, is the only write.
-func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (created bool, err error) {
-	err = retry(ctx, func(ctx context.Context) error {
-		created, err = db.createPlant(ctx, p)
-		return err
-	})
-	return created, db.storeError(fmt.Sprintf("create plant %d", p.ID), err)
-}
-
 // insertAttempts bounds how often a create retries when the plant it
 // collided with is deleted before it can be read.
 const insertAttempts = 3
 
+// createPlant runs one create, which Options.NoBatch asks for and a
+// failed batch falls back to. Under READ COMMITTED the insert waits for a
+// concurrent transaction that holds the same id, and does nothing once
+// that one commits; the read that follows is a new statement with a new
+// snapshot, so it sees the row that won. Each statement commits on its
+// own: the insert, which also writes the webhook outbox rows of a new
+// plant, is the only write.
 func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error) {
 	for range insertAttempts {
 		var inserted, enqueued int

@@ -13,6 +13,7 @@ import (
 	neturl "net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,14 +39,25 @@ type Options struct {
 	// deliveries, so this process's dispatcher can start at once; other
 	// processes find them at their next poll. It must not block.
 	Enqueued func()
+	// NoBatch commits every create in its own transaction, as a baseline
+	// for benchmarks; see batch.go.
+	NoBatch bool
+	// Committers is how many batches of creates may commit at once, each
+	// on a pooled connection; 0 means DefaultCommitters. It is capped at
+	// half the pool, so that reads always find connections.
+	Committers int
+	// ObserveBatch, when set, is told the size of each batch of creates
+	// (for metrics). It must not block.
+	ObserveBatch func(creates int)
 }
 
 // DefaultMaxConns is the pool size when neither Options nor the URL sets
-// one. Each create is a transaction of its own, and PostgreSQL groups the
-// commits of concurrent transactions into one WAL flush: more connections,
-// bigger groups. 16 gave 1.5x the creates per second of pgxpool's default
-// of 4 on a 2-core machine (BENCHMARKS.md), and three instances of 16
-// stay well under PostgreSQL's default max_connections of 100.
+// one. It was chosen when each create was a transaction of its own (as
+// with Options.NoBatch), and PostgreSQL groups the commits of concurrent
+// transactions into one WAL flush: more connections, bigger groups. 16
+// gave 1.5x the creates per second of pgxpool's default of 4 on a 2-core
+// machine (BENCHMARKS.md), and three instances of 16 stay well under
+// PostgreSQL's default max_connections of 100.
 const DefaultMaxConns = 16
 
 // defaultConnectTimeout bounds the dial and start-up of one connection when
@@ -62,6 +74,14 @@ type DB struct {
 	secrets  []string
 	closed   atomic.Bool
 	enqueued func()
+
+	// creates feeds the committers (batch.go); nil with Options.NoBatch.
+	creates      chan createRequest
+	committers   sync.WaitGroup
+	closeMu      sync.RWMutex // held for reading while sending on creates
+	observeBatch func(int)
+	// afterInsert, when set (by tests), runs after each batch's insert.
+	afterInsert func(candidates []plantstore.Plant)
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -82,7 +102,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	// server stops the statement rather than run it on, holding locks or
 	// even committing, after its caller was told it failed. pgx's default
 	// is what we want.
-	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued}
+	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch}
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		// NewWithConfig connects nothing unless MinConns asks it to; its
@@ -92,6 +112,17 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	if !opts.NoBatch {
+		committers := opts.Committers
+		if committers <= 0 {
+			committers = DefaultCommitters
+		}
+		committers = min(committers, max(1, int(cfg.MaxConns)/2))
+		db.creates = make(chan createRequest, 4*maxBatch)
+		for range committers {
+			db.committers.Go(db.committer)
+		}
 	}
 	return db, nil
 }
@@ -161,12 +192,22 @@ func poolSizeInURL(raw string) bool {
 	return err == nil && u.Query().Has("pool_max_conns")
 }
 
-// Close waits for the connections in use to be released, then closes them
-// all. Later calls fail with EUNAVAILABLE.
+// Close commits the creates already queued and refuses new ones, waits
+// for the connections in use to be released, then closes them all. Later
+// calls fail with EUNAVAILABLE.
 func (db *DB) Close() error {
-	if db.closed.CompareAndSwap(false, true) {
-		db.pool.Close()
+	db.closeMu.Lock()
+	if db.closed.Load() {
+		db.closeMu.Unlock()
+		return nil
 	}
+	db.closed.Store(true)
+	db.closeMu.Unlock()
+	if db.creates != nil {
+		close(db.creates) // no sender holds closeMu now, and none will send
+	}
+	db.committers.Wait()
+	db.pool.Close()
 	return nil
 }
 

@@ -19,6 +19,7 @@ func Run(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("IdempotentReplay", func(t *testing.T) { testIdempotentReplay(t, open(t)) })
 	t.Run("Conflict", func(t *testing.T) { testConflict(t, open(t)) })
 	t.Run("ConcurrentCreatesOfOneID", func(t *testing.T) { testConcurrentCreates(t, open(t)) })
+	t.Run("ConcurrentMixedCreates", func(t *testing.T) { testConcurrentMixedCreates(t, open(t)) })
 	t.Run("Int64Extremes", func(t *testing.T) { testInt64Extremes(t, open(t)) })
 	t.Run("GetMissing", func(t *testing.T) { testGetMissing(t, open(t)) })
 	t.Run("ListPaging", func(t *testing.T) { testListPaging(t, open(t)) })
@@ -142,6 +143,73 @@ func testConcurrentCreates(t *testing.T, s plantstore.Store) {
 	}
 	if got := mustGet(t, s, 99); got.Name != fmt.Sprintf("contender %d", winner) {
 		t.Errorf("stored %q, but contender %d won", got.Name, winner)
+	}
+}
+
+// Creates of many ids at once, as an engine that batches them may gather
+// them into one commit: stored ids replayed and contested, new ids created
+// several times at once with two contents. Each create gets the answer it
+// would get alone: of the creates of a new id one is created, and every
+// other is a replay or a conflict of the content that won.
+func testConcurrentMixedCreates(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	const stored, ids, perID = 8, 16, 6
+	for id := int64(1); id <= stored; id++ {
+		mustCreate(t, s, plantstore.Plant{ID: id, Name: "old"})
+	}
+	type attempt struct {
+		p       plantstore.Plant
+		created bool
+		err     error
+	}
+	attempts := make([]attempt, 0, ids*perID)
+	for id := int64(1); id <= ids; id++ {
+		for k := range perID {
+			p := plantstore.Plant{ID: id, Name: "old"}
+			if k%2 == 1 {
+				p.Tag = ptr("other")
+			}
+			attempts = append(attempts, attempt{p: p})
+		}
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range attempts {
+		wg.Go(func() {
+			<-start
+			attempts[i].created, attempts[i].err = s.CreatePlant(ctx, attempts[i].p)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winners := map[int64]int{}
+	for _, a := range attempts {
+		got := mustGet(t, s, a.p.ID)
+		if a.p.ID <= stored && !got.SameContent(plantstore.Plant{ID: a.p.ID, Name: "old"}) {
+			t.Errorf("plant %d, stored before, is now %v", a.p.ID, got)
+		}
+		switch {
+		case a.err == nil && a.created:
+			winners[a.p.ID]++
+			if !got.SameContent(a.p) {
+				t.Errorf("CreatePlant(%v) created it, but %v is stored", a.p, got)
+			}
+		case a.err == nil:
+			if !got.SameContent(a.p) {
+				t.Errorf("CreatePlant(%v) was a replay, but %v is stored", a.p, got)
+			}
+		case plantstore.ErrorCode(a.err) == plantstore.ECONFLICT:
+			if got.SameContent(a.p) {
+				t.Errorf("CreatePlant(%v) conflicted with the same content", a.p)
+			}
+		default:
+			t.Errorf("CreatePlant(%v): %v", a.p, a.err)
+		}
+	}
+	for id := int64(1); id <= ids; id++ {
+		if want := map[bool]int{true: 0, false: 1}[id <= stored]; winners[id] != want {
+			t.Errorf("plant %d: %d creates reported created, want %d", id, winners[id], want)
+		}
 	}
 }
 

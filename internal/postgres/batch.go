@@ -1,0 +1,317 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/plantstore/plantstore"
+)
+
+// Batched creates. A create that is its own transaction costs a round trip
+// to the server, a commit and a WAL flush, and takes a pooled connection
+// for all of it; under load, creates queue for connections and the server
+// spends its CPU on per-statement overhead. So creates go to a few
+// committer goroutines. A committer that is free takes every create
+// queued and inserts them, with their webhook outbox rows, in one
+// statement: one round trip, one commit. There is no waiting to fill a
+// batch: under light load a batch is one create; under heavy load, the
+// creates that queued during the previous commit. Unlike SQLite, the
+// server takes concurrent writers, and several committers keep its group
+// commit fed while a batch is on the wire (see DefaultCommitters).
+
+// maxBatch bounds a batch, so one statement's arrays and locks stay small.
+const maxBatch = 256
+
+// DefaultCommitters is how many batches of creates may be in flight at
+// once when Options.Committers is 0. With 64 concurrent creators on a
+// shared 2-core machine, 1, 2, 4 and 8 committers were within the noise of
+// each other, 2 the best median, each about 3x one transaction per create
+// (docs/benchmarks/postgres-batch.txt). More than one also keeps creates
+// flowing while a batch waits for a lock another session holds on one of
+// its ids.
+const DefaultCommitters = 2
+
+type createRequest struct {
+	ctx   context.Context // the caller's; its plant is left out once it ends
+	plant plantstore.Plant
+	done  chan createResult // buffered: a committer never blocks on it
+}
+
+type createResult struct {
+	created bool
+	err     error
+}
+
+// CreatePlant inserts p unless its id is taken, then compares: the same
+// content is a replay, other content ECONFLICT. Unless Options.NoBatch is
+// set, it goes through a committer with the creates queued beside it.
+// When ctx ends while the create waits for its commit, it answers
+// EUNAVAILABLE at once, and the plant may still be stored: a retry is an
+// idempotent replay.
+func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (bool, error) {
+	if db.creates == nil {
+		return db.createOne(ctx, p)
+	}
+	op := fmt.Sprintf("create plant %d", p.ID)
+	if err := ctx.Err(); err != nil {
+		return false, db.storeError(op, err)
+	}
+	req := createRequest{ctx: ctx, plant: p, done: make(chan createResult, 1)}
+	db.closeMu.RLock()
+	if db.closed.Load() {
+		db.closeMu.RUnlock()
+		return false, plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
+	}
+	select {
+	case db.creates <- req:
+	case <-ctx.Done():
+		db.closeMu.RUnlock()
+		return false, db.storeError(op, ctx.Err())
+	}
+	db.closeMu.RUnlock()
+	select {
+	case r := <-req.done:
+		return r.created, r.err
+	case <-ctx.Done():
+		// The create may still commit; a retry is an idempotent replay.
+		return false, db.storeError(op, ctx.Err())
+	}
+}
+
+// createOne runs one create as a transaction of its own, under ctx, with
+// retries for serialization failures and deadlocks.
+func (db *DB) createOne(ctx context.Context, p plantstore.Plant) (created bool, err error) {
+	err = retry(ctx, func(ctx context.Context) error {
+		created, err = db.createPlant(ctx, p)
+		return err
+	})
+	return created, db.storeError(fmt.Sprintf("create plant %d", p.ID), err)
+}
+
+// committer runs until creates is closed, committing what it finds queued.
+func (db *DB) committer() {
+	batch := make([]createRequest, 0, maxBatch)
+	for first := range db.creates {
+		batch = append(batch[:0], first)
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-db.creates:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		db.commit(batch)
+		clear(batch) // let the callers' contexts go
+	}
+}
+
+// commit runs batch and answers each request. A conflict is an answer, not
+// a failure. When the batch fails, the creates it had not settled are
+// tried one at a time under their callers' contexts, so that one create's
+// fault is not its neighbours'; those it settled keep their answers, as
+// each of its statements commits on its own.
+func (db *DB) commit(batch []createRequest) {
+	// A caller who gave up has had its answer; its plant is left out.
+	live := slices.DeleteFunc(batch, func(r createRequest) bool { return r.ctx.Err() != nil })
+	if len(live) == 0 {
+		return
+	}
+	ctx, stop := batchContext(live)
+	results, settled, err := db.commitBatch(ctx, live)
+	stop()
+	if db.observeBatch != nil {
+		db.observeBatch(len(live))
+	}
+	for i, req := range live {
+		switch {
+		case settled[i]:
+		case len(live) == 1:
+			results[i] = createResult{err: db.storeError(fmt.Sprintf("create plant %d", req.plant.ID), err)}
+		default:
+			results[i].created, results[i].err = db.createOne(req.ctx, req.plant)
+		}
+		req.done <- results[i]
+	}
+}
+
+// batchContext returns the context a batch's statements run under: it
+// ends when every caller in batch has given up, so that the server stops
+// work nobody waits for (a statement stuck behind a lock, say), and no
+// sooner, so that one caller's deadline does not fail its neighbours.
+// stop releases it.
+func batchContext(batch []createRequest) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var waiting atomic.Int64
+	waiting.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, req := range batch {
+		stops[i] = context.AfterFunc(req.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
+
+// commitBatch inserts the plants of batch and settles each request: one
+// statement for the inserts and their outbox rows, and, when some ids were
+// taken, one read of the stored plants. Each statement commits on its own.
+// Of the requests of one id, the first in the batch is the one inserted;
+// the others are answered as creates that came just after it. An id that
+// was taken at the insert but gone at the read was deleted in between and
+// is free again: its requests go round again, as createPlant's do. On an
+// error, results holds the answers of the requests settled before it.
+func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results []createResult, settled []bool, err error) {
+	results = make([]createResult, len(batch))
+	settled = make([]bool, len(batch))
+	pending := make([]int, len(batch)) // indexes into batch
+	for i := range pending {
+		pending[i] = i
+	}
+	for range insertAttempts {
+		first := make(map[int64]int, len(pending)) // id -> its first request
+		var candidates []plantstore.Plant
+		for _, i := range pending {
+			if _, ok := first[batch[i].plant.ID]; !ok {
+				first[batch[i].plant.ID] = i
+				candidates = append(candidates, batch[i].plant)
+			}
+		}
+		inserted, err := db.insertPlants(ctx, candidates)
+		if err != nil {
+			return results, settled, err
+		}
+		if db.afterInsert != nil {
+			db.afterInsert(candidates)
+		}
+		stored := make(map[int64]plantstore.Plant, len(candidates))
+		var taken []int64
+		for _, p := range candidates {
+			if _, ok := inserted[p.ID]; ok {
+				stored[p.ID] = p
+			} else {
+				taken = append(taken, p.ID)
+			}
+		}
+		if len(taken) > 0 {
+			if err := readPlants(ctx, db.pool, taken, stored); err != nil {
+				return results, settled, err
+			}
+		}
+		var again []int
+		for _, i := range pending {
+			p := batch[i].plant
+			s, ok := stored[p.ID]
+			_, created := inserted[p.ID]
+			switch {
+			case !ok:
+				again = append(again, i) // deleted since the insert saw it
+				continue
+			case created && first[p.ID] == i:
+				results[i] = createResult{created: true}
+			case !s.SameContent(p):
+				results[i] = createResult{err: plantstore.Errorf(plantstore.ECONFLICT, "plant %d already exists with other content", p.ID)}
+			default:
+				results[i] = createResult{} // an idempotent replay of a committed create
+			}
+			settled[i] = true
+		}
+		if pending = again; len(pending) == 0 {
+			return results, settled, nil
+		}
+	}
+	for _, i := range pending {
+		results[i] = createResult{err: plantstore.Errorf(plantstore.EUNAVAILABLE, "plant %d is being created and deleted concurrently; retry", batch[i].plant.ID)}
+		settled[i] = true
+	}
+	return results, settled, nil
+}
+
+// insertPlants runs insertPlantsSQL for plants, whose ids are distinct, and
+// returns the ids it inserted.
+func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant) (map[int64]struct{}, error) {
+	// In id order: two batches that share ids then lock them in the same
+	// order, and cannot deadlock on each other.
+	plants = slices.SortedFunc(slices.Values(plants), func(a, b plantstore.Plant) int { return cmp.Compare(a.ID, b.ID) })
+	ids := make([]int64, len(plants))
+	names := make([]string, len(plants))
+	tags := make([]*string, len(plants))
+	events := make([]string, len(plants))
+	for i, p := range plants {
+		ids[i], names[i], tags[i], events[i] = p.ID, p.Name, p.Tag, plantstore.NewEventID()
+	}
+	var inserted []int64
+	var enqueued int
+	err := retry(ctx, func(ctx context.Context) error {
+		return db.pool.QueryRow(ctx, insertPlantsSQL, ids, names, tags, events, db.now()).Scan(&inserted, &enqueued)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if enqueued > 0 && db.enqueued != nil {
+		db.enqueued()
+	}
+	set := make(map[int64]struct{}, len(inserted))
+	for _, id := range inserted {
+		set[id] = struct{}{}
+	}
+	return set, nil
+}
+
+// insertPlantsSQL is insertPlantSQL for many plants: it inserts each plant
+// of the arrays ($1 ids, distinct and ascending, $2 names, $3 tags, $4
+// event ids) whose id is free and, for each plant it inserted, one webhook
+// delivery per active subscriber with that plant's event id. One statement,
+// so one transaction, holds all of them or none. It returns the ids
+// inserted and the number of deliveries written.
+const insertPlantsSQL = `WITH input AS (
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u (id, name, tag, event_id)
+	), inserted AS (
+		INSERT INTO plants (id, name, tag, created_at)
+		SELECT id, name, tag, $5::timestamptz FROM input ORDER BY id
+		ON CONFLICT (id) DO NOTHING
+		RETURNING id, name, tag, created_at
+	), enqueued AS (
+		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at)
+		SELECT s.id, u.event_id, i.id, i.name, i.tag, i.created_at, i.created_at
+		FROM inserted i JOIN input u ON u.id = i.id CROSS JOIN webhook_subscribers s
+		WHERE s.disabled_at IS NULL
+		ORDER BY i.id, s.id
+		RETURNING 1
+	)
+	SELECT coalesce(array_agg(id), '{}'), (SELECT count(*) FROM enqueued)::int FROM inserted`
+
+// readPlants adds the plants stored under ids to into. Under READ
+// COMMITTED it is a new snapshot, which sees the rows that made the insert
+// wait and then do nothing.
+func readPlants(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, ids []int64, into map[int64]plantstore.Plant) error {
+	rows, err := q.Query(ctx, `SELECT id, name, tag FROM plants WHERE id = ANY($1::bigint[])`, ids)
+	if err != nil {
+		return err
+	}
+	var p plantstore.Plant
+	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.Name, &p.Tag}, func() error {
+		into[p.ID] = p
+		p.Tag = nil // a fresh pointer for the next row's tag
+		return nil
+	})
+	return err
+}

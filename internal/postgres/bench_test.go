@@ -1,0 +1,65 @@
+package postgres_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/postgres"
+	"github.com/plantstore/plantstore/internal/postgres/pgtest"
+)
+
+// BenchmarkCreateParallel creates distinct plants from 64 goroutines, in
+// batches with 1 to 8 committers and, as the baseline, one transaction per
+// create (Options.NoBatch). Each run has a fresh database, one active
+// webhook subscriber (so each create also writes its outbox row), and the
+// default pool. It reports µs/create, the wall time per create, and the
+// mean batch size.
+func BenchmarkCreateParallel(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts postgres.Options
+	}{
+		{"one-tx-per-create", postgres.Options{NoBatch: true}},
+		{"batched/committers=1", postgres.Options{Committers: 1}},
+		{"batched/committers=2", postgres.Options{Committers: 2}},
+		{"batched/committers=4", postgres.Options{Committers: 4}},
+		{"batched/committers=8", postgres.Options{Committers: 8}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			url := pgtest.NewDatabase(b)
+			var batches, batched atomic.Int64
+			opts := mode.opts
+			opts.ObserveBatch = func(n int) {
+				batches.Add(1)
+				batched.Add(int64(n))
+			}
+			db, err := postgres.Open(context.Background(), url, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.AddSubscriber(context.Background(), "https://a.example/hook", "secret"); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := next.Add(1)
+					if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/create")
+			if n := batches.Load(); n > 0 {
+				b.ReportMetric(float64(batched.Load())/float64(n), "creates/batch")
+			}
+		})
+	}
+}

@@ -1,0 +1,11 @@
+package postgres
+
+import "github.com/plantstore/plantstore"
+
+// SetAfterInsert makes db call f after each batch's insert statement and
+// before it reads the ids that were taken, with the plants it tried to
+// insert. Set it before the first create.
+func SetAfterInsert(db *DB, f func(candidates []plantstore.Plant)) { db.afterInsert = f }
+
+// QueuedCreates is how many creates wait for a committer.
+func QueuedCreates(db *DB) int { return len(db.creates) }

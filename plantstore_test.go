@@ -34,6 +34,18 @@ func TestNewTokenShape(t *testing.T) {
 			t.Errorf("changing character %d of %q keeps it well formed", i, tok)
 		}
 	}
+	for _, c := range []byte{'_', '-', '/', '+', ' ', 0, 0xff, '0' - 1, '9' + 1, 'A' - 1, 'Z' + 1, 'a' - 1, 'z' + 1} {
+		b := []byte(tok)
+		b[len(plantstore.TokenPrefix)+3] = c
+		if plantstore.WellFormedToken(string(b)) {
+			t.Errorf("%q, outside the alphabet, is well formed", b)
+		}
+	}
+	for _, s := range []string{"", tok[:len(tok)-1], tok + "0", "PST_" + tok[4:], strings.Repeat("x", len(tok))} {
+		if plantstore.WellFormedToken(s) {
+			t.Errorf("%q is well formed", s)
+		}
+	}
 }
 
 func TestValidate(t *testing.T) {

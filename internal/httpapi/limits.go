@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -92,8 +93,8 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 // alternative, checking every token and refusing only the bad ones, would
 // answer each guess.
 func (s *Server) authLocked(w http.ResponseWriter, r *http.Request) bool {
-	if s.authFailures == nil {
-		return false
+	if s.authFailures == nil || s.authFailures.empty() {
+		return false // no address is throttled: nothing to look up
 	}
 	wait := s.authFailures.wait(s.clientAddr(r), time.Now())
 	if wait == 0 {
@@ -212,6 +213,9 @@ type tokenBuckets[K comparable] struct {
 	mu      sync.Mutex
 	full    map[K]time.Time
 	sweepAt int // map size at which idle buckets are next dropped
+	// keys is len(full), readable without mu, so the common case, no
+	// bucket at all, costs no lock.
+	keys atomic.Int64
 }
 
 // maxBucketKeys bounds each limiter's map: at about 100 bytes a key, 10 MB.
@@ -299,7 +303,11 @@ func (b *tokenBuckets[K]) put(key K, full time.Time, known bool, now time.Time) 
 		b.sweepAt = min(max(1024, 2*len(b.full)), b.maxKeys)
 	}
 	b.full[key] = full
+	b.keys.Store(int64(len(b.full)))
 }
+
+// empty reports whether no key has a bucket.
+func (b *tokenBuckets[K]) empty() bool { return b.keys.Load() == 0 }
 
 // size is how many keys are held, for tests.
 func (b *tokenBuckets[K]) size() int {

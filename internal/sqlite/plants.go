@@ -2,14 +2,32 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"errors"
+	"database/sql/driver"
 	"fmt"
 
 	"github.com/plantstore/plantstore"
 )
 
+// CreatePlant inserts p, or finds the plant already stored under p.ID and
+// compares contents, in a transaction no other writer can come between
+// (writer.go).
+func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (bool, error) {
+	r := db.submit(ctx, writeCreate, p, fmt.Sprintf("create plant %d", p.ID))
+	return r.created, r.err
+}
+
+func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant) error {
+	return db.submit(ctx, writeUpdate, p, fmt.Sprintf("update plant %d", p.ID)).err
+}
+
+func (db *DB) DeletePlant(ctx context.Context, id int64) error {
+	return db.submit(ctx, writeDelete, plantstore.Plant{ID: id}, fmt.Sprintf("delete plant %d", id)).err
+}
+
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
+	if err := ctx.Err(); err != nil { // even a cached plant: the caller's time is up
+		return plantstore.Plant{}, storeError(fmt.Sprintf("get plant %d", id), err)
+	}
 	var gen uint64
 	if db.cache != nil {
 		var p plantstore.Plant
@@ -18,7 +36,11 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 			return p, nil
 		}
 	}
-	p, err := scanPlant(id, db.getPlantStmt.QueryRowContext(ctx, id))
+	var p plantstore.Plant
+	err := db.readers.with(ctx, func(c *rawConn) (err error) {
+		p, err = readPlant(c, id)
+		return err
+	})
 	if err != nil {
 		return plantstore.Plant{}, storeError(fmt.Sprintf("get plant %d", id), err)
 	}
@@ -28,10 +50,38 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 	return p, nil
 }
 
+// readPlant reads the plant stored under id, or fails with ENOTFOUND: in
+// the writer's transaction (its compare step) or on a reader.
+func readPlant(c *rawConn, id int64) (plantstore.Plant, error) {
+	p := plantstore.Plant{ID: id}
+	found := false
+	err := c.query(`SELECT name, tag FROM plants WHERE id = ?`, []any{id}, func(v []driver.Value) bool {
+		p.Name, p.Tag = v[0].(string), optionalText(v[1])
+		found = true
+		return false
+	})
+	if err != nil {
+		return plantstore.Plant{}, err
+	}
+	if !found {
+		return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+	}
+	return p, nil
+}
+
+// optionalText is a nullable TEXT column as a plant's tag: nil for NULL.
+func optionalText(v driver.Value) *string {
+	s, ok := v.(string)
+	if !ok {
+		return nil
+	}
+	return &s
+}
+
 // forget drops ids from the plant cache, after their write has committed
 // and before it is acknowledged.
 func (db *DB) forget(ids ...int64) {
-	if db.cache != nil {
+	if db.cache != nil && len(ids) > 0 {
 		db.cache.invalidate(ids...)
 	}
 }
@@ -47,90 +97,27 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 	if !ok {
 		return []plantstore.Plant{}, nil
 	}
-	var rows *sql.Rows
-	var err error
+	query, args := `SELECT id, name, tag FROM plants WHERE id >= ? ORDER BY id LIMIT ?`, []any{lower, int64(opts.Limit)}
 	if opts.Tag != nil {
-		rows, err = db.listByTagStmt.QueryContext(ctx, *opts.Tag, lower, opts.Limit)
-	} else {
-		rows, err = db.listStmt.QueryContext(ctx, lower, opts.Limit)
+		query, args = `SELECT id, name, tag FROM plants WHERE tag = ? AND id >= ? ORDER BY id LIMIT ?`, []any{*opts.Tag, lower, int64(opts.Limit)}
 	}
-	if err != nil {
-		return nil, storeError("list plants", err)
-	}
-	defer rows.Close()
 	plants := make([]plantstore.Plant, 0, min(opts.Limit, 1024))
-	for rows.Next() {
-		var p plantstore.Plant
-		var tag sql.NullString
-		if err := rows.Scan(&p.ID, &p.Name, &tag); err != nil {
-			return nil, storeError("list plants", err)
-		}
-		if tag.Valid {
-			p.Tag = &tag.String
-		}
-		plants = append(plants, p)
-	}
-	if err := rows.Err(); err != nil {
+	// The tags of a page share one slice: one allocation for the page
+	// instead of one per tagged plant.
+	tags := make([]string, 0, cap(plants))
+	err := db.readers.with(ctx, func(c *rawConn) error {
+		return c.query(query, args, func(v []driver.Value) bool {
+			p := plantstore.Plant{ID: v[0].(int64), Name: v[1].(string)}
+			if tag, ok := v[2].(string); ok {
+				tags = append(tags, tag)
+				p.Tag = &tags[len(tags)-1]
+			}
+			plants = append(plants, p)
+			return true
+		})
+	})
+	if err != nil {
 		return nil, storeError("list plants", err)
 	}
 	return plants, nil
-}
-
-func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant) error {
-	op := fmt.Sprintf("update plant %d", p.ID)
-	res, err := db.write.ExecContext(ctx, `UPDATE plants SET name = ?, tag = ? WHERE id = ?`, p.Name, nullString(p.Tag), p.ID)
-	db.forget(p.ID) // whatever the outcome: a failed statement may still have committed
-	return rowsOrNotFound(op, p.ID, res, err)
-}
-
-func (db *DB) DeletePlant(ctx context.Context, id int64) error {
-	op := fmt.Sprintf("delete plant %d", id)
-	res, err := db.write.ExecContext(ctx, `DELETE FROM plants WHERE id = ?`, id)
-	db.forget(id)
-	return rowsOrNotFound(op, id, res, err)
-}
-
-// rowsOrNotFound turns a statement's outcome into nil when it changed a
-// row and ENOTFOUND when there was none.
-func rowsOrNotFound(op string, id int64, res sql.Result, err error) error {
-	if err != nil {
-		return storeError(op, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return storeError(op, err)
-	}
-	if n == 0 {
-		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
-	}
-	return nil
-}
-
-// getPlant reads a plant inside a write transaction (the committer's
-// compare step); plain reads use the prepared getPlantStmt.
-func getPlant(ctx context.Context, tx *sql.Tx, id int64) (plantstore.Plant, error) {
-	return scanPlant(id, tx.QueryRowContext(ctx, `SELECT name, tag FROM plants WHERE id = ?`, id))
-}
-
-func scanPlant(id int64, row *sql.Row) (plantstore.Plant, error) {
-	p := plantstore.Plant{ID: id}
-	var tag sql.NullString
-	err := row.Scan(&p.Name, &tag)
-	if errors.Is(err, sql.ErrNoRows) {
-		return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
-	}
-	if err != nil {
-		return plantstore.Plant{}, err
-	}
-	if tag.Valid {
-		p.Tag = &tag.String
-	}
-	return p, nil
-}
-
-func nullString(s *string) sql.NullString {
-	if s == nil {
-		return sql.NullString{}
-	}
-	return sql.NullString{String: *s, Valid: true}
 }

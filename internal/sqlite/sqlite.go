@@ -57,29 +57,28 @@ type DB struct {
 	// SQLite allows one writer at a time. A pool of one connection queues our
 	// own writers in Go instead of letting them fail with SQLITE_BUSY, and
 	// its transactions begin IMMEDIATE so a write never upgrades a read lock.
+	// The plant writer (writer.go) takes it for each batch; the token and
+	// webhook writes take it between batches.
 	write *sql.DB
-	// Readers run in parallel beside the writer, as WAL allows.
+	// The other reads run in parallel beside the writer, as WAL allows.
 	read *sql.DB
-	now  func() time.Time
+	// readers serve the plant reads, below database/sql (raw.go).
+	readers readerPool
+	now     func() time.Time
 
-	groupCommit   bool
-	creates       chan createRequest
-	committerDone chan struct{}
-	insertPlant   *sql.Stmt
-	// The committer's multi-row inserts, by log2 of their row count.
-	multiInserts [maxBatchLog2 + 1]*sql.Stmt
-	// Statements of the hot read paths, prepared once (database/sql
-	// prepares them again on each pooled connection as needed).
-	getPlantStmt, tokenByHashStmt, listStmt, listByTagStmt *sql.Stmt
-	// The committer's outbox statements (webhooks.go).
-	anySubscriberStmt, enqueueStmt *sql.Stmt
-	enqueued                       func()
-	observeBatch                   func(int)
-	// life ends at Close; the committer's transactions run in it.
+	groupCommit bool
+	writes      chan *writeRequest
+	writerDone  chan struct{}
+	writerRaw   *rawConn // the write connection as the writer drives it; only the writer touches it
+	// The hot read path of token checks, prepared once.
+	tokenByHashStmt *sql.Stmt
+	enqueued        func()
+	observeBatch    func(int)
+	// life ends at Close; the writer's transactions run in it.
 	life     context.Context
 	stopLife context.CancelFunc
 
-	closeMu sync.RWMutex // held for reading while sending on creates
+	closeMu sync.RWMutex // held for reading while sending on writes
 	closed  bool
 
 	cache    *plantCache // nil unless SoleServer
@@ -165,56 +164,34 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	readers := max(4, 2*runtime.GOMAXPROCS(0))
-	read.SetMaxOpenConns(readers)
-	read.SetMaxIdleConns(readers)
+	read.SetMaxOpenConns(2)
+	read.SetMaxIdleConns(2)
 	db.read = read
-
-	if err := db.prepare(ctx); err != nil {
-		db.read.Close()
+	connector, err := sqlite.NewConnector(dsn(abs, readQuery))
+	if err == nil {
+		db.readers, err = openReaders(connector, max(4, 2*runtime.GOMAXPROCS(0)))
+	}
+	if err == nil {
+		db.tokenByHashStmt, err = read.PrepareContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ? AND revoked_at IS NULL`)
+	}
+	if err != nil {
+		if db.readers != nil {
+			db.readers.close()
+		}
+		read.Close()
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	db.life, db.stopLife = context.WithCancel(context.Background())
 	db.groupCommit = !opts.NoGroupCommit
-	db.committerDone = make(chan struct{})
+	db.writerDone = make(chan struct{})
 	if db.groupCommit {
-		db.creates = make(chan createRequest, 4*maxBatch)
-		go db.committer()
+		db.writes = make(chan *writeRequest, 4*maxBatch)
+		go db.writer()
 	} else {
-		close(db.committerDone)
+		close(db.writerDone)
 	}
 	return db, nil
-}
-
-func (db *DB) prepare(ctx context.Context) error {
-	for _, s := range []struct {
-		pool *sql.DB
-		dst  **sql.Stmt
-		sql  string
-	}{
-		{db.write, &db.insertPlant, `INSERT INTO plants (id, name, tag, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
-		{db.write, &db.anySubscriberStmt, anySubscriberSQL},
-		{db.write, &db.enqueueStmt, enqueueSQL},
-		{db.read, &db.getPlantStmt, `SELECT name, tag FROM plants WHERE id = ?`},
-		{db.read, &db.tokenByHashStmt, `SELECT ` + tokenColumns + ` FROM tokens WHERE hash = ? AND revoked_at IS NULL`},
-		{db.read, &db.listStmt, `SELECT id, name, tag FROM plants WHERE id >= ? ORDER BY id LIMIT ?`},
-		{db.read, &db.listByTagStmt, `SELECT id, name, tag FROM plants WHERE tag = ? AND id >= ? ORDER BY id LIMIT ?`},
-	} {
-		stmt, err := s.pool.PrepareContext(ctx, s.sql)
-		if err != nil {
-			return err
-		}
-		*s.dst = stmt
-	}
-	for i := range db.multiInserts {
-		stmt, err := db.write.PrepareContext(ctx, multiInsertSQL(1<<i))
-		if err != nil {
-			return err
-		}
-		db.multiInserts[i] = stmt
-	}
-	return nil
 }
 
 func retryBusy(ctx context.Context, timeout time.Duration, fn func(context.Context) error) error {
@@ -241,7 +218,7 @@ func cloneValues(v url.Values) url.Values {
 	return c
 }
 
-// Close commits the creates already queued, refuses new ones, and releases
+// Close commits the writes already queued, refuses new ones, and releases
 // the file.
 func (db *DB) Close() error {
 	db.closeMu.Lock()
@@ -252,27 +229,38 @@ func (db *DB) Close() error {
 	db.closed = true
 	db.closeMu.Unlock()
 	if db.groupCommit {
-		close(db.creates) // no sender holds closeMu now, and none will send
+		close(db.writes) // no sender holds closeMu now, and none will send
 	}
-	<-db.committerDone
+	<-db.writerDone
 	db.stopLife()
-	for _, stmt := range []*sql.Stmt{db.insertPlant, db.anySubscriberStmt, db.enqueueStmt, db.getPlantStmt, db.tokenByHashStmt, db.listStmt, db.listByTagStmt} {
-		stmt.Close()
-	}
-	for _, stmt := range db.multiInserts {
-		if stmt != nil {
-			stmt.Close()
-		}
-	}
-	var errRead error
-	if db.read != nil {
-		errRead = db.read.Close()
-	}
-	err := errors.Join(errRead, db.write.Close())
+	db.tokenByHashStmt.Close()
+	db.closeWriterStmts()
+	errReaders := db.readers.close()
+	err := errors.Join(errReaders, db.read.Close(), db.write.Close())
 	if db.soleLock != nil {
 		db.soleLock.Close()
 	}
 	return err
+}
+
+// closeWriterStmts finalizes the writer's statements, on the write
+// connection they belong to (SQLite keeps a connection with statements
+// open after its close, until they are finalized).
+func (db *DB) closeWriterStmts() {
+	if db.writerRaw == nil {
+		return
+	}
+	conn, err := db.write.Conn(context.Background())
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	conn.Raw(func(dc any) error {
+		if db.writerRaw.conn == dc {
+			db.writerRaw.closeStmts()
+		}
+		return nil
+	})
 }
 
 // Ping reads from the file through the read pool.

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,7 +151,7 @@ func TestConcurrentCreatesUntilFull(t *testing.T) {
 	}
 }
 
-// Close commits the creates already queued: with the committer held up by
+// Close commits the creates already queued: with the writer held up by
 // another process's lock, creates queue; Close, then the lock's release,
 // must see every one of them stored and acknowledged.
 func TestCloseCommitsQueuedCreates(t *testing.T) {
@@ -175,19 +177,19 @@ func TestCloseCommitsQueuedCreates(t *testing.T) {
 			_, errs[i] = db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i), Name: "queued"})
 		})
 	}
-	// The first create goes to the committer, which blocks on the lock;
+	// The first create goes to the writer, which blocks on the lock;
 	// the others then queue behind it.
 	create(0)
 	deadline := time.Now().Add(10 * time.Second)
-	for len(db.creates) > 0 || time.Since(deadline.Add(-10*time.Second)) < 200*time.Millisecond {
+	for len(db.writes) > 0 || time.Since(deadline.Add(-10*time.Second)) < 200*time.Millisecond {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for i := 1; i < n; i++ {
 		create(i)
 	}
-	for len(db.creates) < n-1 {
+	for len(db.writes) < n-1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d creates queued", len(db.creates))
+			t.Fatalf("only %d creates queued", len(db.writes))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -238,12 +240,12 @@ func TestBatchWithTakenIDs(t *testing.T) {
 		{ID: 2, Name: "replayed"}, {ID: 3, Name: "other content"},
 		{ID: 20, Name: "twice"}, {ID: 20, Name: "twice, differently"},
 	}
-	batch := make([]createRequest, len(plants))
+	batch := make([]*writeRequest, len(plants))
 	for i, p := range plants {
-		batch[i] = createRequest{plant: p}
+		batch[i] = &writeRequest{kind: writeCreate, plant: p}
 	}
-	results := make([]createResult, len(batch))
-	db.commit(batch, func(i int, r createResult) { results[i] = r })
+	results := make([]writeResult, len(batch))
+	db.commit(batch, func(i int, r writeResult) { results[i] = r })
 	for i, p := range plants {
 		r := results[i]
 		switch {
@@ -288,5 +290,80 @@ func TestObserveBatch(t *testing.T) {
 	}
 	if total != 50 || len(sizes) == 0 {
 		t.Errorf("batches %v: %d creates observed, want 50", sizes, total)
+	}
+}
+
+// TestBatchMixesWrites commits creates, updates and deletes in one
+// transaction, as the writer does under load: each gets its own answer,
+// and the cache forgets what changed.
+func TestBatchMixesWrites(t *testing.T) {
+	db, _ := openTest(t, Options{SoleServer: true})
+	ctx := context.Background()
+	for _, p := range []plantstore.Plant{{ID: 1, Name: "to update"}, {ID: 2, Name: "to delete"}} {
+		if _, err := db.CreatePlant(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.GetPlant(ctx, p.ID); err != nil { // now cached
+			t.Fatal(err)
+		}
+	}
+	tag := "new"
+	batch := []*writeRequest{
+		{kind: writeUpdate, plant: plantstore.Plant{ID: 1, Name: "updated", Tag: &tag}},
+		{kind: writeCreate, plant: plantstore.Plant{ID: 3, Name: "created"}},
+		{kind: writeDelete, plant: plantstore.Plant{ID: 2}},
+		{kind: writeUpdate, plant: plantstore.Plant{ID: 9, Name: "nobody"}},
+		{kind: writeDelete, plant: plantstore.Plant{ID: 9}},
+		{kind: writeCreate, plant: plantstore.Plant{ID: 1, Name: "to update"}}, // runs before the update
+	}
+	results := make([]writeResult, len(batch))
+	db.commit(batch, func(i int, r writeResult) { results[i] = r })
+	for i, want := range []struct {
+		created bool
+		code    string
+	}{{false, ""}, {true, ""}, {false, ""}, {false, plantstore.ENOTFOUND}, {false, plantstore.ENOTFOUND}, {false, ""}} {
+		if results[i].created != want.created || plantstore.ErrorCode(results[i].err) != want.code {
+			t.Errorf("write %d: created=%v err=%v; want created=%v code %q", i, results[i].created, results[i].err, want.created, want.code)
+		}
+	}
+	if p, err := db.GetPlant(ctx, 1); err != nil || !p.SameContent(plantstore.Plant{ID: 1, Name: "updated", Tag: &tag}) {
+		t.Errorf("plant 1 after the batch: %v, %v", p, err)
+	}
+	if _, err := db.GetPlant(ctx, 2); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("plant 2 after its delete: %v", err)
+	}
+}
+
+// TestBatchesStayBatchedOnOneCore is the regression test of the collapse
+// at GOMAXPROCS=1: the writer woke on the first create and committed it
+// alone, so every create paid a commit of its own. With 64 creators on
+// one P, batches must hold many creates.
+func TestBatchesStayBatchedOnOneCore(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var mu sync.Mutex
+	var batches, creates int
+	db, _ := openTest(t, Options{ObserveBatch: func(n int) { mu.Lock(); batches++; creates += n; mu.Unlock() }})
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			for id := next.Add(1); id <= 6400; id = next.Add(1) {
+				if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "p"}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if creates != 6400 {
+		t.Fatalf("%d creates observed, want 6400", creates)
+	}
+	if mean := float64(creates) / float64(batches); mean < 48 {
+		t.Errorf("%d creates in %d batches: %.1f a batch on one P, want at least 48", creates, batches, mean)
+	} else {
+		t.Logf("%d creates in %d batches: %.1f a batch", creates, batches, mean)
 	}
 }

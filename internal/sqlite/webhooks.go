@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -14,18 +15,21 @@ var _ plantstore.WebhookStore = (*DB)(nil)
 // mark created, in the batch's transaction: one row per active subscriber.
 // It reports whether it wrote any. With no active subscriber it costs one
 // small read per batch.
-func (db *DB) enqueueEvents(ctx context.Context, tx *sql.Tx, batch []createRequest, results []createResult, now int64) (bool, error) {
+func enqueueEvents(c *rawConn, batch []*writeRequest, results []writeResult, now int64) (bool, error) {
 	var active bool
-	if err := tx.StmtContext(ctx, db.anySubscriberStmt).QueryRowContext(ctx).Scan(&active); err != nil || !active {
+	err := c.query(anySubscriberSQL, nil, func(v []driver.Value) bool {
+		active = v[0].(int64) != 0
+		return false
+	})
+	if err != nil || !active {
 		return false, err
 	}
-	enqueue := tx.StmtContext(ctx, db.enqueueStmt)
 	for i, req := range batch {
 		if !results[i].created {
 			continue
 		}
 		p := req.plant
-		if _, err := enqueue.ExecContext(ctx, plantstore.NewEventID(), p.ID, p.Name, nullString(p.Tag), now); err != nil {
+		if _, err := c.exec(enqueueSQL, plantstore.NewEventID(), p.ID, p.Name, p.Tag, now); err != nil {
 			return false, err
 		}
 	}

@@ -185,7 +185,7 @@ func decodeCreate(s *Server, contentType string, body []byte) (plantstore.Plant,
 	if contentType != "" {
 		r.Header.Set("Content-Type", contentType)
 	}
-	b, err := s.readJSONBody(httptest.NewRecorder(), r)
+	b, err := s.readJSONBody(httptest.NewRecorder(), r, nil)
 	if err != nil {
 		return plantstore.Plant{}, err
 	}

@@ -124,7 +124,7 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// Answer bodies are built in pooled buffers: one allocation fewer per
+// Request and answer bodies are held in pooled buffers: one allocation fewer per
 // request, and none growing for a long page. Buffers that grew past
 // maxPooledBuffer (a page of 1,000 long names) are left to the collector,
 // so the pool does not pin the largest page ever sent.
@@ -160,8 +160,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
 	w.Write(b)
+	putBuffer(bp, b)
+}
+
+// putBuffer gives b, grown from *bp, back to the pool, unless it grew too
+// large to keep.
+func putBuffer(bp *[]byte, b []byte) {
 	if cap(b) <= maxPooledBuffer {
-		*bp = b
+		*bp = b[:0]
 		bodyBuffers.Put(bp)
 	}
 }

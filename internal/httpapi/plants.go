@@ -29,12 +29,14 @@ func storedPlant(p plantstore.Plant) storedPlantBody {
 
 func (s *Server) handleCreatePlant() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := s.readJSONBody(w, r)
+		buf := bodyBuffers.Get().(*[]byte)
+		body, err := s.readJSONBody(w, r, *buf)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 		p, err := decodeNewPlant(body)
+		putBuffer(buf, body) // the plant's strings are copies
 		if err == nil {
 			err = p.Validate()
 		}
@@ -75,12 +77,14 @@ func (s *Server) handleUpdatePlant() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		body, err := s.readJSONBody(w, r)
+		buf := bodyBuffers.Get().(*[]byte)
+		body, err := s.readJSONBody(w, r, *buf)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 		p, hasID, err := decodePlant(body, "Plant", false)
+		putBuffer(buf, body)
 		if err == nil && hasID && p.ID != id {
 			err = invalid("id: %d in the body differs from %d in the path", p.ID, id)
 		}

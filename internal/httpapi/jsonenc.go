@@ -132,6 +132,11 @@ const maxPooledBuffer = 64 << 10
 
 var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// chunkingThreshold is the size of the buffer in which net/http holds an
+// answer to learn its length; a longer answer without a Content-Length
+// is sent chunked.
+const chunkingThreshold = 2048
+
 // Header values shared by every answer. The slices are never appended to
 // in place (their length is their capacity), so sharing them is safe.
 var (
@@ -158,6 +163,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h["Cache-Control"] = noStore
+	if len(b) > chunkingThreshold {
+		// Said up front, a long body goes out as is; net/http would
+		// otherwise send it in chunks, which cost more writes.
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	}
 	w.WriteHeader(status)
 	w.Write(b)
 	putBuffer(bp, b)

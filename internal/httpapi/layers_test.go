@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/go-json-experiment/json"
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/auth"
@@ -168,3 +171,129 @@ func (m *memTokens) TokenByHash(_ context.Context, h plantstore.TokenHash) (plan
 func (m *memTokens) ListTokens(context.Context, bool) ([]plantstore.Token, error) { panic("unused") }
 func (m *memTokens) RevokeToken(context.Context, string, time.Time) error         { panic("unused") }
 func (m *memTokens) RecordTokenUse(context.Context, map[int64]time.Time) error    { return nil }
+
+// BenchmarkLayer measures each piece of the request path alone, for the
+// per-layer table in BENCHMARKS.md (the whole-stack variants above are
+// within the noise of each other on a shared machine).
+func BenchmarkLayer(b *testing.B) {
+	tokens := &memTokens{}
+	secret := plantstore.NewToken()
+	tokens.add(secret, plantstore.KnownScopes...)
+	r := httptest.NewRequest("GET", "/plants/42", nil)
+	r.RemoteAddr = "127.0.0.1:4242"
+	b.Run("request-id", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = incomingRequestID("")
+		}
+	})
+	b.Run("deadline-context", func(b *testing.B) {
+		d := newDeadlines(DefaultRequestTimeout)
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx := context.WithValue(d.context(time.Now()), requestInfoKey{}, &requestInfo{})
+			_ = r.WithContext(ctx)
+		}
+	})
+	b.Run("timer-context", func(b *testing.B) { // what deadline-context replaced
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(r.Context(), DefaultRequestTimeout)
+			_ = r.WithContext(context.WithValue(ctx, requestInfoKey{}, &requestInfo{}))
+			cancel()
+		}
+	})
+	entry := &accessEntry{start: time.Now(), method: "GET", path: "/plants/12345", status: 200, duration: 302 * time.Microsecond,
+		bytes: 45, info: &requestInfo{id: "0123456789abcdef-4bot", token: "bench"}, remote: "127.0.0.1:47684"}
+	b.Run("access-log", func(b *testing.B) {
+		s := &Server{cfg: Config{AccessLog: discard{}}}
+		b.ReportAllocs()
+		for b.Loop() {
+			s.logRequest(context.Background(), entry)
+		}
+	})
+	b.Run("access-log-slog", func(b *testing.B) {
+		s := &Server{log: slog.New(slog.NewJSONHandler(discard{}, nil))}
+		b.ReportAllocs()
+		for b.Loop() {
+			s.logRequest(context.Background(), entry)
+		}
+	})
+	b.Run("auth-cached", func(b *testing.B) {
+		authn := auth.New(tokens, auth.Options{CacheTTL: time.Hour})
+		authn.Authenticate(context.Background(), secret)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := authn.Authenticate(context.Background(), secret); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("auth-throttle-lookup", func(b *testing.B) { // only once an address is throttled
+		s := NewServer(nil, nil, Config{AuthFailures: 10})
+		s.authFailures.spend(netipAddr("10.0.0.1"), time.Now())
+		b.ReportAllocs()
+		for b.Loop() {
+			s.authFailures.wait(s.clientAddr(r), time.Now())
+		}
+	})
+	body := []byte(`{"id":123456789,"name":"Monstera deliciosa","tag":"tropical"}`)
+	b.Run("decode-create", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if p, err := decodeNewPlant(body); err != nil || p.Validate() != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	tag := "tropical"
+	b.Run("encode-plant", func(b *testing.B) {
+		p := storedPlantBody{ID: 123456789, Name: "Monstera deliciosa", Tag: &tag}
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = p.appendJSON(buf[:0])
+		}
+	})
+	page := make(plantPage, 100)
+	for i := range page {
+		page[i] = plantstore.Plant{ID: int64(i + 1), Name: "seeded plant " + strconv.Itoa(i+1), Tag: &tag}
+	}
+	b.Run("encode-page", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = page.appendJSON(buf[:0])
+		}
+	})
+	b.Run("encode-page-marshal", func(b *testing.B) { // what the hand encoder replaced
+		bodies := marshalForm(page)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(bodies); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("metrics", func(b *testing.B) {
+		m := metrics.New()
+		b.ReportAllocs()
+		for b.Loop() {
+			m.RequestStarted()
+			m.RequestDone("GET /plants/{id}", "GET", 200, time.Millisecond)
+		}
+	})
+	b.Run("routing", func(b *testing.B) {
+		mux := http.NewServeMux()
+		nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+		for _, p := range []string{"GET /plants", "POST /plants", "GET /plants/{id}", "PUT /plants/{id}", "DELETE /plants/{id}", "GET /healthz"} {
+			mux.Handle(p, nop)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			mux.ServeHTTP(nil, r)
+		}
+	})
+}
+
+func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -9,12 +9,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if errors.Is(err, errHelp) {
 		err = nil
@@ -60,15 +61,18 @@ Run "plantstore COMMAND --help" for a command's flags.
 `
 
 // run is the whole program, with its surroundings passed in so tests can
-// run it in-process.
-func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+// run it in-process: environ is the environment ("NAME=value" each), the
+// only one any command reads.
+func run(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	env := newEnvironment(environ)
+	getenv := env.getenv
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errUsageShown
 	}
 	switch args[0] {
 	case "serve":
-		return runServe(ctx, args[1:], getenv, stdout, stderr)
+		return runServe(ctx, args[1:], env, stdout, stderr)
 	case "token":
 		return runToken(ctx, args[1:], getenv, stdout, stderr)
 	case "webhook":
@@ -102,3 +106,22 @@ var errUsageShown = errors.New("usage shown")
 
 // errHelp means help was asked for and printed (exit 0).
 var errHelp = errors.New("help shown")
+
+// environment is a process environment: the variables as a list, which
+// serve checks for names no flag reads, and a lookup.
+type environment struct {
+	environ []string
+	vars    map[string]string
+}
+
+func newEnvironment(environ []string) environment {
+	vars := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if name, value, ok := strings.Cut(kv, "="); ok {
+			vars[name] = value
+		}
+	}
+	return environment{environ: environ, vars: vars}
+}
+
+func (e environment) getenv(name string) string { return e.vars[name] }

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/app"
 	"github.com/plantstore/plantstore/internal/postgres"
-	"github.com/plantstore/plantstore/internal/sqlite"
 )
 
 // dbFlags are the flags every command shares to reach the store.
@@ -45,35 +45,24 @@ func (v *dbValue) String() string {
 	return v.raw
 }
 
+// storeConfig is the store the flags name.
+func (f dbFlags) storeConfig() app.StoreConfig {
+	return app.StoreConfig{DB: f.db.raw, BusyTimeout: *f.busyTimeout, MaxDBBytes: *f.maxBytes, DBMaxConns: int32(*f.maxConns)}
+}
+
+// check refuses flag values no store accepts.
+func (f dbFlags) check() error {
+	if *f.maxConns < 0 || *f.maxConns > 1<<16 {
+		return usageError("--db-max-conns must be between 0 and 65536")
+	}
+	return nil
+}
+
 // open opens the store for a command-line tool: PostgreSQL for a
 // postgres:// URL, else a SQLite file.
 func (f dbFlags) open(ctx context.Context) (plantstore.Store, error) {
-	return f.openStore(ctx, false, storeHooks{})
-}
-
-// openServer opens the store for serve. serve must be the only server of
-// a SQLite file (see sqlite.Options.SoleServer); any number of servers
-// share a PostgreSQL database.
-func (f dbFlags) openServer(ctx context.Context, hooks storeHooks) (plantstore.Store, error) {
-	return f.openStore(ctx, true, hooks)
-}
-
-// storeHooks are what serve wants to hear from the store: enqueued after a
-// create wrote webhook deliveries, observeBatch with each group commit's
-// size. Either may be nil.
-type storeHooks struct {
-	enqueued     func()
-	observeBatch func(int)
-}
-
-func (f dbFlags) openStore(ctx context.Context, soleServer bool, hooks storeHooks) (plantstore.Store, error) {
-	if postgres.IsURL(f.db.raw) {
-		if *f.maxConns < 0 || *f.maxConns > 1<<16 {
-			return nil, usageError("--db-max-conns must be between 0 and 65536")
-		}
-		return postgres.Open(ctx, f.db.raw, postgres.Options{MaxConns: int32(*f.maxConns), LockTimeout: *f.busyTimeout, Enqueued: hooks.enqueued,
-			ObserveBatch: hooks.observeBatch})
+	if err := f.check(); err != nil {
+		return nil, err
 	}
-	return sqlite.Open(ctx, f.db.raw, sqlite.Options{BusyTimeout: *f.busyTimeout, MaxBytes: *f.maxBytes, SoleServer: soleServer,
-		Enqueued: hooks.enqueued, ObserveBatch: hooks.observeBatch})
+	return app.OpenStore(ctx, f.storeConfig(), false, app.StoreHooks{})
 }

@@ -121,11 +121,11 @@ func TestVersionFromGit(t *testing.T) {
 
 func TestVersionUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"version", "extra"}, func(string) string { return "" }, nil, &stdout, &stderr)
+	err := run(context.Background(), []string{"version", "extra"}, nil, nil, &stdout, &stderr)
 	if _, ok := errors.AsType[usageError](err); !ok {
 		t.Errorf("version extra: %v, want a usage error", err)
 	}
-	if err := run(context.Background(), []string{"version", "--help"}, func(string) string { return "" }, nil, &stdout, &stderr); !errors.Is(err, errHelp) || !strings.Contains(stdout.String(), "-json") {
+	if err := run(context.Background(), []string{"version", "--help"}, nil, nil, &stdout, &stderr); !errors.Is(err, errHelp) || !strings.Contains(stdout.String(), "-json") {
 		t.Errorf("version --help: %v\n%s", err, stdout.String())
 	}
 }
@@ -156,7 +156,11 @@ func TestHealth(t *testing.T) {
 
 	health := func(env map[string]string, args ...string) (string, error) {
 		var stdout, stderr bytes.Buffer
-		err := run(context.Background(), append([]string{"health"}, args...), func(k string) string { return env[k] }, nil, &stdout, &stderr)
+		var environ []string
+		for k, v := range env {
+			environ = append(environ, k+"="+v)
+		}
+		err := run(context.Background(), append([]string{"health"}, args...), environ, nil, &stdout, &stderr)
 		return stdout.String(), err
 	}
 	// In the image, PLANTSTORE_ADDR is a wildcard address; health asks

@@ -121,7 +121,7 @@ var notReachableOnPostgres = map[string]string{
 
 type options struct {
 	cfg    httpapi.Config
-	limits httpapi.Limits
+	limits httpapi.ServerLimits
 	// sqlite's BusyTimeout is PostgreSQL's LockTimeout in a run on
 	// PostgreSQL; its MaxBytes has no PostgreSQL counterpart.
 	sqlite  sqlite.Options

@@ -15,9 +15,10 @@ import (
 	"github.com/go-json-experiment/json"
 )
 
-// Limits of the HTTP server, so a slow or greedy client cannot hold a
-// connection or memory.
-type Limits struct {
+// ServerLimits bound each connection of the HTTP server, so a slow or
+// greedy client cannot hold a connection or memory. (The limits on
+// requests, in flight, per token and per address, are in Config.)
+type ServerLimits struct {
 	ReadHeaderTimeout time.Duration // default 5 s
 	ReadTimeout       time.Duration // whole request, body included; default 30 s
 	WriteTimeout      time.Duration // default 30 s
@@ -26,7 +27,7 @@ type Limits struct {
 }
 
 // NewHTTPServer returns an *http.Server for handler with limits applied.
-func NewHTTPServer(handler http.Handler, l Limits) *http.Server {
+func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
 	if l.ReadHeaderTimeout <= 0 {
 		l.ReadHeaderTimeout = 5 * time.Second
 	}

@@ -188,7 +188,7 @@ func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 // A client that sends its headers slowly is cut off at the read-header
 // timeout, answered or not.
 func TestSlowlorisCutOff(t *testing.T) {
-	e := start(t, options{limits: httpapi.Limits{ReadHeaderTimeout: 300 * time.Millisecond}})
+	e := start(t, options{limits: httpapi.ServerLimits{ReadHeaderTimeout: 300 * time.Millisecond}})
 	conn, err := net.Dial("tcp", e.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestSlowlorisCutOff(t *testing.T) {
 // A body that arrives too slowly gets 408 once the read timeout passes.
 func TestSlowBodyTimesOut(t *testing.T) {
 	// The write timeout ends with the read timeout, as with the defaults.
-	e := start(t, options{limits: httpapi.Limits{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}})
+	e := start(t, options{limits: httpapi.ServerLimits{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}})
 	e.create(`{"id":81,"name":"before"}`)
 	for _, start := range []string{"POST /plants", "PUT /plants/81"} {
 		conn, err := net.Dial("tcp", e.addr)

@@ -1,0 +1,273 @@
+// Package app is plantstore's composition root: every part that
+// "plantstore serve" runs, built in one place from one Config. Open opens
+// the store and wires the authenticator, the HTTP API, the metrics and the
+// webhook dispatcher; Serve serves them on a listener until its context
+// ends, then stops them in order; Close releases the store. The command
+// line only turns flags and environment into a Config, and the tests run
+// the same App in-process.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/httpapi"
+	"github.com/plantstore/plantstore/internal/metrics"
+	"github.com/plantstore/plantstore/internal/postgres"
+	"github.com/plantstore/plantstore/internal/webhook"
+)
+
+// Config is everything serve can be told. Zero values take the defaults
+// of the packages they configure.
+type Config struct {
+	Store StoreConfig
+	// API is the transport's configuration: limits, request timeout,
+	// public URL, trusted proxies. Its Logger, AccessLog and Observer are
+	// set by Open from the fields below.
+	API httpapi.Config
+	// Server bounds each connection: header and body read times, write
+	// and idle times, header size.
+	Server httpapi.ServerLimits
+	// TLS, when set, makes Serve speak HTTPS.
+	TLS *tls.Config
+	// ShutdownTimeout is how long in-flight requests get to finish once
+	// Serve's context ends; default 30 s.
+	ShutdownTimeout time.Duration
+	// MetricsAddr and PprofAddr, when set, are where Prometheus metrics
+	// and Go's profiler are served, each on a listener of its own, never
+	// on the API's.
+	MetricsAddr, PprofAddr string
+	Webhooks               WebhookConfig
+	// Logger receives the service's log; AccessLog, when set, the access
+	// log lines as JSON (httpapi.Config.AccessLog); otherwise they go to
+	// Logger.
+	Logger    *slog.Logger
+	AccessLog io.Writer
+	// OnListening, when set, is called once Serve listens and has logged
+	// where: a log that buffers its lines can flush them, so scripts
+	// waiting for the "listening" line see it at once.
+	OnListening func()
+}
+
+// WebhookConfig tunes the delivery of events to subscribers.
+type WebhookConfig struct {
+	// AllowPrivate lets deliveries reach loopback, private and link-local
+	// addresses.
+	AllowPrivate bool
+	Schedule     webhook.Schedule
+	// Timeout bounds one attempt, connection to answer.
+	Timeout time.Duration
+	// Poll, Lease and Workers: see webhook.DispatcherConfig.
+	Poll, Lease time.Duration
+	Workers     int
+}
+
+// DefaultShutdownTimeout is Config.ShutdownTimeout's default.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// App is a serving plantstore: its store and everything around it.
+type App struct {
+	cfg        Config
+	log        *slog.Logger
+	store      plantstore.Store
+	authn      *auth.Authenticator
+	metrics    *metrics.Metrics // nil unless MetricsAddr is set
+	dispatcher *webhook.Dispatcher
+	server     *http.Server
+	wake       chan struct{}
+	// metricsAddr and pprofAddr are where the side listeners bound, once
+	// Serve has started them.
+	mu                    sync.Mutex
+	metricsAddr, pprofAddr string
+}
+
+// Open opens the store and builds every part of the service around it. It
+// listens on nothing yet: Serve does.
+func Open(ctx context.Context, cfg Config) (*App, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	a := &App{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1)}
+	// A write that enqueued deliveries wakes the dispatcher; a wake already
+	// pending covers it.
+	hooks := StoreHooks{Enqueued: func() {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}}
+	// Metrics, when asked for, watch the transport, the store and the
+	// dispatcher through hooks; when not, nothing is wrapped.
+	if cfg.MetricsAddr != "" {
+		a.metrics = metrics.New()
+		hooks.ObserveBatch = a.metrics.ObserveBatch
+	}
+	store, err := OpenStore(ctx, cfg.Store, true, hooks)
+	if err != nil {
+		return nil, err
+	}
+	a.store = store
+	if a.metrics != nil {
+		a.store = a.metrics.InstrumentStore(store)
+	}
+	hookClient := webhook.NewClient(webhook.ClientOptions{AllowPrivate: cfg.Webhooks.AllowPrivate, Timeout: cfg.Webhooks.Timeout})
+	a.dispatcher, err = webhook.NewDispatcher(webhook.DispatcherConfig{
+		Store:          a.store,
+		Client:         hookClient,
+		Schedule:       cfg.Webhooks.Schedule,
+		Log:            a.log,
+		Workers:        cfg.Webhooks.Workers,
+		Poll:           cfg.Webhooks.Poll,
+		Lease:          cfg.Webhooks.Lease,
+		AttemptTimeout: cfg.Webhooks.Timeout,
+		Wake:           a.wake,
+	})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	a.authn = auth.New(a.store, auth.Options{Logger: a.log})
+	if a.metrics != nil {
+		a.metrics.TokenCache(func() (int64, int64) { s := a.authn.Stats(); return s.Hits, s.Misses })
+		a.metrics.Webhooks(func() metrics.WebhookStats {
+			s := a.dispatcher.Stats()
+			return metrics.WebhookStats{Attempts: s.Attempts, Delivered: s.Delivered, Retried: s.Retried, Failed: s.Failed, Disabled: s.Disabled}
+		}, a.store)
+	}
+	api := cfg.API
+	api.Logger, api.AccessLog = a.log, cfg.AccessLog
+	if a.metrics != nil {
+		api.Observer = a.metrics
+	}
+	a.server = httpapi.NewHTTPServer(httpapi.NewServer(a.store, a.authn, api), cfg.Server)
+	a.server.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
+	return a, nil
+}
+
+// Serve answers the API on ln until ctx ends, then lets the requests in
+// flight finish (within ShutdownTimeout), stops the background work and
+// returns. The webhook dispatcher stops after the API, so creates answered
+// during the shutdown still have their deliveries, which go out now or at
+// the next start.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	scheme := "http"
+	if a.cfg.TLS != nil {
+		ln = tls.NewListener(ln, a.cfg.TLS)
+		scheme = "https"
+	}
+	a.log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", storeName(a.cfg.Store.DB))
+	if a.cfg.OnListening != nil {
+		a.cfg.OnListening()
+	}
+	if a.metrics != nil {
+		side, err := a.startSide(a.cfg.MetricsAddr, "metrics", &a.metricsAddr, func(mux *http.ServeMux) {
+			mux.Handle("GET /metrics", a.metrics.Handler())
+		})
+		if err != nil {
+			return err
+		}
+		defer side.Close()
+	}
+	if a.cfg.PprofAddr != "" {
+		side, err := a.startSide(a.cfg.PprofAddr, "profiler", &a.pprofAddr, func(mux *http.ServeMux) {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		})
+		if err != nil {
+			return err
+		}
+		defer side.Close()
+	}
+
+	var background sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	background.Go(func() { a.authn.Run(bgCtx) })
+	dispatchCtx, stopDispatch := context.WithCancel(context.WithoutCancel(ctx))
+	var dispatching sync.WaitGroup
+	dispatching.Go(func() { a.dispatcher.Run(dispatchCtx) })
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- a.server.Serve(httpapi.JSONErrorListener(ln, a.log)) }()
+	var err error
+	select {
+	case err = <-serveErr:
+	case <-ctx.Done():
+		a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout.String())
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+		err = a.server.Shutdown(shutdownCtx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("in-flight requests did not finish within %s", a.cfg.ShutdownTimeout)
+		}
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	stopDispatch()
+	dispatching.Wait()
+	stopBackground()
+	background.Wait()
+	if err == nil {
+		a.log.Info("stopped")
+	}
+	return err
+}
+
+// Close releases the store; call it once Serve has returned (or instead
+// of Serve).
+func (a *App) Close() error { return a.store.Close() }
+
+// Store is the App's store, as the API sees it (instrumented when metrics
+// are on), for tests and tools beside the server.
+func (a *App) Store() plantstore.Store { return a.store }
+
+// MetricsAddr and PprofAddr are the addresses the side listeners bound,
+// once Serve has started them ("" before, or when off).
+func (a *App) MetricsAddr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.metricsAddr
+}
+
+// startSide serves routes on a listener of its own at addr, apart from the
+// API, so what it serves is never reachable through the API's port. It
+// records the bound address in *bound and logs it.
+func (a *App) startSide(addr, name string, bound *string, routes func(*http.ServeMux)) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listen: %w", name, err)
+	}
+	mux := http.NewServeMux()
+	routes(mux)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	a.mu.Lock()
+	*bound = ln.Addr().String()
+	a.mu.Unlock()
+	a.log.Info(name+" listening", "addr", ln.Addr().String())
+	return srv, nil
+}
+
+// storeName is the store as logs show it: a URL's password masked.
+func storeName(db string) string {
+	if postgres.IsURL(db) {
+		return postgres.RedactURL(db)
+	}
+	return db
+}

@@ -1,0 +1,50 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/postgres"
+	"github.com/plantstore/plantstore/internal/sqlite"
+)
+
+// StoreConfig names the store and how to reach it. The engine follows
+// from DB's form: a postgres:// URL or a SQLite file's path.
+type StoreConfig struct {
+	DB          string
+	BusyTimeout time.Duration // SQLite's busy timeout, PostgreSQL's lock_timeout
+	MaxDBBytes  int64         // SQLite only: 0 for no cap
+	DBMaxConns  int32         // PostgreSQL only: 0 for the URL's or the default
+}
+
+// StoreHooks are what a server wants to hear from its store; either may
+// be nil.
+type StoreHooks struct {
+	// Enqueued is called after a write stored webhook deliveries.
+	Enqueued func()
+	// ObserveBatch is told the size of each group commit.
+	ObserveBatch func(creates int)
+}
+
+// OpenStore opens the store for a command-line tool (soleServer false) or
+// for serve, which must be the only server of a SQLite file (see
+// sqlite.Options.SoleServer); any number of servers share a PostgreSQL
+// database.
+func OpenStore(ctx context.Context, cfg StoreConfig, soleServer bool, hooks StoreHooks) (plantstore.Store, error) {
+	if postgres.IsURL(cfg.DB) {
+		return postgres.Open(ctx, cfg.DB, postgres.Options{
+			MaxConns:     cfg.DBMaxConns,
+			LockTimeout:  cfg.BusyTimeout,
+			Enqueued:     hooks.Enqueued,
+			ObserveBatch: hooks.ObserveBatch,
+		})
+	}
+	return sqlite.Open(ctx, cfg.DB, sqlite.Options{
+		BusyTimeout:  cfg.BusyTimeout,
+		MaxBytes:     cfg.MaxDBBytes,
+		SoleServer:   soleServer,
+		Enqueued:     hooks.Enqueued,
+		ObserveBatch: hooks.ObserveBatch,
+	})
+}

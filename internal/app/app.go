@@ -88,7 +88,7 @@ type App struct {
 	wake       chan struct{}
 	// metricsAddr and pprofAddr are where the side listeners bound, once
 	// Serve has started them.
-	mu                    sync.Mutex
+	mu                     sync.Mutex
 	metricsAddr, pprofAddr string
 }
 

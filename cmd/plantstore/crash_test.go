@@ -93,16 +93,14 @@ func TestCrashKeepsEveryAcknowledgedWrite(t *testing.T) {
 		}
 	}
 	for round := range 4 {
-		s := serve(t, dir)
+		s := serveProcess(t, dir)
 		var wg sync.WaitGroup
 		for _, w := range workers {
 			wg.Go(func() { w.run(t, client, s.url, token) })
 		}
 		killAfter := time.Duration(300+rng.IntN(1200)) * time.Millisecond
 		time.Sleep(killAfter)
-		s.cmd.Process.Kill()
-		<-s.done
-		s.done <- nil // for the cleanup
+		s.kill(t)
 		wg.Wait()
 		client.CloseIdleConnections()
 		unanswered := 0

@@ -66,7 +66,7 @@ func testStoreFull(t *testing.T, dir string, full, free func(*server), statuses 
 	path := filepath.Join(dir, "plantstore.db")
 	cwd := t.TempDir()
 	token := mustToken(t, cwd, "--name", "full", "--db", path)
-	s := serve(t, cwd, "--db", path)
+	s := serveProcess(t, cwd, "--db", path) // a process, for its file size limit
 	api := apitest.Client(t)
 	acked := map[int64]string{}
 	for id := int64(1); id <= 10; id++ {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,7 +23,11 @@ import (
 	"github.com/plantstore/plantstore/internal/apitest"
 )
 
-// These tests run the built binary, as a user would.
+// Most of these tests run "plantstore serve" in this process, as main runs
+// it (run, with flags and environment), so the race detector watches the
+// whole assembled service when the suite runs with -race. The rest run the
+// built binary, as a user would: the command line, signals and exit
+// codes, SIGKILL, limits set on a process.
 var binary string
 
 func TestMain(m *testing.M) {
@@ -32,7 +37,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "plantstore")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race") // the processes are race-checked too
+	}
+	build := exec.Command("go", append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Println("build:", err)
@@ -77,15 +86,20 @@ func mustToken(t *testing.T, dir string, args ...string) string {
 	return strings.TrimSpace(r.stdout)
 }
 
-// server is a running "plantstore serve".
+// server is a running "plantstore serve": in this process, or a process
+// of the built binary.
 type server struct {
-	cmd  *exec.Cmd
 	url  string
 	logs *apitest.Buffer
-	done chan error
+	done chan error // what run returned, or how the process ended
+	// cancel stops an in-process server, as SIGTERM stops a process.
+	cancel context.CancelFunc
+	cmd    *exec.Cmd // a process's
 }
 
-// serve starts the binary in dir and waits until it listens.
+// serve runs "plantstore serve" in this process, on the store in dir
+// unless args or the environment name another, and waits until it
+// listens.
 func serve(t *testing.T, dir string, args ...string) *server {
 	t.Helper()
 	s, addr := launch(t, dir, args...)
@@ -93,34 +107,76 @@ func serve(t *testing.T, dir string, args ...string) *server {
 	return s
 }
 
-// launch starts "plantstore serve" in dir and returns at once; the
-// listening address arrives on addr. It is killed when the test ends.
+// serveProcess runs the built binary's "plantstore serve" in dir and waits
+// until it listens: for tests that signal it, kill it or limit it.
+func serveProcess(t *testing.T, dir string, args ...string) *server {
+	t.Helper()
+	s, addr := launchProcess(t, dir, args...)
+	s.await(t, addr, 20*time.Second)
+	return s
+}
+
+// launch starts an in-process "plantstore serve" and returns at once; the
+// listening address arrives on addr. It is stopped when the test ends.
 func launch(t *testing.T, dir string, args ...string) (s *server, addr chan string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	s = &server{logs: &apitest.Buffer{}, done: make(chan error, 1), cancel: cancel}
+	addr = s.readLog(pr)
+	args = append([]string{"serve", "--addr", "127.0.0.1:0"}, storeIn(dir, args)...)
+	go func() {
+		err := run(ctx, args, os.Environ(), nil, io.Discard, pw)
+		pw.Close()
+		s.done <- err
+	}()
+	t.Cleanup(func() {
+		cancel()
+		err := <-s.done
+		s.done <- err // for whoever else waits
+	})
+	return s, addr
+}
+
+// storeIn makes args name the store in dir, as the binary run in dir
+// finds ./plantstore.db, unless they or the environment name one.
+func storeIn(dir string, args []string) []string {
+	for i, a := range args {
+		if a == "--db" || a == "-db" {
+			if i+1 < len(args) && !filepath.IsAbs(args[i+1]) && !strings.Contains(args[i+1], "://") {
+				args = slices.Clone(args)
+				args[i+1] = filepath.Join(dir, args[i+1])
+			}
+			return args
+		}
+		if strings.HasPrefix(a, "--db=") || strings.HasPrefix(a, "-db=") {
+			return args
+		}
+	}
+	if os.Getenv("PLANTSTORE_DB") != "" {
+		return args
+	}
+	return append([]string{"--db", filepath.Join(dir, "plantstore.db")}, args...)
+}
+
+// launchProcess starts the binary's "plantstore serve" in dir and returns
+// at once; the listening address arrives on addr. It is killed when the
+// test ends.
+func launchProcess(t *testing.T, dir string, args ...string) (s *server, addr chan string) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
-	logs := &apitest.Buffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s = &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
-	addr = make(chan string, 1)
+	s = &server{cmd: cmd, logs: &apitest.Buffer{}, done: make(chan error, 1)}
+	addr = s.readLog(pr)
 	go func() {
-		scan := bufio.NewScanner(pr)
-		scan.Buffer(make([]byte, 1<<20), 1<<20)
-		for scan.Scan() {
-			logs.Write(append(scan.Bytes(), '\n'))
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(scan.Bytes(), &line) == nil && line.Msg == "listening" {
-				addr <- line.Addr
-			}
-		}
-	}()
-	go func() {
-		s.done <- cmd.Wait()
+		err := cmd.Wait()
 		pw.Close()
+		s.done <- err
 	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
@@ -128,6 +184,28 @@ func launch(t *testing.T, dir string, args ...string) (s *server, addr chan stri
 		s.done <- err // for whoever else waits
 	})
 	return s, addr
+}
+
+// readLog copies the server's log from r into s.logs and sends the
+// address of its "listening" line on the channel it returns.
+func (s *server) readLog(r io.Reader) chan string {
+	addr := make(chan string, 1)
+	go func() {
+		scan := bufio.NewScanner(r)
+		scan.Buffer(make([]byte, 1<<20), 1<<20)
+		for scan.Scan() {
+			s.logs.Write(append(scan.Bytes(), '\n'))
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(scan.Bytes(), &line) == nil && line.Msg == "listening" {
+				select {
+				case addr <- line.Addr:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, r)
+	}()
+	return addr
 }
 
 // await waits until s listens, failing the test if it exits or the
@@ -145,13 +223,22 @@ func (s *server) await(t *testing.T, addr chan string, timeout time.Duration) {
 	}
 }
 
-// stop signals the server and returns its exit code.
+// stop stops the server (sig for a process; an in-process server's
+// context ends, which is what SIGTERM and SIGINT do in main) and returns
+// its exit code.
 func (s *server) stop(t *testing.T, sig os.Signal) int {
 	t.Helper()
-	s.cmd.Process.Signal(sig)
+	if s.cmd != nil {
+		s.cmd.Process.Signal(sig)
+	} else {
+		s.cancel()
+	}
 	select {
 	case err := <-s.done:
 		s.done <- err // for the cleanup
+		if s.cmd == nil {
+			return exitCode(err)
+		}
 		if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 			return exit.ExitCode()
 		}
@@ -163,6 +250,31 @@ func (s *server) stop(t *testing.T, sig os.Signal) int {
 		t.Fatal("server did not exit within 30 s")
 		return -1
 	}
+}
+
+// kill ends a process server with SIGKILL and waits for it.
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	if s.cmd == nil {
+		t.Fatal("kill needs a process: start the server with serveProcess")
+	}
+	s.cmd.Process.Kill()
+	err := <-s.done
+	s.done <- err // for the cleanup
+}
+
+// exitCode is the status main exits with after run returns err.
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.Is(err, errUsageShown):
+		return 2
+	}
+	if _, ok := errors.AsType[usageError](err); ok {
+		return 2
+	}
+	return 1
 }
 
 func create(t *testing.T, client *http.Client, url, token, body string) (int, string) {
@@ -294,7 +406,7 @@ func TestTokensChangeWhileServing(t *testing.T) {
 // SIGTERM lets a request in flight finish, then exits 0.
 func TestGracefulShutdown(t *testing.T) {
 	dir := t.TempDir()
-	s := serve(t, dir)
+	s := serveProcess(t, dir)
 	token := mustToken(t, dir, "--name", "me")
 	body := `{"id":5,"name":"slow upload"}`
 	pr, pw := io.Pipe()
@@ -331,7 +443,7 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func TestSIGINTExitsZero(t *testing.T) {
-	s := serve(t, t.TempDir())
+	s := serveProcess(t, t.TempDir())
 	if code := s.stop(t, os.Interrupt); code != 0 {
 		t.Errorf("exit %d after SIGINT", code)
 	}
@@ -392,7 +504,7 @@ func TestCrashLosesNoAcknowledgedPlant(t *testing.T) {
 	acked := map[int64]string{}
 	var mu sync.Mutex
 	for round := range 3 {
-		s := serve(t, dir)
+		s := serveProcess(t, dir)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for w := range 8 {
@@ -422,9 +534,7 @@ func TestCrashLosesNoAcknowledgedPlant(t *testing.T) {
 			})
 		}
 		time.Sleep(time.Duration(300+round*250) * time.Millisecond)
-		s.cmd.Process.Kill()
-		<-s.done
-		s.done <- nil
+		s.kill(t)
 		cancel()
 		wg.Wait()
 	}
@@ -456,14 +566,12 @@ func TestCrashLosesNoAcknowledgedPlant(t *testing.T) {
 // with it.
 func TestOneServerPerFile(t *testing.T) {
 	dir := t.TempDir()
-	s := serve(t, dir)
+	s := serveProcess(t, dir)
 	r := cli(t, dir, nil, "serve", "--addr", "127.0.0.1:0")
 	if r.exit != 1 || !strings.Contains(r.stderr, "another plantstore serve is using") {
 		t.Errorf("a second serve: exit %d, stderr %q", r.exit, r.stderr)
 	}
 	mustToken(t, dir, "--name", "beside")
-	s.cmd.Process.Kill()
-	<-s.done
-	s.done <- nil
+	s.kill(t)
 	serve(t, dir) // starts: the lock died with the process
 }

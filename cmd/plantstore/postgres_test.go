@@ -82,6 +82,18 @@ func do(client *http.Client, method, url, token, body string) answer {
 // before starting the next, so their start-ups (and migrations) overlap.
 func startServes(t *testing.T, n int, db string, args ...string) []*server {
 	t.Helper()
+	return startOn(t, launch, n, db, args...)
+}
+
+// startServeProcesses is startServes with processes of the binary, for
+// tests that kill one.
+func startServeProcesses(t *testing.T, n int, db string, args ...string) []*server {
+	t.Helper()
+	return startOn(t, launchProcess, n, db, args...)
+}
+
+func startOn(t *testing.T, launch func(*testing.T, string, ...string) (*server, chan string), n int, db string, args ...string) []*server {
+	t.Helper()
 	servers := make([]*server, n)
 	addrs := make([]chan string, n)
 	for i := range n {
@@ -112,7 +124,7 @@ func pgToken(t *testing.T, db, name string) string {
 // beside them, and losing one loses no acknowledged plant.
 func TestPostgresScaleOut(t *testing.T) {
 	db := pgtest.NewDatabase(t)
-	servers := startServes(t, 3, db)
+	servers := startServeProcesses(t, 3, db) // one is killed
 	token := pgToken(t, db, "scale")
 	client := pgClient(t)
 	defer func() {
@@ -256,9 +268,7 @@ func TestPostgresScaleOut(t *testing.T) {
 		started := time.Now()
 		time.Sleep(700 * time.Millisecond)
 		killed := time.Now()
-		victim.cmd.Process.Kill()
-		err := <-victim.done
-		victim.done <- err
+		victim.kill(t)
 		time.Sleep(700 * time.Millisecond) // the survivors go on alone
 		cancel()
 		wg.Wait()

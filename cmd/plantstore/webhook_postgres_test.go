@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -78,7 +77,7 @@ func TestPostgresWebhookLeaseTakeover(t *testing.T) {
 	subscribe(t, t.TempDir(), db, r)
 	// Lease = 3 x the attempt timeout, the least the service allows.
 	flags := append(slices.Clone(testWebhookFlags), "--webhook-timeout", "1s", "--webhook-lease", "3s")
-	first := startServes(t, 1, db, flags...)[0]
+	first := startServeProcesses(t, 1, db, flags...)[0] // killed below
 	client := pgClient(t)
 
 	// The receiver holds the first request, so the first instance is
@@ -96,9 +95,7 @@ func TestPostgresWebhookLeaseTakeover(t *testing.T) {
 		t.Fatalf("the first attempt never arrived\n%s", first.logs)
 	}
 	killed := time.Now()
-	first.cmd.Process.Signal(syscall.SIGKILL)
-	<-first.done
-	first.done <- nil
+	first.kill(t)
 	r.mu.Lock()
 	r.hold = nil
 	r.mu.Unlock()

@@ -240,20 +240,36 @@ func TestWebhookCLI(t *testing.T) {
 	if !strings.Contains(res.stderr, "shown only this once") {
 		t.Errorf("webhook add's note: %q", res.stderr)
 	}
+	// Neither add nor list shows the path or query, where the subscriber's
+	// own credentials often are; --full-urls shows them.
+	if strings.Contains(res.stderr, "team=7") || strings.Contains(res.stderr, "/plants") || !strings.Contains(res.stderr, "https://hooks.example.com/…#") {
+		t.Errorf("webhook add echoes %q; want the URL as scheme://host/…#hash", res.stderr)
+	}
 	cli(t, dir, nil, "webhook", "add", "http://second.example/hook")
 
 	table := cli(t, dir, nil, "webhook", "list")
 	if table.exit != 0 || strings.Contains(table.stdout, secret) || strings.Contains(table.stdout, "whsec_") {
 		t.Fatalf("webhook list: exit %d, %q (must never show a secret)", table.exit, table.stdout)
 	}
-	for _, want := range []string{"ID", "PENDING", "https://hooks.example.com/plants?team=7", "http://second.example/hook", "active"} {
+	for _, want := range []string{"ID", "PENDING", webhook.RedactURL("https://hooks.example.com/plants?team=7"), webhook.RedactURL("http://second.example/hook"), "active"} {
 		if !strings.Contains(table.stdout, want) {
 			t.Errorf("webhook list lacks %q:\n%s", want, table.stdout)
 		}
 	}
+	if strings.Contains(table.stdout, "team=7") || strings.Contains(table.stdout, "com/plants") || strings.Contains(table.stdout, "example/hook") {
+		t.Errorf("webhook list shows a path or query:\n%s", table.stdout)
+	}
 	subs := listSubscribers(t, dir, "plantstore.db")
-	if len(subs) != 2 || subs[0].URL != "https://hooks.example.com/plants?team=7" || subs[0].DisabledAt != nil {
+	if len(subs) != 2 || subs[0].URL != webhook.RedactURL("https://hooks.example.com/plants?team=7") || subs[0].DisabledAt != nil {
 		t.Fatalf("webhook list --json: %+v", subs)
+	}
+	full := cli(t, dir, nil, "webhook", "list", "--full-urls")
+	if full.exit != 0 || !strings.Contains(full.stdout, "https://hooks.example.com/plants?team=7") || !strings.Contains(full.stdout, "http://second.example/hook") {
+		t.Errorf("webhook list --full-urls: exit %d, %q", full.exit, full.stdout)
+	}
+	full = cli(t, dir, nil, "webhook", "list", "--full-urls", "--json")
+	if !strings.Contains(full.stdout, `"url": "https://hooks.example.com/plants?team=7"`) {
+		t.Errorf("webhook list --full-urls --json: %q", full.stdout)
 	}
 
 	if res := cli(t, dir, nil, "webhook", "remove", fmt.Sprint(subs[0].ID)); res.exit != 0 {
@@ -265,7 +281,7 @@ func TestWebhookCLI(t *testing.T) {
 	if res := cli(t, dir, nil, "webhook", "remove", "first"); res.exit != 2 {
 		t.Errorf("webhook remove first: exit %d, want 2", res.exit)
 	}
-	if subs := listSubscribers(t, dir, "plantstore.db"); len(subs) != 1 || subs[0].URL != "http://second.example/hook" {
+	if subs := listSubscribers(t, dir, "plantstore.db"); len(subs) != 1 || subs[0].URL != webhook.RedactURL("http://second.example/hook") {
 		t.Errorf("after remove: %+v", subs)
 	}
 	if res := cli(t, dir, nil, "webhook", "frobnicate"); res.exit != 2 {
@@ -326,6 +342,56 @@ func TestWebhookDelivery(t *testing.T) {
 	}
 }
 
+// A subscriber URL that carries its secret in the path (as Slack's and
+// Discord's do) or in the query shows neither in serve's log, at debug
+// level, through a failed attempt and a delivery, nor in what webhook add
+// and webhook list print.
+func TestWebhookURLSecretsStayOutOfLogs(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	r.answer(http.StatusInternalServerError)
+	const pathSecret, querySecret = "B0PATHSECRET42", "QUERYSECRET42"
+	url := "http://" + r.addr + "/services/T0/" + pathSecret + "?token=" + querySecret
+	add := cli(t, dir, nil, "webhook", "add", url)
+	if add.exit != 0 {
+		t.Fatalf("webhook add: exit %d, %s", add.exit, add.stderr)
+	}
+	r.setSecret(add.stdout)
+	s := serve(t, dir, append([]string{"--log-level", "debug"}, testWebhookFlags...)...)
+	if status, body := create(t, apitest.Client(t), s.url, token, plantBody(1)); status != 200 {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	awaitLog := func(msg string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(s.logs.String(), msg) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q logged:\n%s", msg, s.logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	awaitLog(`"msg":"webhook attempt failed"`)
+	r.answer(http.StatusNoContent)
+	r.awaitDelivered(1, 10*time.Second, s.logs.String)
+	awaitLog(`"msg":"webhook delivered"`) // log lines are written in batches
+	list := cli(t, dir, nil, "webhook", "list")
+	listJSON := cli(t, dir, nil, "webhook", "list", "--json")
+	logs := s.logs.String()
+	if !strings.Contains(logs, `"msg":"webhook delivered"`) || !strings.Contains(logs, webhook.RedactURL(url)) {
+		t.Errorf("the log lacks the delivery or the redacted URL %s:\n%s", webhook.RedactURL(url), logs)
+	}
+	for what, out := range map[string]string{"serve's log": logs, "webhook add": add.stdout + add.stderr,
+		"webhook list": list.stdout + list.stderr, "webhook list --json": listJSON.stdout + listJSON.stderr} {
+		for _, secret := range []string{pathSecret, querySecret, "/services/"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%s shows %q:\n%s", what, secret, out)
+			}
+		}
+	}
+}
+
 // Deliveries wait out a receiver that is down across a restart of the
 // service, and survive a SIGKILL of the service.
 func TestWebhooksSurviveRestartAndKill(t *testing.T) {
@@ -351,7 +417,7 @@ func TestWebhooksSurviveRestartAndKill(t *testing.T) {
 	}
 
 	r.up()
-	s = serve(t, dir, testWebhookFlags...)
+	s = serveProcess(t, dir, testWebhookFlags...) // killed below
 	if plants := r.awaitDelivered(5, 10*time.Second, s.logs.String); !slices.Equal(plants, []int64{1, 2, 3, 4, 5}) {
 		t.Errorf("after the restart: delivered %v, want 1..5 in order", plants)
 	}
@@ -365,11 +431,7 @@ func TestWebhooksSurviveRestartAndKill(t *testing.T) {
 		}
 	}
 	awaitLog(t, s, `"status":503`)
-	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-s.done
-	s.done <- nil
+	s.kill(t)
 	r.answer(http.StatusOK)
 	s = serve(t, dir, testWebhookFlags...)
 	plants := r.awaitDelivered(10, 10*time.Second, s.logs.String)

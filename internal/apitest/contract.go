@@ -31,8 +31,14 @@ type Contract struct {
 	errorSchema *openapi3.Schema
 
 	mu   sync.Mutex
-	seen map[string]bool // "METHOD /template STATUS"
+	seen map[string]map[string]bool // by group (see GroupOf): "METHOD /template STATUS"
 }
+
+// GroupOf names the coverage group a test's responses count for, so that
+// one test binary can prove coverage once per group (per storage engine,
+// say); Unseen takes the group. By default every test is in group "". A
+// test package sets it before its tests run.
+var GroupOf = func(testing.TB) string { return "" }
 
 var (
 	loadOnce sync.Once
@@ -69,12 +75,17 @@ func load() (*Contract, error) {
 	if errSchema == nil || errSchema.Value == nil {
 		return nil, fmt.Errorf("openapi.yaml has no Error schema")
 	}
-	return &Contract{Doc: doc, router: router, errorSchema: errSchema.Value, seen: map[string]bool{}}, nil
+	return &Contract{Doc: doc, router: router, errorSchema: errSchema.Value, seen: map[string]map[string]bool{}}, nil
 }
 
 // Check reports how resp, with its body already read, breaks the contract,
-// or nil when it conforms. req is the request that produced it.
+// or nil when it conforms. req is the request that produced it. The
+// answer counts as seen in group "".
 func (c *Contract) Check(req *http.Request, resp *http.Response, body []byte) error {
+	return c.check("", req, resp, body)
+}
+
+func (c *Contract) check(group string, req *http.Request, resp *http.Response, body []byte) error {
 	if resp.StatusCode >= 300 {
 		if err := c.checkErrorBody(req, resp, body); err != nil {
 			return err
@@ -85,7 +96,10 @@ func (c *Contract) Check(req *http.Request, resp *http.Response, body []byte) er
 		return c.checkUnrouted(req, resp)
 	}
 	c.mu.Lock()
-	c.seen[req.Method+" "+route.Path+" "+strconv.Itoa(resp.StatusCode)] = true
+	if c.seen[group] == nil {
+		c.seen[group] = map[string]bool{}
+	}
+	c.seen[group][req.Method+" "+route.Path+" "+strconv.Itoa(resp.StatusCode)] = true
 	c.mu.Unlock()
 	if req.Method == http.MethodHead {
 		return nil
@@ -209,8 +223,8 @@ func (c *Contract) documentedMethods(path string) []string {
 }
 
 // Unseen lists the documented answers ("METHOD /path STATUS") that no
-// checked response has had.
-func (c *Contract) Unseen() []string {
+// checked response of group has had.
+func (c *Contract) Unseen(group string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var unseen []string
@@ -218,7 +232,7 @@ func (c *Contract) Unseen() []string {
 		for method, op := range item.Operations() {
 			for status := range op.Responses.Map() {
 				key := method + " " + path + " " + status
-				if !c.seen[key] {
+				if !c.seen[group][key] {
 					unseen = append(unseen, key)
 				}
 			}
@@ -251,7 +265,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	if err := tr.Contract.Check(req, resp, body); err != nil {
+	if err := tr.Contract.check(GroupOf(tr.T), req, resp, body); err != nil {
 		tr.T.Errorf("contract: %s %s: %v", req.Method, req.URL.Path, err)
 	}
 	return resp, nil
@@ -280,7 +294,7 @@ func CheckRaw(t testing.TB, req *http.Request, resp *http.Response) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Check(req, resp, body); err != nil {
+	if err := c.check(GroupOf(t), req, resp, body); err != nil {
 		t.Errorf("contract: %s %s: %v", req.Method, req.URL.Path, err)
 	}
 	return body

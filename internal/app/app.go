@@ -58,6 +58,12 @@ type Config struct {
 	// where: a log that buffers its lines can flush them, so scripts
 	// waiting for the "listening" line see it at once.
 	OnListening func()
+	// TokenCacheTTL bounds how long a checked token is trusted without
+	// asking the store again (auth.Options.CacheTTL); 0 for its default.
+	TokenCacheTTL time.Duration
+	// WrapStore, when set, stands between the store and everything that
+	// uses it: tests inject faults with it.
+	WrapStore func(plantstore.Store) plantstore.Store
 }
 
 // WebhookConfig tunes the delivery of events to subscribers.
@@ -80,7 +86,8 @@ const DefaultShutdownTimeout = 30 * time.Second
 type App struct {
 	cfg        Config
 	log        *slog.Logger
-	store      plantstore.Store
+	raw        plantstore.Store // as opened
+	store      plantstore.Store // as the service uses it: wrapped, instrumented
 	authn      *auth.Authenticator
 	metrics    *metrics.Metrics // nil unless MetricsAddr is set
 	dispatcher *webhook.Dispatcher
@@ -120,9 +127,12 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.store = store
+	a.raw, a.store = store, store
+	if cfg.WrapStore != nil {
+		a.store = cfg.WrapStore(a.store)
+	}
 	if a.metrics != nil {
-		a.store = a.metrics.InstrumentStore(store)
+		a.store = a.metrics.InstrumentStore(a.store)
 	}
 	hookClient := webhook.NewClient(webhook.ClientOptions{AllowPrivate: cfg.Webhooks.AllowPrivate, Timeout: cfg.Webhooks.Timeout})
 	a.dispatcher, err = webhook.NewDispatcher(webhook.DispatcherConfig{
@@ -140,7 +150,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		store.Close()
 		return nil, err
 	}
-	a.authn = auth.New(a.store, auth.Options{Logger: a.log})
+	a.authn = auth.New(a.store, auth.Options{Logger: a.log, CacheTTL: cfg.TokenCacheTTL})
 	if a.metrics != nil {
 		a.metrics.TokenCache(func() (int64, int64) { s := a.authn.Stats(); return s.Hits, s.Misses })
 		a.metrics.Webhooks(func() metrics.WebhookStats {
@@ -231,11 +241,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 
 // Close releases the store; call it once Serve has returned (or instead
 // of Serve).
-func (a *App) Close() error { return a.store.Close() }
+func (a *App) Close() error { return a.raw.Close() }
 
-// Store is the App's store, as the API sees it (instrumented when metrics
-// are on), for tests and tools beside the server.
-func (a *App) Store() plantstore.Store { return a.store }
+// Store is the App's store as opened, without what Config.WrapStore or
+// the metrics put around it, for tests and tools beside the server.
+func (a *App) Store() plantstore.Store { return a.raw }
 
 // MetricsAddr and PprofAddr are the addresses the side listeners bound,
 // once Serve has started them ("" before, or when off).

@@ -13,150 +13,166 @@ import (
 const plantJSON = `{"id":50,"name":"Orchid"}`
 
 func TestAuthentication(t *testing.T) {
-	e := start(t, options{authTTL: 50 * time.Millisecond})
-	revoked := e.issue("gone", plantstore.KnownScopes...)
-	if err := e.db.RevokeToken(context.Background(), "gone", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	const noError = `Bearer realm="plantstore"`
-	cases := []struct {
-		name, authorization string
-		status              int
-		challenge           string // the WWW-Authenticate value, or a prefix ending in ", "
-	}{
-		{"no credentials", "", 401, noError},
-		{"basic scheme", "Basic dXNlcjpwYXNz", 401, noError},
-		{"token without scheme", e.writeToken, 401, noError},
-		{"empty bearer", "Bearer", 401, noError + `, error="invalid_token", `},
-		{"blank bearer", "Bearer    ", 401, noError + `, error="invalid_token", `},
-		{"malformed token", "Bearer not-a-token", 401, noError + `, error="invalid_token", `},
-		{"bad checksum", "Bearer " + e.writeToken[:len(e.writeToken)-1] + "x", 401, noError + `, error="invalid_token", `},
-		{"two tokens", "Bearer " + e.writeToken + " " + e.writeToken, 401, noError + `, error="invalid_token", `},
-		{"unknown token", "Bearer " + plantstore.NewToken(), 401, noError + `, error="invalid_token", `},
-		{"revoked token", "Bearer " + revoked, 401, noError + `, error="invalid_token", `},
-		{"read-only token", "Bearer " + e.readToken, 403, noError + `, error="insufficient_scope", `},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			resp, body := e.do("POST", "/plants", map[string]string{
-				"Authorization": tc.authorization, "Content-Type": "application/json",
-			}, strings.NewReader(plantJSON))
-			wantError(t, resp, body, tc.status)
-			got := resp.Header.Get("WWW-Authenticate")
-			if strings.HasSuffix(tc.challenge, ", ") {
-				if !strings.HasPrefix(got, tc.challenge) || !strings.Contains(got, `error_description="`) {
-					t.Errorf("WWW-Authenticate %q, want %q...", got, tc.challenge)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{authTTL: 50 * time.Millisecond})
+		revoked := e.issue("gone", plantstore.KnownScopes...)
+		if err := e.db.RevokeToken(context.Background(), "gone", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		const noError = `Bearer realm="plantstore"`
+		cases := []struct {
+			name, authorization string
+			status              int
+			challenge           string // the WWW-Authenticate value, or a prefix ending in ", "
+		}{
+			{"no credentials", "", 401, noError},
+			{"basic scheme", "Basic dXNlcjpwYXNz", 401, noError},
+			{"token without scheme", e.writeToken, 401, noError},
+			{"empty bearer", "Bearer", 401, noError + `, error="invalid_token", `},
+			{"blank bearer", "Bearer    ", 401, noError + `, error="invalid_token", `},
+			{"malformed token", "Bearer not-a-token", 401, noError + `, error="invalid_token", `},
+			{"bad checksum", "Bearer " + e.writeToken[:len(e.writeToken)-1] + "x", 401, noError + `, error="invalid_token", `},
+			{"two tokens", "Bearer " + e.writeToken + " " + e.writeToken, 401, noError + `, error="invalid_token", `},
+			{"unknown token", "Bearer " + plantstore.NewToken(), 401, noError + `, error="invalid_token", `},
+			{"revoked token", "Bearer " + revoked, 401, noError + `, error="invalid_token", `},
+			{"read-only token", "Bearer " + e.readToken, 403, noError + `, error="insufficient_scope", `},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				resp, body := e.do("POST", "/plants", map[string]string{
+					"Authorization": tc.authorization, "Content-Type": "application/json",
+				}, strings.NewReader(plantJSON))
+				wantError(t, resp, body, tc.status)
+				got := resp.Header.Get("WWW-Authenticate")
+				if strings.HasSuffix(tc.challenge, ", ") {
+					if !strings.HasPrefix(got, tc.challenge) || !strings.Contains(got, `error_description="`) {
+						t.Errorf("WWW-Authenticate %q, want %q...", got, tc.challenge)
+					}
+				} else if got != tc.challenge {
+					t.Errorf("WWW-Authenticate %q, want %q", got, tc.challenge)
 				}
-			} else if got != tc.challenge {
-				t.Errorf("WWW-Authenticate %q, want %q", got, tc.challenge)
-			}
-			if tc.status == 403 && !strings.Contains(got, `scope="plants:write"`) {
-				t.Errorf("403 challenge %q names no scope", got)
-			}
-			if _, ok := e.stored(50); ok {
-				t.Fatal("plant stored without a valid token")
-			}
-		})
-	}
+				if tc.status == 403 && !strings.Contains(got, `scope="plants:write"`) {
+					t.Errorf("403 challenge %q names no scope", got)
+				}
+				if _, ok := e.stored(50); ok {
+					t.Fatal("plant stored without a valid token")
+				}
+			})
+		}
+	})
 }
 
 func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
-	e := start(t, options{})
-	resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
-		"\r\nAuthorization: Bearer " + e.writeToken + "\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n{\"id\":1,\"name\":\"a\"}")
-	wantError(t, resp, body, 401, "exactly one Authorization")
-	if got := resp.Header.Get("WWW-Authenticate"); !strings.Contains(got, `error="invalid_token"`) {
-		t.Errorf("WWW-Authenticate %q", got)
-	}
-	if _, ok := e.stored(1); ok {
-		t.Error("stored with two Authorization headers")
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+			"\r\nAuthorization: Bearer " + e.writeToken + "\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n{\"id\":1,\"name\":\"a\"}")
+		wantError(t, resp, body, 401, "exactly one Authorization")
+		if got := resp.Header.Get("WWW-Authenticate"); !strings.Contains(got, `error="invalid_token"`) {
+			t.Errorf("WWW-Authenticate %q", got)
+		}
+		if _, ok := e.stored(1); ok {
+			t.Error("stored with two Authorization headers")
+		}
+	})
 }
 
 func TestSchemeIsCaseInsensitive(t *testing.T) {
-	e := start(t, options{})
-	for i, scheme := range []string{"bearer", "BEARER", "BeArEr"} {
-		resp, body := e.do("POST", "/plants", map[string]string{
-			"Authorization": scheme + " " + e.writeToken, "Content-Type": "application/json",
-		}, strings.NewReader(`{"id":`+string(rune('1'+i))+`,"name":"x"}`))
-		if resp.StatusCode != 200 {
-			t.Errorf("scheme %q: %d %s", scheme, resp.StatusCode, body)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for i, scheme := range []string{"bearer", "BEARER", "BeArEr"} {
+			resp, body := e.do("POST", "/plants", map[string]string{
+				"Authorization": scheme + " " + e.writeToken, "Content-Type": "application/json",
+			}, strings.NewReader(`{"id":`+string(rune('1'+i))+`,"name":"x"}`))
+			if resp.StatusCode != 200 {
+				t.Errorf("scheme %q: %d %s", scheme, resp.StatusCode, body)
+			}
 		}
-	}
+	})
 }
 
 // Authentication comes first: a client without a token learns nothing
 // about the body it sent.
 func TestAuthenticationBeforeBodyChecks(t *testing.T) {
-	e := start(t, options{})
-	resp, body := e.do("POST", "/plants", map[string]string{"Content-Type": "text/plain"}, strings.NewReader("junk"))
-	wantError(t, resp, body, 401)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		resp, body := e.do("POST", "/plants", map[string]string{"Content-Type": "text/plain"}, strings.NewReader("junk"))
+		wantError(t, resp, body, 401)
+	})
 }
 
 func TestRevocationWhileServing(t *testing.T) {
-	e := start(t, options{authTTL: 200 * time.Millisecond})
-	secret := e.issue("short-lived", plantstore.KnownScopes...)
-	post := func() int {
-		resp, _ := e.do("POST", "/plants", map[string]string{
-			"Authorization": "Bearer " + secret, "Content-Type": "application/json",
-		}, strings.NewReader(`{"id":1,"name":"x"}`))
-		return resp.StatusCode
-	}
-	if s := post(); s != 200 {
-		t.Fatalf("fresh token: %d", s)
-	}
-	if err := e.db.RevokeToken(context.Background(), "short-lived", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for post() != 401 {
-		if time.Now().After(deadline) {
-			t.Fatal("revoked token still accepted after 5 s")
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{authTTL: 200 * time.Millisecond})
+		secret := e.issue("short-lived", plantstore.KnownScopes...)
+		post := func() int {
+			resp, _ := e.do("POST", "/plants", map[string]string{
+				"Authorization": "Bearer " + secret, "Content-Type": "application/json",
+			}, strings.NewReader(`{"id":1,"name":"x"}`))
+			return resp.StatusCode
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if s := post(); s != 200 {
+			t.Fatalf("fresh token: %d", s)
+		}
+		if err := e.db.RevokeToken(context.Background(), "short-lived", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for post() != 401 {
+			if time.Now().After(deadline) {
+				t.Fatal("revoked token still accepted after 5 s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
 
 func TestTokenNeverLogged(t *testing.T) {
-	e := start(t, options{})
-	e.create(`{"id":1,"name":"x"}`)
-	e.do("POST", "/plants", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
-	logs := e.logs.String()
-	if strings.Contains(logs, e.writeToken) || strings.Contains(logs, e.readToken) || strings.Contains(logs, plantstore.TokenPrefix) {
-		t.Errorf("a token appears in the log:\n%s", logs)
-	}
-	if !strings.Contains(logs, `"token":"writer"`) {
-		t.Errorf("the access log does not name the token:\n%s", logs)
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":1,"name":"x"}`)
+		e.do("POST", "/plants", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
+		logs := e.logs.String()
+		if strings.Contains(logs, e.writeToken) || strings.Contains(logs, e.readToken) || strings.Contains(logs, plantstore.TokenPrefix) {
+			t.Errorf("a token appears in the log:\n%s", logs)
+		}
+		if !strings.Contains(logs, `"token":"writer"`) {
+			t.Errorf("the access log does not name the token:\n%s", logs)
+		}
+	})
 }
 
 func TestAccessLogAndRequestID(t *testing.T) {
-	e := start(t, options{})
-	resp, _ := e.do("GET", "/healthz", map[string]string{"X-Request-Id": "trace-abc.123"}, nil)
-	if got := resp.Header.Get("X-Request-Id"); got != "trace-abc.123" {
-		t.Errorf("X-Request-Id %q, want the caller's", got)
-	}
-	resp, _ = e.do("GET", "/healthz", map[string]string{"X-Request-Id": strings.Repeat("x", 200)}, nil)
-	generated := resp.Header.Get("X-Request-Id")
-	if generated == "" || len(generated) > 128 {
-		t.Errorf("an over-long X-Request-Id was kept or none made: %q", generated)
-	}
-	e.do("GET", "/nowhere", nil, nil)
-	logs := e.logs.String()
-	for _, want := range []string{`"request_id":"trace-abc.123"`, `"request_id":"` + generated + `"`,
-		`"path":"/nowhere","status":404`, `"method":"GET"`, `"duration_ms":`} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("the access log lacks %s:\n%s", want, logs)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		resp, _ := e.do("GET", "/healthz", map[string]string{"X-Request-Id": "trace-abc.123"}, nil)
+		if got := resp.Header.Get("X-Request-Id"); got != "trace-abc.123" {
+			t.Errorf("X-Request-Id %q, want the caller's", got)
 		}
-	}
+		resp, _ = e.do("GET", "/healthz", map[string]string{"X-Request-Id": strings.Repeat("x", 200)}, nil)
+		generated := resp.Header.Get("X-Request-Id")
+		if generated == "" || len(generated) > 128 {
+			t.Errorf("an over-long X-Request-Id was kept or none made: %q", generated)
+		}
+		e.do("GET", "/nowhere", nil, nil)
+		logs := e.logs.String()
+		for _, want := range []string{`"request_id":"trace-abc.123"`, `"request_id":"` + generated + `"`,
+			`"path":"/nowhere","status":404`, `"method":"GET"`, `"duration_ms":`} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("the access log lacks %s:\n%s", want, logs)
+			}
+		}
+	})
 }
 
 func TestHealthEndpointsNeedNoToken(t *testing.T) {
-	e := start(t, options{})
-	for _, path := range []string{"/healthz", "/readyz", "/openapi.json", "/openapi.yaml"} {
-		resp, body := e.do("GET", path, nil, nil)
-		if resp.StatusCode != http.StatusOK || len(body) == 0 {
-			t.Errorf("GET %s: %d %q", path, resp.StatusCode, body)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for _, path := range []string{"/healthz", "/readyz", "/openapi.json", "/openapi.yaml"} {
+			resp, body := e.do("GET", path, nil, nil)
+			if resp.StatusCode != http.StatusOK || len(body) == 0 {
+				t.Errorf("GET %s: %d %q", path, resp.StatusCode, body)
+			}
 		}
-	}
+	})
 }

@@ -53,20 +53,22 @@ func (e *env) send(method, path, body string, extra map[string]string) (*http.Re
 }
 
 func TestPanicBecomes500(t *testing.T) {
-	e := start(t, options{wrap: func(s plantstore.Store) plantstore.Store { return panickingStore{s} }})
-	for _, op := range everyOperation {
-		resp, body := e.send(op.method, op.path, op.body, nil)
-		wantError(t, resp, body, 500, "internal error")
-		if strings.Contains(string(body), "bug") {
-			t.Errorf("the panic's detail reached the client: %s", body)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{wrap: func(s plantstore.Store) plantstore.Store { return panickingStore{s} }})
+		for _, op := range everyOperation {
+			resp, body := e.send(op.method, op.path, op.body, nil)
+			wantError(t, resp, body, 500, "internal error")
+			if strings.Contains(string(body), "bug") {
+				t.Errorf("the panic's detail reached the client: %s", body)
+			}
 		}
-	}
-	if resp, _ := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
-		t.Errorf("after a panic /healthz answers %d", resp.StatusCode)
-	}
-	if !strings.Contains(e.logs.String(), "a bug in the store") {
-		t.Error("the panic is not in the log")
-	}
+		if resp, _ := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
+			t.Errorf("after a panic /healthz answers %d", resp.StatusCode)
+		}
+		if !strings.Contains(e.logs.String(), "a bug in the store") {
+			t.Error("the panic is not in the log")
+		}
+	})
 }
 
 // holdWriteLock takes the store's write lock from another connection, as
@@ -116,43 +118,47 @@ func holdWriteLock(t *testing.T, e *env) func() {
 }
 
 func TestStoreBusyIs503(t *testing.T) {
-	e := start(t, options{sqlite: sqlite.Options{BusyTimeout: 100 * time.Millisecond}})
-	e.create(`{"id":1,"name":"a"}`)
-	release := holdWriteLock(t, e)
-	for _, op := range everyOperation {
-		resp, body := e.send(op.method, op.path, op.body, nil)
-		if op.method == "GET" {
-			// Readers do not wait for the writer in WAL mode.
-			if resp.StatusCode != 200 {
-				t.Errorf("%s %s under a write lock: %d %s", op.method, op.path, resp.StatusCode, body)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{sqlite: sqlite.Options{BusyTimeout: 100 * time.Millisecond}})
+		e.create(`{"id":1,"name":"a"}`)
+		release := holdWriteLock(t, e)
+		for _, op := range everyOperation {
+			resp, body := e.send(op.method, op.path, op.body, nil)
+			if op.method == "GET" {
+				// Readers do not wait for the writer in WAL mode.
+				if resp.StatusCode != 200 {
+					t.Errorf("%s %s under a write lock: %d %s", op.method, op.path, resp.StatusCode, body)
+				}
+				continue
 			}
-			continue
+			wantError(t, resp, body, 503, "busy")
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("503 without Retry-After")
+			}
 		}
-		wantError(t, resp, body, 503, "busy")
-		if resp.Header.Get("Retry-After") == "" {
-			t.Error("503 without Retry-After")
+		release()
+		e.api.Delete(context.Background(), 1)
+		if resp, body := e.create(`{"id":1,"name":"a"}`); resp.StatusCode != 200 {
+			t.Errorf("after the lock is released: %d %s", resp.StatusCode, body)
 		}
-	}
-	release()
-	e.api.Delete(context.Background(), 1)
-	if resp, body := e.create(`{"id":1,"name":"a"}`); resp.StatusCode != 200 {
-		t.Errorf("after the lock is released: %d %s", resp.StatusCode, body)
-	}
+	})
 }
 
 // A store that does not answer holds no request past the request timeout.
 func TestRequestTimeoutIs503(t *testing.T) {
-	e := start(t, options{
-		sqlite: sqlite.Options{BusyTimeout: time.Minute},
-		cfg:    httpapi.Config{RequestTimeout: 300 * time.Millisecond},
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{
+			sqlite: sqlite.Options{BusyTimeout: time.Minute},
+			cfg:    httpapi.Config{RequestTimeout: 300 * time.Millisecond},
+		})
+		holdWriteLock(t, e)
+		begin := time.Now()
+		resp, body := e.create(`{"id":1,"name":"a"}`)
+		wantError(t, resp, body, 503)
+		if took := time.Since(begin); took > 3*time.Second {
+			t.Errorf("answered after %v with a 300ms request timeout", took)
+		}
 	})
-	holdWriteLock(t, e)
-	begin := time.Now()
-	resp, body := e.create(`{"id":1,"name":"a"}`)
-	wantError(t, resp, body, 503)
-	if took := time.Since(begin); took > 3*time.Second {
-		t.Errorf("answered after %v with a 300ms request timeout", took)
-	}
 }
 
 // stallingReads stands in for a store whose reads hang (WAL readers never
@@ -173,83 +179,91 @@ func (s stallingReads) ListPlants(ctx context.Context, opts plantstore.ListOptio
 // Past the request timeout every plant operation answers 503, soon: the
 // writes wait on a real lock, the reads on a stalled store.
 func TestEveryOperationTimesOutWith503(t *testing.T) {
-	e := start(t, options{
-		sqlite: sqlite.Options{BusyTimeout: time.Minute},
-		cfg:    httpapi.Config{RequestTimeout: 300 * time.Millisecond},
-		wrap:   func(s plantstore.Store) plantstore.Store { return stallingReads{s} },
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{
+			sqlite: sqlite.Options{BusyTimeout: time.Minute},
+			cfg:    httpapi.Config{RequestTimeout: 300 * time.Millisecond},
+			wrap:   func(s plantstore.Store) plantstore.Store { return stallingReads{s} },
+		})
+		e.create(`{"id":1,"name":"a"}`)
+		holdWriteLock(t, e)
+		for _, op := range everyOperation {
+			begin := time.Now()
+			resp, body := e.send(op.method, op.path, op.body, map[string]string{"X-Request-Id": "timeout-" + op.method})
+			wantError(t, resp, body, 503)
+			if took := time.Since(begin); took > 3*time.Second {
+				t.Errorf("%s %s answered after %v", op.method, op.path, took)
+			}
+			// The token was accepted: the time ran out in the plant operation.
+			if !strings.Contains(e.logs.String(), `"request_id":"timeout-`+op.method+`","token":"writer"`) {
+				t.Errorf("%s %s did not get past authentication", op.method, op.path)
+			}
+		}
 	})
-	e.create(`{"id":1,"name":"a"}`)
-	holdWriteLock(t, e)
-	for _, op := range everyOperation {
-		begin := time.Now()
-		resp, body := e.send(op.method, op.path, op.body, map[string]string{"X-Request-Id": "timeout-" + op.method})
-		wantError(t, resp, body, 503)
-		if took := time.Since(begin); took > 3*time.Second {
-			t.Errorf("%s %s answered after %v", op.method, op.path, took)
-		}
-		// The token was accepted: the time ran out in the plant operation.
-		if !strings.Contains(e.logs.String(), `"request_id":"timeout-`+op.method+`","token":"writer"`) {
-			t.Errorf("%s %s did not get past authentication", op.method, op.path)
-		}
-	}
 }
 
 func TestEveryOperationLimitsHeaders(t *testing.T) {
-	e := start(t, options{})
-	for _, op := range everyOperation {
-		resp, body := e.send(op.method, op.path, op.body, map[string]string{"X-Big": strings.Repeat("h", 64<<10)})
-		wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for _, op := range everyOperation {
+			resp, body := e.send(op.method, op.path, op.body, map[string]string{"X-Big": strings.Repeat("h", 64<<10)})
+			wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
+		}
+	})
 }
 
 func TestStoreFullIs507ReadsGoOn(t *testing.T) {
-	if engine() == "postgres" {
-		t.Skip("SQLite only: a shared PostgreSQL server's disk cannot be filled here; internal/postgres maps disk_full (53100) to EINSUFFICIENT")
-	}
-	e := start(t, options{sqlite: sqlite.Options{MaxBytes: 96 << 10}})
-	name := strings.Repeat("n", 200)
-	var resp *http.Response
-	var body []byte
-	id := 0
-	for ; id < 5000; id++ {
-		resp, body = e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, id, name))
-		if resp.StatusCode != 200 {
-			break
+	eachEngine(t, func(t *testing.T) {
+		if engineOf(t) == "postgres" {
+			t.Skip("SQLite only: a shared PostgreSQL server's disk cannot be filled here; internal/postgres maps disk_full (53100) to EINSUFFICIENT")
 		}
-	}
-	wantError(t, resp, body, http.StatusInsufficientStorage, "space")
-	if _, ok := e.stored(int64(id)); ok {
-		t.Error("the refused plant was stored")
-	}
-	if _, ok := e.stored(0); !ok {
-		t.Error("a plant stored before the store filled is gone")
-	}
-	if resp, _ := e.do("GET", "/readyz", nil, nil); resp.StatusCode != 200 {
-		t.Errorf("readyz on a full store: %d", resp.StatusCode)
-	}
-	// Growing a stored plant needs space too; the plant stays as it was.
-	long := fmt.Sprintf(`{"name":%q,"tag":%q}`, strings.Repeat("m", 200), strings.Repeat("t", 100))
-	for i := range id {
-		resp, body = e.send("PUT", fmt.Sprint("/plants/", i), long, nil)
-		if resp.StatusCode != 200 {
-			break
+		e := start(t, options{sqlite: sqlite.Options{MaxBytes: 96 << 10}})
+		name := strings.Repeat("n", 200)
+		var resp *http.Response
+		var body []byte
+		id := 0
+		for ; id < 5000; id++ {
+			resp, body = e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, id, name))
+			if resp.StatusCode != 200 {
+				break
+			}
 		}
-	}
-	wantError(t, resp, body, http.StatusInsufficientStorage)
-	if resp, body := e.send("GET", "/plants?limit=1000", "", nil); resp.StatusCode != 200 {
-		t.Errorf("a listing on a full store: %d %s", resp.StatusCode, body)
-	}
+		wantError(t, resp, body, http.StatusInsufficientStorage, "space")
+		if _, ok := e.stored(int64(id)); ok {
+			t.Error("the refused plant was stored")
+		}
+		if _, ok := e.stored(0); !ok {
+			t.Error("a plant stored before the store filled is gone")
+		}
+		if resp, _ := e.do("GET", "/readyz", nil, nil); resp.StatusCode != 200 {
+			t.Errorf("readyz on a full store: %d", resp.StatusCode)
+		}
+		// Growing a stored plant needs space too; the plant stays as it was.
+		long := fmt.Sprintf(`{"name":%q,"tag":%q}`, strings.Repeat("m", 200), strings.Repeat("t", 100))
+		for i := range id {
+			resp, body = e.send("PUT", fmt.Sprint("/plants/", i), long, nil)
+			if resp.StatusCode != 200 {
+				break
+			}
+		}
+		wantError(t, resp, body, http.StatusInsufficientStorage)
+		if resp, body := e.send("GET", "/plants?limit=1000", "", nil); resp.StatusCode != 200 {
+			t.Errorf("a listing on a full store: %d %s", resp.StatusCode, body)
+		}
+	})
 }
 
 func TestReadyzWhenStoreIsGone(t *testing.T) {
-	e := start(t, options{})
-	if resp, _ := e.do("GET", "/readyz", nil, nil); resp.StatusCode != 200 {
-		t.Fatalf("readyz: %d", resp.StatusCode)
-	}
-	e.db.Close()
-	resp, body := e.do("GET", "/readyz", nil, nil)
-	wantError(t, resp, body, 503)
-	if resp, _ := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
-		t.Errorf("healthz with the store gone: %d", resp.StatusCode)
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		if resp, _ := e.do("GET", "/readyz", nil, nil); resp.StatusCode != 200 {
+			t.Fatalf("readyz: %d", resp.StatusCode)
+		}
+		e.db.Close()
+		resp, body := e.do("GET", "/readyz", nil, nil)
+		wantError(t, resp, body, 503)
+		if resp, _ := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
+			t.Errorf("healthz with the store gone: %d", resp.StatusCode)
+		}
+	})
 }

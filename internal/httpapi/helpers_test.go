@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,8 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,83 +20,92 @@ import (
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/client"
 	"github.com/plantstore/plantstore/internal/apitest"
-	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/app"
 	"github.com/plantstore/plantstore/internal/httpapi"
-	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 	"github.com/plantstore/plantstore/internal/sqlite"
 )
 
-// engineVar names the engine these tests run on: sqlite (the default) or
-// postgres.
-const engineVar = "PLANTSTORE_TEST_ENGINE"
+// The storage engines every HTTP test runs on, each as a subtest named
+// for it ("TestCreate/sqlite", "TestCreate/postgres"), so results and -run
+// filters say which engine they are about. PostgreSQL is there when a
+// server is given (pgtest.EnvVar); TestMain says once when it is not.
+const (
+	onSQLite   = "sqlite"
+	onPostgres = "postgres"
+)
 
-func engine() string {
-	if os.Getenv(engineVar) == "postgres" {
-		return "postgres"
+func engines() []string {
+	if os.Getenv(pgtest.EnvVar) == "" {
+		return []string{onSQLite}
 	}
-	return "sqlite"
+	return []string{onSQLite, onPostgres}
 }
 
-// TestMain runs the suite on SQLite, then, when a PostgreSQL server is
-// given (pgtest.EnvVar), runs this same test binary again on PostgreSQL:
-// one suite, both engines. Each run fails if some answer the document
-// promises was never received: the status table is covered or the suite
-// says so.
+// eachEngine runs test once per engine, as a subtest named for it.
+func eachEngine(t *testing.T, test func(t *testing.T)) {
+	for _, eng := range engines() {
+		t.Run(eng, test)
+	}
+}
+
+// engineOf is the engine a test runs on, read from its name: a test under
+// a "postgres" subtest runs on PostgreSQL, any other on SQLite.
+func engineOf(t testing.TB) string {
+	if slices.Contains(strings.Split(t.Name(), "/"), onPostgres) {
+		return onPostgres
+	}
+	return onSQLite
+}
+
+// TestMain runs the suite; then, for each engine whose tests all ran, it
+// fails if some answer the document promises was never received on that
+// engine: the status table is covered, per engine, or the suite says so.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	code = checkCoverage(code)
-	if code == 0 && os.Getenv(engineVar) == "" && os.Getenv(pgtest.EnvVar) != "" {
-		code = rerunOnPostgres()
+	apitest.GroupOf = engineOf
+	if os.Getenv(pgtest.EnvVar) == "" {
+		fmt.Printf("the HTTP tests run on SQLite only: %s is not set (start a server with `eval \"$(bash .ci/postgres.sh)\"`)\n", pgtest.EnvVar)
 	}
-	os.Exit(code)
+	code := m.Run()
+	os.Exit(checkCoverage(code))
 }
 
-// rerunOnPostgres runs this test binary again, with the same flags, on
-// PostgreSQL, and returns its exit code.
-func rerunOnPostgres() int {
-	fmt.Println("=== the same suite again, on PostgreSQL")
-	var args []string
-	for _, a := range os.Args[1:] {
-		// The go command's record of what the tests read is the first run's.
-		if !strings.HasPrefix(a, "-test.testlogfile") {
-			args = append(args, a)
+// checkCoverage applies the coverage gate to the engines whose every test
+// ran: all of them when no -run filter was given, one when the filter is
+// "/sqlite" or "/postgres".
+func checkCoverage(code int) int {
+	if code != 0 || testing.Short() {
+		return code
+	}
+	var gated []string
+	switch filter := flag.Lookup("test.run").Value.String(); filter {
+	case "":
+		gated = engines()
+	case "/" + onSQLite, "/" + onPostgres:
+		if eng := filter[1:]; slices.Contains(engines(), eng) {
+			gated = []string{eng}
 		}
 	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), engineVar+"=postgres")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		if exit, ok := errors.AsType[*exec.ExitError](err); ok {
-			return exit.ExitCode()
-		}
-		fmt.Println("rerun on PostgreSQL:", err)
+	c, err := apitest.Load()
+	if err != nil {
+		fmt.Println(err)
 		return 1
 	}
-	return 0
-}
-
-func checkCoverage(code int) int {
-	if code == 0 && flag.Lookup("test.run").Value.String() == "" && !testing.Short() {
-		c, err := apitest.Load()
-		if err != nil {
-			fmt.Println(err)
-			os.Exit(1)
-		}
+	for _, eng := range gated {
 		var missing []string
-		for _, u := range c.Unseen() {
+		for _, u := range c.Unseen(eng) {
 			if reason, ok := notReachable[u]; ok {
-				fmt.Printf("not covered here: %s (%s)\n", u, reason)
+				fmt.Printf("not covered on %s: %s (%s)\n", eng, u, reason)
 				continue
 			}
-			if reason, ok := notReachableOnPostgres[u]; ok && engine() == "postgres" {
-				fmt.Printf("not covered here: %s (%s)\n", u, reason)
+			if reason, ok := notReachableOnPostgres[u]; ok && eng == onPostgres {
+				fmt.Printf("not covered on %s: %s (%s)\n", eng, u, reason)
 				continue
 			}
 			missing = append(missing, u)
 		}
 		if len(missing) > 0 {
-			fmt.Println("FAIL: documented answers that no test received:")
+			fmt.Printf("FAIL: documented answers that no test received on %s:\n", eng)
 			for _, u := range missing {
 				fmt.Println("   ", u)
 			}
@@ -143,43 +151,48 @@ type env struct {
 	readToken  string // plants:read only
 }
 
-// start runs the API as serve does, on a real loopback listener over a
-// real SQLite file, or a fresh PostgreSQL database in a run on PostgreSQL.
+// start runs the service as serve does, through internal/app, on a real
+// loopback listener over a real SQLite file, or a fresh PostgreSQL
+// database under a "postgres" subtest. The options map onto app.Config.
 func start(t *testing.T, opts options) *env {
 	t.Helper()
-	var db plantstore.Store
+	logs := &apitest.Buffer{}
+	cfg := app.Config{
+		Store:           app.StoreConfig{BusyTimeout: opts.sqlite.BusyTimeout, MaxDBBytes: opts.sqlite.MaxBytes},
+		API:             opts.cfg,
+		Server:          opts.limits,
+		Logger:          slog.New(slog.NewJSONHandler(logs, nil)),
+		AccessLog:       logs, // as serve writes it
+		TokenCacheTTL:   opts.authTTL,
+		WrapStore:       opts.wrap,
+		ShutdownTimeout: 100 * time.Millisecond, // a test's slow clients need not be waited for
+	}
 	var dbPath, dbURL string
-	var err error
-	if engine() == "postgres" {
+	if engineOf(t) == onPostgres {
 		dbURL = pgtest.NewDatabase(t)
-		db, err = postgres.Open(context.Background(), dbURL, postgres.Options{LockTimeout: opts.sqlite.BusyTimeout})
+		cfg.Store.DB = dbURL
 	} else {
 		dbPath = filepath.Join(t.TempDir(), "plants.db")
-		opts.sqlite.SoleServer = true // as serve opens it
-		db, err = sqlite.Open(context.Background(), dbPath, opts.sqlite)
+		cfg.Store.DB = dbPath
 	}
+	a, err := app.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var store plantstore.Store = db
-	if opts.wrap != nil {
-		store = opts.wrap(db)
-	}
-	logs := &apitest.Buffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	opts.cfg.Logger = log
-	authn := auth.New(store, auth.Options{CacheTTL: opts.authTTL})
-	srv := httpapi.NewHTTPServer(httpapi.NewServer(store, authn, opts.cfg), opts.limits)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		a.Close()
 		t.Fatal(err)
 	}
-	go srv.Serve(httpapi.JSONErrorListener(ln, log))
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
 	t.Cleanup(func() {
-		srv.Close()
-		db.Close()
+		cancel()
+		<-served
+		a.Close()
 	})
-	e := &env{t: t, url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), db: db, dbPath: dbPath, dbURL: dbURL, client: apitest.Client(t), logs: logs}
+	e := &env{t: t, url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), db: a.Store(), dbPath: dbPath, dbURL: dbURL, client: apitest.Client(t), logs: logs}
 	e.writeToken = e.issue("writer", plantstore.KnownScopes...)
 	e.readToken = e.issue("reader", plantstore.ScopePlantsRead)
 	e.api = e.clientWith(e.writeToken)

@@ -29,39 +29,41 @@ func wantRetryAfter(t *testing.T, resp *http.Response, body []byte, status int, 
 // Each token has its own allowance; past it every plant operation answers
 // 429 with Retry-After, and the allowance comes back with time.
 func TestTokenRateLimit(t *testing.T) {
-	e := start(t, options{cfg: httpapi.Config{TokenRate: 1, TokenBurst: len(everyOperation)}})
-	for _, op := range everyOperation {
-		if resp, body := e.send(op.method, op.path, op.body, nil); resp.StatusCode >= 300 {
-			t.Fatalf("%s %s within the burst: %d %s", op.method, op.path, resp.StatusCode, body)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{cfg: httpapi.Config{TokenRate: 1, TokenBurst: len(everyOperation)}})
+		for _, op := range everyOperation {
+			if resp, body := e.send(op.method, op.path, op.body, nil); resp.StatusCode >= 300 {
+				t.Fatalf("%s %s within the burst: %d %s", op.method, op.path, resp.StatusCode, body)
+			}
 		}
-	}
-	var wait time.Duration
-	for _, op := range everyOperation {
-		resp, body := e.send(op.method, op.path, op.body, nil)
-		wait = wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "rate limit")
-	}
-	// Another token is not held back by the first, nor are the endpoints
-	// without a token.
-	auth := map[string]string{"Authorization": "Bearer " + e.readToken}
-	if resp, body := e.do("GET", "/plants", auth, nil); resp.StatusCode != 200 {
-		t.Errorf("another token: %d %s", resp.StatusCode, body)
-	}
-	for _, path := range []string{"/healthz", "/readyz", "/openapi.json"} {
-		if resp, body := e.do("GET", path, nil, nil); resp.StatusCode != 200 {
-			t.Errorf("%s: %d %s", path, resp.StatusCode, body)
+		var wait time.Duration
+		for _, op := range everyOperation {
+			resp, body := e.send(op.method, op.path, op.body, nil)
+			wait = wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "rate limit")
 		}
-	}
-	logs := e.logs.String()
-	if !strings.Contains(logs, `"status":429,`) || !strings.Contains(logs, `"token":"writer","remote":`) || !strings.Contains(logs, `"limit":"token_rate"`) {
-		t.Errorf("the access log does not say which token was limited:\n%s", logs)
-	}
-	if strings.Contains(logs, e.writeToken) {
-		t.Error("the token's secret is in the log")
-	}
-	time.Sleep(wait)
-	if resp, body := e.send("GET", "/plants", "", nil); resp.StatusCode != 200 {
-		t.Errorf("after Retry-After: %d %s", resp.StatusCode, body)
-	}
+		// Another token is not held back by the first, nor are the endpoints
+		// without a token.
+		auth := map[string]string{"Authorization": "Bearer " + e.readToken}
+		if resp, body := e.do("GET", "/plants", auth, nil); resp.StatusCode != 200 {
+			t.Errorf("another token: %d %s", resp.StatusCode, body)
+		}
+		for _, path := range []string{"/healthz", "/readyz", "/openapi.json"} {
+			if resp, body := e.do("GET", path, nil, nil); resp.StatusCode != 200 {
+				t.Errorf("%s: %d %s", path, resp.StatusCode, body)
+			}
+		}
+		logs := e.logs.String()
+		if !strings.Contains(logs, `"status":429,`) || !strings.Contains(logs, `"token":"writer","remote":`) || !strings.Contains(logs, `"limit":"token_rate"`) {
+			t.Errorf("the access log does not say which token was limited:\n%s", logs)
+		}
+		if strings.Contains(logs, e.writeToken) {
+			t.Error("the token's secret is in the log")
+		}
+		time.Sleep(wait)
+		if resp, body := e.send("GET", "/plants", "", nil); resp.StatusCode != 200 {
+			t.Errorf("after Retry-After: %d %s", resp.StatusCode, body)
+		}
+	})
 }
 
 // countingLookups counts the token lookups that reach the store.
@@ -80,102 +82,106 @@ func (s countingLookups) TokenByHash(ctx context.Context, hash plantstore.TokenH
 // are not checked, and a valid token waits too. Time gives the address
 // one attempt at a time back.
 func TestAuthFailuresThrottleAddress(t *testing.T) {
-	const allowed = 3
-	var lookups atomic.Int64
-	e := start(t, options{
-		cfg:  httpapi.Config{AuthFailures: allowed, AuthFailureWindow: 6 * time.Second},
-		wrap: func(s plantstore.Store) plantstore.Store { return countingLookups{s, &lookups} },
-	})
-	guess := func() (*http.Response, []byte) {
-		return e.do("GET", "/plants/1", map[string]string{"Authorization": "Bearer " + plantstore.NewToken()}, nil)
-	}
-	// Requests without a token are not guesses and do not count.
-	for range 2 * allowed {
-		resp, body := e.do("GET", "/plants", nil, nil)
-		wantError(t, resp, body, 401)
-	}
-	for range allowed {
-		resp, body := guess()
-		wantError(t, resp, body, 401)
-	}
-	if n := lookups.Load(); n != allowed {
-		t.Fatalf("%d token lookups for %d guesses", n, allowed)
-	}
-	var wait time.Duration
-	for range 20 {
-		resp, body := guess()
-		wait = wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
-	}
-	if n := lookups.Load(); n != allowed {
-		t.Errorf("%d token lookups: guesses past the limit were checked", n-allowed)
-	}
-	for _, op := range everyOperation {
-		resp, body := e.send(op.method, op.path, op.body, nil) // the valid write token
-		wantRetryAfter(t, resp, body, http.StatusTooManyRequests)
-	}
-	if resp, body := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
-		t.Errorf("/healthz from a throttled address: %d %s", resp.StatusCode, body)
-	}
-	logs := e.logs.String()
-	if n := strings.Count(logs, "client address throttled"); n != 1 {
-		t.Errorf("the throttling is logged %d times, want once:\n%s", n, logs)
-	}
-	if !strings.Contains(logs, `"address":"127.0.0.1"`) || !strings.Contains(logs, `"limit":"auth_failures"`) {
-		t.Errorf("the log does not name the address and the limit:\n%s", logs)
-	}
+	eachEngine(t, func(t *testing.T) {
+		const allowed = 3
+		var lookups atomic.Int64
+		e := start(t, options{
+			cfg:  httpapi.Config{AuthFailures: allowed, AuthFailureWindow: 6 * time.Second},
+			wrap: func(s plantstore.Store) plantstore.Store { return countingLookups{s, &lookups} },
+		})
+		guess := func() (*http.Response, []byte) {
+			return e.do("GET", "/plants/1", map[string]string{"Authorization": "Bearer " + plantstore.NewToken()}, nil)
+		}
+		// Requests without a token are not guesses and do not count.
+		for range 2 * allowed {
+			resp, body := e.do("GET", "/plants", nil, nil)
+			wantError(t, resp, body, 401)
+		}
+		for range allowed {
+			resp, body := guess()
+			wantError(t, resp, body, 401)
+		}
+		if n := lookups.Load(); n != allowed {
+			t.Fatalf("%d token lookups for %d guesses", n, allowed)
+		}
+		var wait time.Duration
+		for range 20 {
+			resp, body := guess()
+			wait = wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
+		}
+		if n := lookups.Load(); n != allowed {
+			t.Errorf("%d token lookups: guesses past the limit were checked", n-allowed)
+		}
+		for _, op := range everyOperation {
+			resp, body := e.send(op.method, op.path, op.body, nil) // the valid write token
+			wantRetryAfter(t, resp, body, http.StatusTooManyRequests)
+		}
+		if resp, body := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
+			t.Errorf("/healthz from a throttled address: %d %s", resp.StatusCode, body)
+		}
+		logs := e.logs.String()
+		if n := strings.Count(logs, "client address throttled"); n != 1 {
+			t.Errorf("the throttling is logged %d times, want once:\n%s", n, logs)
+		}
+		if !strings.Contains(logs, `"address":"127.0.0.1"`) || !strings.Contains(logs, `"limit":"auth_failures"`) {
+			t.Errorf("the log does not name the address and the limit:\n%s", logs)
+		}
 
-	time.Sleep(wait)
-	if resp, body := e.send("GET", "/plants", "", nil); resp.StatusCode != 200 {
-		t.Errorf("a valid token after Retry-After: %d %s", resp.StatusCode, body)
-	}
-	// One attempt came back, and one only.
-	before := lookups.Load()
-	resp, body := guess()
-	wantError(t, resp, body, 401)
-	resp, body = guess()
-	wantRetryAfter(t, resp, body, http.StatusTooManyRequests)
-	if n := lookups.Load() - before; n != 1 {
-		t.Errorf("%d guesses checked after Retry-After, want 1", n)
-	}
+		time.Sleep(wait)
+		if resp, body := e.send("GET", "/plants", "", nil); resp.StatusCode != 200 {
+			t.Errorf("a valid token after Retry-After: %d %s", resp.StatusCode, body)
+		}
+		// One attempt came back, and one only.
+		before := lookups.Load()
+		resp, body := guess()
+		wantError(t, resp, body, 401)
+		resp, body = guess()
+		wantRetryAfter(t, resp, body, http.StatusTooManyRequests)
+		if n := lookups.Load() - before; n != 1 {
+			t.Errorf("%d guesses checked after Retry-After, want 1", n)
+		}
+	})
 }
 
 // X-Forwarded-For names the client only when it comes from a trusted
 // proxy: otherwise any client could pose as a fresh address for each guess.
 func TestForwardedForOnlyFromTrustedProxies(t *testing.T) {
-	guess := func(e *env, client string) int {
-		resp, _ := e.do("GET", "/plants", map[string]string{
-			"Authorization": "Bearer " + plantstore.NewToken(), "X-Forwarded-For": client,
-		}, nil)
-		return resp.StatusCode
-	}
-	valid := func(e *env, client string) int {
-		resp, _ := e.do("GET", "/plants", map[string]string{
-			"Authorization": "Bearer " + e.readToken, "X-Forwarded-For": client,
-		}, nil)
-		return resp.StatusCode
-	}
+	eachEngine(t, func(t *testing.T) {
+		guess := func(e *env, client string) int {
+			resp, _ := e.do("GET", "/plants", map[string]string{
+				"Authorization": "Bearer " + plantstore.NewToken(), "X-Forwarded-For": client,
+			}, nil)
+			return resp.StatusCode
+		}
+		valid := func(e *env, client string) int {
+			resp, _ := e.do("GET", "/plants", map[string]string{
+				"Authorization": "Bearer " + e.readToken, "X-Forwarded-For": client,
+			}, nil)
+			return resp.StatusCode
+		}
 
-	direct := start(t, options{cfg: httpapi.Config{AuthFailures: 2}})
-	for i := range 2 {
-		guess(direct, "203.0.113."+strconv.Itoa(i))
-	}
-	if status := guess(direct, "203.0.113.99"); status != 429 {
-		t.Errorf("a guess posing as a new address: %d, want 429", status)
-	}
+		direct := start(t, options{cfg: httpapi.Config{AuthFailures: 2}})
+		for i := range 2 {
+			guess(direct, "203.0.113."+strconv.Itoa(i))
+		}
+		if status := guess(direct, "203.0.113.99"); status != 429 {
+			t.Errorf("a guess posing as a new address: %d, want 429", status)
+		}
 
-	proxied := start(t, options{cfg: httpapi.Config{
-		AuthFailures:   2,
-		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-	}})
-	guess(proxied, "203.0.113.1")
-	guess(proxied, "198.51.100.7, 203.0.113.1") // the left part is the client's to write
-	if status := guess(proxied, "203.0.113.1"); status != 429 {
-		t.Errorf("a third guess from 203.0.113.1: %d, want 429", status)
-	}
-	if status := valid(proxied, "203.0.113.1"); status != 429 {
-		t.Errorf("a valid token from 203.0.113.1: %d, want 429", status)
-	}
-	if status := valid(proxied, "203.0.113.2"); status != 200 {
-		t.Errorf("another client behind the proxy: %d, want 200", status)
-	}
+		proxied := start(t, options{cfg: httpapi.Config{
+			AuthFailures:   2,
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		}})
+		guess(proxied, "203.0.113.1")
+		guess(proxied, "198.51.100.7, 203.0.113.1") // the left part is the client's to write
+		if status := guess(proxied, "203.0.113.1"); status != 429 {
+			t.Errorf("a third guess from 203.0.113.1: %d, want 429", status)
+		}
+		if status := valid(proxied, "203.0.113.1"); status != 429 {
+			t.Errorf("a valid token from 203.0.113.1: %d, want 429", status)
+		}
+		if status := valid(proxied, "203.0.113.2"); status != 200 {
+			t.Errorf("another client behind the proxy: %d, want 200", status)
+		}
+	})
 }

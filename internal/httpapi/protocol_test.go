@@ -16,229 +16,247 @@ import (
 )
 
 func TestUnknownPathsAndMethods(t *testing.T) {
-	e := start(t, options{})
-	auth := map[string]string{"Authorization": "Bearer " + e.writeToken}
-	for _, path := range []string{"/nowhere", "/plants/1/leaves", "/plants/", "/PLANTS"} {
-		resp, body := e.do("GET", path, auth, nil)
-		wantError(t, resp, body, 404)
-	}
-	for _, tc := range []struct{ method, path, allow string }{
-		{"PUT", "/plants", "GET, HEAD, POST"},
-		{"DELETE", "/plants", "GET, HEAD, POST"},
-		{"PATCH", "/plants", "GET, HEAD, POST"},
-		{"POST", "/plants/1", "DELETE, GET, HEAD, PUT"},
-		{"PATCH", "/plants/1", "DELETE, GET, HEAD, PUT"},
-		{"POST", "/healthz", "GET, HEAD"},
-	} {
-		resp, body := e.do(tc.method, tc.path, auth, nil)
-		wantError(t, resp, body, 405, tc.method)
-		if got := resp.Header.Get("Allow"); got != tc.allow {
-			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		auth := map[string]string{"Authorization": "Bearer " + e.writeToken}
+		for _, path := range []string{"/nowhere", "/plants/1/leaves", "/plants/", "/PLANTS"} {
+			resp, body := e.do("GET", path, auth, nil)
+			wantError(t, resp, body, 404)
 		}
-	}
+		for _, tc := range []struct{ method, path, allow string }{
+			{"PUT", "/plants", "GET, HEAD, POST"},
+			{"DELETE", "/plants", "GET, HEAD, POST"},
+			{"PATCH", "/plants", "GET, HEAD, POST"},
+			{"POST", "/plants/1", "DELETE, GET, HEAD, PUT"},
+			{"PATCH", "/plants/1", "DELETE, GET, HEAD, PUT"},
+			{"POST", "/healthz", "GET, HEAD"},
+		} {
+			resp, body := e.do(tc.method, tc.path, auth, nil)
+			wantError(t, resp, body, 405, tc.method)
+			if got := resp.Header.Get("Allow"); got != tc.allow {
+				t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+			}
+		}
+	})
 }
 
 // A body can begin any write to the connection; none can pass for one of
 // net/http's own answers and be rewritten.
 func TestBodiesCannotForgeProtocolErrors(t *testing.T) {
-	e := start(t, options{})
-	for i, name := range []string{"HTTP/1.1 417 boom", "HTTP/1.1 400 Bad Request"} {
-		e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, i, name))
-	}
-	// Pad earlier plants so the forged name falls at the start of each
-	// 4096-byte write of a listing, whatever the prefix before it.
-	for pad := range 64 {
-		id := 100 + pad
-		e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, id, strings.Repeat("x", 1+pad)))
-	}
-	resp, body := e.do("GET", "/plants?limit=1000", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "HTTP/1.1 417 boom") || !strings.HasSuffix(string(body), "]") {
-		t.Errorf("listing: %d, %d bytes, ends %q", resp.StatusCode, len(body), body[max(0, len(body)-40):])
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for i, name := range []string{"HTTP/1.1 417 boom", "HTTP/1.1 400 Bad Request"} {
+			e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, i, name))
+		}
+		// Pad earlier plants so the forged name falls at the start of each
+		// 4096-byte write of a listing, whatever the prefix before it.
+		for pad := range 64 {
+			id := 100 + pad
+			e.create(fmt.Sprintf(`{"id":%d,"name":%q}`, id, strings.Repeat("x", 1+pad)))
+		}
+		resp, body := e.do("GET", "/plants?limit=1000", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "HTTP/1.1 417 boom") || !strings.HasSuffix(string(body), "]") {
+			t.Errorf("listing: %d, %d bytes, ends %q", resp.StatusCode, len(body), body[max(0, len(body)-40):])
+		}
+	})
 }
 
 func TestOpenAPIServed(t *testing.T) {
-	e := start(t, options{})
-	resp, body := e.do("GET", "/openapi.json", nil, nil)
-	if resp.Header.Get("Content-Type") != "application/json" || !bytes.Equal(body, api.JSON) {
-		t.Errorf("/openapi.json: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
-	}
-	resp, body = e.do("GET", "/openapi.yaml", nil, nil)
-	if resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(body, api.YAML) {
-		t.Errorf("/openapi.yaml: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
-	}
-	// The reference page, and the script it loads, are served without a
-	// token; the page is read by a browser in cmd/plantstore's tests.
-	resp, body = e.do("GET", "/docs", nil, nil)
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !bytes.Contains(body, []byte(`spec-url="openapi.json"`)) {
-		t.Errorf("/docs: %d %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
-	}
-	resp, body = e.do("GET", docs.BundlePath, nil, nil)
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/javascript") || len(body) < 1<<20 {
-		t.Errorf("%s: %d %q, %d bytes", docs.BundlePath, resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		resp, body := e.do("GET", "/openapi.json", nil, nil)
+		if resp.Header.Get("Content-Type") != "application/json" || !bytes.Equal(body, api.JSON) {
+			t.Errorf("/openapi.json: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+		}
+		resp, body = e.do("GET", "/openapi.yaml", nil, nil)
+		if resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(body, api.YAML) {
+			t.Errorf("/openapi.yaml: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+		}
+		// The reference page, and the script it loads, are served without a
+		// token; the page is read by a browser in cmd/plantstore's tests.
+		resp, body = e.do("GET", "/docs", nil, nil)
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !bytes.Contains(body, []byte(`spec-url="openapi.json"`)) {
+			t.Errorf("/docs: %d %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+		resp, body = e.do("GET", docs.BundlePath, nil, nil)
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/javascript") || len(body) < 1<<20 {
+			t.Errorf("%s: %d %q, %d bytes", docs.BundlePath, resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+		}
+	})
 }
 
 func TestUnsupportedMediaType(t *testing.T) {
-	e := start(t, options{})
-	for _, tc := range []struct{ contentType, encoding string }{
-		{"", ""},
-		{"text/plain", ""},
-		{"application/x-www-form-urlencoded", ""},
-		{"application/xml", ""},
-		{"application/jsonx", ""},
-		{"application/merge-patch+json", ""},
-		{"application/json; charset=iso-8859-1", ""},
-		{"application/json;;", ""},
-		{"application/json", "gzip"},
-	} {
-		resp, body := e.do("POST", "/plants", map[string]string{
-			"Authorization": "Bearer " + e.writeToken, "Content-Type": tc.contentType, "Content-Encoding": tc.encoding,
-		}, strings.NewReader(`{"id":60,"name":"a"}`))
-		wantError(t, resp, body, 415)
-		if _, ok := e.stored(60); ok {
-			t.Fatalf("Content-Type %q stored a plant", tc.contentType)
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for _, tc := range []struct{ contentType, encoding string }{
+			{"", ""},
+			{"text/plain", ""},
+			{"application/x-www-form-urlencoded", ""},
+			{"application/xml", ""},
+			{"application/jsonx", ""},
+			{"application/merge-patch+json", ""},
+			{"application/json; charset=iso-8859-1", ""},
+			{"application/json;;", ""},
+			{"application/json", "gzip"},
+		} {
+			resp, body := e.do("POST", "/plants", map[string]string{
+				"Authorization": "Bearer " + e.writeToken, "Content-Type": tc.contentType, "Content-Encoding": tc.encoding,
+			}, strings.NewReader(`{"id":60,"name":"a"}`))
+			wantError(t, resp, body, 415)
+			if _, ok := e.stored(60); ok {
+				t.Fatalf("Content-Type %q stored a plant", tc.contentType)
+			}
 		}
-	}
-	resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
-		"\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: 20\r\n\r\n{\"id\":60,\"name\":\"a\"}")
-	wantError(t, resp, body, 415, "one Content-Type")
-	for i, ct := range []string{"application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON"} {
-		resp, body := e.do("POST", "/plants", map[string]string{
-			"Authorization": "Bearer " + e.writeToken, "Content-Type": ct,
-		}, strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"a"}`, 61+i)))
-		if resp.StatusCode != 200 {
-			t.Errorf("Content-Type %q: %d %s", ct, resp.StatusCode, body)
+		resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+			"\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: 20\r\n\r\n{\"id\":60,\"name\":\"a\"}")
+		wantError(t, resp, body, 415, "one Content-Type")
+		for i, ct := range []string{"application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON"} {
+			resp, body := e.do("POST", "/plants", map[string]string{
+				"Authorization": "Bearer " + e.writeToken, "Content-Type": ct,
+			}, strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"a"}`, 61+i)))
+			if resp.StatusCode != 200 {
+				t.Errorf("Content-Type %q: %d %s", ct, resp.StatusCode, body)
+			}
 		}
-	}
+	})
 }
 
 func TestBodyLimit(t *testing.T) {
-	const limit = 64 << 10
-	e := start(t, options{})
-	pad := func(size int) string {
-		head := `{"id":70,"name":"big","pad":"`
-		return head + strings.Repeat("x", size-len(head)-2) + `"}`
-	}
-	if resp, body := e.create(pad(limit)); resp.StatusCode != 200 {
-		t.Fatalf("a body of exactly the limit: %d %s", resp.StatusCode, body)
-	}
-	resp, body := e.create(strings.Replace(pad(limit+1), `"id":70`, `"id":71`, 1))
-	wantError(t, resp, body, 413, "65536")
-	// Without a Content-Length (chunked), the limit holds while reading.
-	chunked := io.MultiReader(strings.NewReader(strings.Replace(pad(limit+100), `"id":70`, `"id":72`, 1)))
-	resp, body = e.do("POST", "/plants", map[string]string{
-		"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json",
-	}, chunked)
-	wantError(t, resp, body, 413)
-	if _, ok := e.stored(71); ok {
-		t.Error("an oversized body was stored")
-	}
-	if _, ok := e.stored(72); ok {
-		t.Error("an oversized chunked body was stored")
-	}
+	eachEngine(t, func(t *testing.T) {
+		const limit = 64 << 10
+		e := start(t, options{})
+		pad := func(size int) string {
+			head := `{"id":70,"name":"big","pad":"`
+			return head + strings.Repeat("x", size-len(head)-2) + `"}`
+		}
+		if resp, body := e.create(pad(limit)); resp.StatusCode != 200 {
+			t.Fatalf("a body of exactly the limit: %d %s", resp.StatusCode, body)
+		}
+		resp, body := e.create(strings.Replace(pad(limit+1), `"id":70`, `"id":71`, 1))
+		wantError(t, resp, body, 413, "65536")
+		// Without a Content-Length (chunked), the limit holds while reading.
+		chunked := io.MultiReader(strings.NewReader(strings.Replace(pad(limit+100), `"id":70`, `"id":72`, 1)))
+		resp, body = e.do("POST", "/plants", map[string]string{
+			"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json",
+		}, chunked)
+		wantError(t, resp, body, 413)
+		if _, ok := e.stored(71); ok {
+			t.Error("an oversized body was stored")
+		}
+		if _, ok := e.stored(72); ok {
+			t.Error("an oversized chunked body was stored")
+		}
 
-	small := start(t, options{cfg: httpapi.Config{MaxBodyBytes: 100}})
-	resp, body = small.create(`{"id":1,"name":"` + strings.Repeat("a", 100) + `"}`)
-	wantError(t, resp, body, 413, "100 bytes")
+		small := start(t, options{cfg: httpapi.Config{MaxBodyBytes: 100}})
+		resp, body = small.create(`{"id":1,"name":"` + strings.Repeat("a", 100) + `"}`)
+		wantError(t, resp, body, 413, "100 bytes")
+	})
 }
 
 func TestHeaderLimit(t *testing.T) {
-	e := start(t, options{})
-	resp, body := e.do("GET", "/healthz", map[string]string{"X-Big": strings.Repeat("a", 64<<10)}, nil)
-	wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
-	resp, body = e.do("POST", "/plants", map[string]string{
-		"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json",
-		"X-Big": strings.Repeat("a", 64<<10),
-	}, strings.NewReader(`{"id":90,"name":"a"}`))
-	wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge, "header")
-	if _, ok := e.stored(90); ok {
-		t.Error("a request with oversized headers stored a plant")
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		resp, body := e.do("GET", "/healthz", map[string]string{"X-Big": strings.Repeat("a", 64<<10)}, nil)
+		wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
+		resp, body = e.do("POST", "/plants", map[string]string{
+			"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json",
+			"X-Big": strings.Repeat("a", 64<<10),
+		}, strings.NewReader(`{"id":90,"name":"a"}`))
+		wantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge, "header")
+		if _, ok := e.stored(90); ok {
+			t.Error("a request with oversized headers stored a plant")
+		}
+	})
 }
 
 func TestMalformedHTTPGetsErrorBody(t *testing.T) {
-	e := start(t, options{})
-	for _, req := range []string{
-		"GET /healthz HTTP/1.1\r\nHost: x\r\nthis is not a header\r\n\r\n",
-		"GET /healthz HTTP/1.1\r\n\r\n", // no Host
-		"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-	} {
-		resp, body := e.raw(req)
-		wantError(t, resp, body, 400, "malformed HTTP request")
-	}
-	resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
-	wantError(t, resp, body, http.StatusNotImplemented)
-	resp, body = e.raw("GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n")
-	wantError(t, resp, body, http.StatusExpectationFailed, "100-continue")
-	resp, body = e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
-	wantError(t, resp, body, http.StatusExpectationFailed)
-	if n := strings.Count(e.logs.String(), "rejected before routing"); n != 6 {
-		t.Errorf("%d protocol rejections logged, want 6:\n%s", n, e.logs)
-	}
-	resp, body = e.raw("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
-	if resp.StatusCode >= 300 {
-		wantError(t, resp, body, resp.StatusCode)
-	}
-	if !strings.Contains(e.logs.String(), `"method":"OPTIONS"`) {
-		t.Error("OPTIONS * left no access log line")
-	}
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for _, req := range []string{
+			"GET /healthz HTTP/1.1\r\nHost: x\r\nthis is not a header\r\n\r\n",
+			"GET /healthz HTTP/1.1\r\n\r\n", // no Host
+			"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+		} {
+			resp, body := e.raw(req)
+			wantError(t, resp, body, 400, "malformed HTTP request")
+		}
+		resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+		wantError(t, resp, body, http.StatusNotImplemented)
+		resp, body = e.raw("GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n")
+		wantError(t, resp, body, http.StatusExpectationFailed, "100-continue")
+		resp, body = e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+		wantError(t, resp, body, http.StatusExpectationFailed)
+		if n := strings.Count(e.logs.String(), "rejected before routing"); n != 6 {
+			t.Errorf("%d protocol rejections logged, want 6:\n%s", n, e.logs)
+		}
+		resp, body = e.raw("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.StatusCode >= 300 {
+			wantError(t, resp, body, resp.StatusCode)
+		}
+		if !strings.Contains(e.logs.String(), `"method":"OPTIONS"`) {
+			t.Error("OPTIONS * left no access log line")
+		}
+	})
 }
 
 // A client that sends its headers slowly is cut off at the read-header
 // timeout, answered or not.
 func TestSlowlorisCutOff(t *testing.T) {
-	e := start(t, options{limits: httpapi.ServerLimits{ReadHeaderTimeout: 300 * time.Millisecond}})
-	conn, err := net.Dial("tcp", e.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	begin := time.Now()
-	io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
-	closed := make(chan struct{})
-	go func() {
-		io.Copy(io.Discard, conn)
-		close(closed)
-	}()
-	for i := 0; ; i++ {
-		select {
-		case <-closed:
-			if took := time.Since(begin); took > 2*time.Second {
-				t.Errorf("cut off after %v", took)
-			}
-			return
-		case <-time.After(100 * time.Millisecond):
-			if i > 50 {
-				t.Fatal("a slowloris client held its connection for 5 s")
-			}
-			fmt.Fprintf(conn, "X-Slow-%d: a\r\n", i)
-		}
-	}
-}
-
-// A body that arrives too slowly gets 408 once the read timeout passes.
-func TestSlowBodyTimesOut(t *testing.T) {
-	// The write timeout ends with the read timeout, as with the defaults.
-	e := start(t, options{limits: httpapi.ServerLimits{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}})
-	e.create(`{"id":81,"name":"before"}`)
-	for _, start := range []string{"POST /plants", "PUT /plants/81"} {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{limits: httpapi.ServerLimits{ReadHeaderTimeout: 300 * time.Millisecond}})
 		conn, err := net.Dial("tcp", e.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		request := start + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
-			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":80,"
-		io.WriteString(conn, request)
-		resp, body := readRaw(t, conn, request)
-		wantError(t, resp, body, http.StatusRequestTimeout)
-	}
-	if _, ok := e.stored(80); ok {
-		t.Error("a timed-out body was stored")
-	}
-	if p, _ := e.stored(81); p.Name != "before" {
-		t.Errorf("a timed-out update changed the plant: %v", p)
-	}
+		begin := time.Now()
+		io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+		closed := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, conn)
+			close(closed)
+		}()
+		for i := 0; ; i++ {
+			select {
+			case <-closed:
+				if took := time.Since(begin); took > 2*time.Second {
+					t.Errorf("cut off after %v", took)
+				}
+				return
+			case <-time.After(100 * time.Millisecond):
+				if i > 50 {
+					t.Fatal("a slowloris client held its connection for 5 s")
+				}
+				fmt.Fprintf(conn, "X-Slow-%d: a\r\n", i)
+			}
+		}
+	})
+}
+
+// A body that arrives too slowly gets 408 once the read timeout passes.
+func TestSlowBodyTimesOut(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		// The write timeout ends with the read timeout, as with the defaults.
+		e := start(t, options{limits: httpapi.ServerLimits{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}})
+		e.create(`{"id":81,"name":"before"}`)
+		for _, start := range []string{"POST /plants", "PUT /plants/81"} {
+			conn, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			request := start + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+				"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":80,"
+			io.WriteString(conn, request)
+			resp, body := readRaw(t, conn, request)
+			wantError(t, resp, body, http.StatusRequestTimeout)
+		}
+		if _, ok := e.stored(80); ok {
+			t.Error("a timed-out body was stored")
+		}
+		if p, _ := e.stored(81); p.Name != "before" {
+			t.Errorf("a timed-out update changed the plant: %v", p)
+		}
+	})
 }

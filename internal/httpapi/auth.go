@@ -35,12 +35,7 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 			return
 		}
 		if !token.HasScope(scope) {
-			s.writeError(w, r, &authError{
-				kind:        plantstore.EFORBIDDEN,
-				code:        "insufficient_scope",
-				description: "the access token lacks the scope " + scope,
-				scope:       scope,
-			})
+			s.writeError(w, r, credentialError(http.StatusForbidden, "insufficient_scope", "the access token lacks the scope "+scope, scope))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -52,16 +47,14 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 func bearerToken(h http.Header) (string, error) {
 	values := h.Values("Authorization")
 	if len(values) == 0 {
-		return "", &authError{kind: plantstore.EUNAUTHORIZED,
-			description: "an access token is required: send Authorization: Bearer <token>"}
+		return "", credentialError(http.StatusUnauthorized, "", "an access token is required: send Authorization: Bearer <token>", "")
 	}
 	if len(values) > 1 {
 		return "", invalidToken("send exactly one Authorization header")
 	}
 	scheme, rest, _ := strings.Cut(strings.TrimLeft(values[0], " "), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return "", &authError{kind: plantstore.EUNAUTHORIZED,
-			description: "the Authorization scheme must be Bearer"}
+		return "", credentialError(http.StatusUnauthorized, "", "the Authorization scheme must be Bearer", "")
 	}
 	token := strings.Trim(rest, " ")
 	if token == "" {
@@ -71,5 +64,5 @@ func bearerToken(h http.Header) (string, error) {
 }
 
 func invalidToken(description string) error {
-	return &authError{kind: plantstore.EUNAUTHORIZED, code: "invalid_token", description: description}
+	return credentialError(http.StatusUnauthorized, "invalid_token", description, "")
 }

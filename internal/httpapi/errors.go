@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/plantstore/plantstore"
 )
@@ -18,56 +19,59 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
-// statusError is a failure of the HTTP exchange itself (unsupported media
-// type, body too large, no such route), which has no domain code.
-type statusError struct {
+// httpError is a failure of the HTTP exchange itself rather than of the
+// domain: a refused credential, a request refused by a limit, an
+// unsupported media type, a body too large, no such route. It carries its
+// status, the message for the client, and the headers that go with it
+// (WWW-Authenticate for a credential, RFC 6750; Retry-After for a limit).
+type httpError struct {
 	status  int
 	message string
+	// challenge is the WWW-Authenticate value of a refused credential.
+	challenge string
+	// bearerError is RFC 6750's error code of a refused credential
+	// ("invalid_token", "insufficient_scope"), "" when none was sent.
+	bearerError string
+	// retryAfter, when set, is how long the client should wait.
+	retryAfter time.Duration
+	// limit names the limit that refused the request, for the access log;
+	// such a refusal is no fault of the service.
+	limit string
 }
 
-func (e *statusError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
+func (e *httpError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
 
-func errorStatus(status int, format string, args ...any) *statusError {
-	return &statusError{status: status, message: fmt.Sprintf(format, args...)}
+func errorStatus(status int, format string, args ...any) *httpError {
+	return &httpError{status: status, message: fmt.Sprintf(format, args...)}
 }
 
-// authError is a refused credential; RFC 6750 asks for a challenge with it.
-type authError struct {
-	kind        string // plantstore.EUNAUTHORIZED or plantstore.EFORBIDDEN
-	code        string // RFC 6750 error code; "" when no credential was sent
-	description string
-	scope       string // the scope that was missing, for insufficient_scope
-}
-
-func (e *authError) Error() string { return e.description }
-
-// challenge is the WWW-Authenticate value of RFC 6750 section 3.
-func (e *authError) challenge() string {
+// credentialError is a refused credential: 401, or 403 for a missing
+// scope, with the challenge of RFC 6750 section 3.
+func credentialError(status int, bearerError, description, scope string) *httpError {
 	c := `Bearer realm="plantstore"`
-	if e.code != "" {
-		c += `, error="` + e.code + `", error_description=` + strconv.Quote(e.description)
+	if bearerError != "" {
+		c += `, error="` + bearerError + `", error_description=` + strconv.Quote(description)
 	}
-	if e.scope != "" {
-		c += `, scope="` + e.scope + `"`
+	if scope != "" {
+		c += `, scope="` + scope + `"`
 	}
-	return c
+	return &httpError{status: status, message: description, challenge: c, bearerError: bearerError}
+}
+
+// limitError is a request refused by the limit named limit, not for
+// anything it asked: the client may send it again after retryAfter.
+func limitError(limit string, status int, message string, retryAfter time.Duration) *httpError {
+	return &httpError{status: status, message: message, retryAfter: retryAfter, limit: limit}
 }
 
 // statusOf maps every error the handlers see to an HTTP status and a message
 // fit for the client. It is the only place that does.
 func statusOf(err error) (int, string) {
-	if e, ok := errors.AsType[*statusError](err); ok {
+	if e, ok := errors.AsType[*httpError](err); ok {
 		return e.status, e.message
-	}
-	if e, ok := errors.AsType[*limitError](err); ok {
-		return e.status, e.message
-	}
-	code, message := plantstore.ErrorCode(err), plantstore.ErrorMessage(err)
-	if e, ok := errors.AsType[*authError](err); ok {
-		code, message = e.kind, e.description
 	}
 	var status int
-	switch code {
+	switch plantstore.ErrorCode(err) {
 	case plantstore.EINVALID:
 		status = http.StatusBadRequest
 	case plantstore.ENOTFOUND:
@@ -85,22 +89,25 @@ func statusOf(err error) (int, string) {
 	default:
 		status = http.StatusInternalServerError
 	}
-	return status, message
+	return status, plantstore.ErrorMessage(err)
 }
 
 // writeError answers with the Error body for err and logs what the client
 // does not see.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, message := statusOf(err)
-	if e, ok := errors.AsType[*authError](err); ok {
-		w.Header().Set("WWW-Authenticate", e.challenge())
-	}
-	limit, refused := errors.AsType[*limitError](err)
+	e, transport := errors.AsType[*httpError](err)
 	switch {
-	case refused:
-		w.Header().Set("Retry-After", retryAfterSeconds(limit.retryAfter))
+	case transport && e.challenge != "":
+		w.Header().Set("WWW-Authenticate", e.challenge)
+	case transport && e.retryAfter > 0:
+		w.Header().Set("Retry-After", retryAfterSeconds(e.retryAfter))
 	case status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage:
 		w.Header().Set("Retry-After", "1")
+	}
+	refused := transport && e.limit != ""
+	if refused {
+		infoFrom(r.Context()).limit = e.limit
 	}
 	// A refusal by a limit is no fault of the service: the access log line
 	// names it, and a flood of them must not flood the error log too.

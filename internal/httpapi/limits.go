@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -18,16 +17,6 @@ import (
 // token, and a throttle on failed authentication per client address. Each
 // is off when its Config field is zero, and then costs nothing: the
 // wrappers below are not installed, or test one nil pointer.
-
-// limitError is a request refused by one of the limits, not for anything
-// it asked: the client may send it again after retryAfter.
-type limitError struct {
-	status     int
-	message    string
-	retryAfter time.Duration
-}
-
-func (e *limitError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
 
 // retryAfterSeconds is d as Retry-After wants it: whole seconds, rounded
 // up, and at least 1, as "0" would invite an immediate retry.
@@ -50,23 +39,13 @@ func (s *Server) limitInFlight(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.inFlight.Add(1) > limit {
 			s.inFlight.Add(-1)
-			s.refuse(w, r, "in_flight", &limitError{
-				status:     http.StatusServiceUnavailable,
-				message:    "the service is serving as many requests as it can; retry shortly",
-				retryAfter: time.Second,
-			})
+			s.writeError(w, r, limitError("in_flight", http.StatusServiceUnavailable,
+				"the service is serving as many requests as it can; retry shortly", time.Second))
 			return
 		}
 		defer s.inFlight.Add(-1)
 		next.ServeHTTP(w, r)
 	})
-}
-
-// refuse answers err, a refusal by the limit named limit, which the access
-// log line of the request then names.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, limit string, err *limitError) {
-	infoFrom(r.Context()).limit = limit
-	s.writeError(w, r, err)
 }
 
 // tokenRateExceeded answers 429 when the token has spent its allowance.
@@ -78,11 +57,8 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 	if wait == 0 {
 		return false
 	}
-	s.refuse(w, r, "token_rate", &limitError{
-		status:     http.StatusTooManyRequests,
-		message:    "this access token has exceeded its rate limit; retry after the time in Retry-After",
-		retryAfter: wait,
-	})
+	s.writeError(w, r, limitError("token_rate", http.StatusTooManyRequests,
+		"this access token has exceeded its rate limit; retry after the time in Retry-After", wait))
 	return true
 }
 
@@ -100,11 +76,8 @@ func (s *Server) authLocked(w http.ResponseWriter, r *http.Request) bool {
 	if wait == 0 {
 		return false
 	}
-	s.refuse(w, r, "auth_failures", &limitError{
-		status:     http.StatusTooManyRequests,
-		message:    "too many failed authentications from this address; retry after the time in Retry-After",
-		retryAfter: wait,
-	})
+	s.writeError(w, r, limitError("auth_failures", http.StatusTooManyRequests,
+		"too many failed authentications from this address; retry after the time in Retry-After", wait))
 	return true
 }
 
@@ -116,7 +89,7 @@ func (s *Server) noteAuthFailure(r *http.Request, err error) {
 	if s.authFailures == nil {
 		return
 	}
-	if e, ok := errors.AsType[*authError](err); !ok || e.code != "invalid_token" {
+	if e, ok := errors.AsType[*httpError](err); !ok || e.bearerError != "invalid_token" {
 		return
 	}
 	addr := s.clientAddr(r)

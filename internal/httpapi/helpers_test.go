@@ -42,10 +42,14 @@ func engines() []string {
 	return []string{onSQLite, onPostgres}
 }
 
-// eachEngine runs test once per engine, as a subtest named for it.
+// eachEngine runs test once per engine, as subtests named for them, side
+// by side: each has a store and a listener of its own.
 func eachEngine(t *testing.T, test func(t *testing.T)) {
 	for _, eng := range engines() {
-		t.Run(eng, test)
+		t.Run(eng, func(t *testing.T) {
+			t.Parallel()
+			test(t)
+		})
 	}
 }
 

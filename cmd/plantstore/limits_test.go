@@ -143,7 +143,8 @@ func TestLimitFlags(t *testing.T) {
 func TestMaxInFlight(t *testing.T) {
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "busy")
-	s := serve(t, dir, "--max-in-flight", "2")
+	// One token here: its own cap must not come first.
+	s := serve(t, dir, "--max-in-flight", "2", "--max-in-flight-per-token", "8", "--body-read-timeout", "30s")
 	client := apitest.Client(t)
 
 	hold := func(id int) net.Conn {
@@ -212,6 +213,39 @@ func TestMaxInFlight(t *testing.T) {
 	limAwaitLog(t, s, `"limit":"in_flight"`)
 	if strings.Contains(s.logs.String(), `"level":"ERROR"`) {
 		t.Errorf("a refusal logged as an error:\n%s", s.logs)
+	}
+}
+
+// One token cannot take every slot in flight: with --max-in-flight 8 (so
+// two a token), a token's eight slow bodies hold two slots, its other
+// requests are refused with 429, and another token is served.
+func TestOneTokenCannotTakeEverySlot(t *testing.T) {
+	dir := t.TempDir()
+	greedy := mustToken(t, dir, "--name", "greedy")
+	other := mustToken(t, dir, "--name", "other")
+	s := serve(t, dir, "--max-in-flight", "8", "--body-read-timeout", "30s")
+	client := apitest.Client(t)
+	for i := range 8 {
+		conn := limDial(t, s.url)
+		body := fmt.Sprintf(`{"id":%d,"name":"slow"}`, 100+i)
+		fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			greedy, len(body), body[:5])
+	}
+	// The server takes the eight in its own time: wait until six are
+	// refused, so two hold their slots.
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(s.logs.String(), `"limit":"token_in_flight"`) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("one token's eight slow bodies: %d refused, want 6\n%s", strings.Count(s.logs.String(), `"limit":"token_in_flight"`), s.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, body := limRequest(t, client, "GET", s.url+"/plants", greedy, "")
+	limWantError(t, resp, body, http.StatusTooManyRequests) // with its Retry-After
+	for i := range 5 {
+		if resp, body := limRequest(t, client, "POST", s.url+"/plants", other, fmt.Sprintf(`{"id":%d,"name":"served"}`, i)); resp.StatusCode != 200 {
+			t.Fatalf("another token while one holds its slots: %d %s", resp.StatusCode, body)
+		}
 	}
 }
 

@@ -205,19 +205,23 @@ func (f webhookFlags) config() (app.WebhookConfig, error) {
 // limitFlags are the request limits: a cap on requests in flight, a rate
 // per token, and a throttle on failed authentication per address.
 type limitFlags struct {
-	maxInFlight, rate, burst *int64
-	authFailures             *int64
-	authFailureWindow        *time.Duration
-	proxies                  *string
+	maxInFlight, perToken, rate, burst *int64
+	authFailures                       *int64
+	authFailureWindow, bodyTimeout     *time.Duration
+	addressRate                        *int64
+	proxies                            *string
 }
 
 func addLimitFlags(fs *flagSet) limitFlags {
 	return limitFlags{
 		maxInFlight:       fs.Int64("max-in-flight", 1024, "plant operations served at once; more get 503 at once (0: no cap)"),
+		perToken:          fs.Int64("max-in-flight-per-token", 0, "plant operations of one token served at once; more get 429 (0: a quarter of --max-in-flight)"),
+		bodyTimeout:       fs.Duration("body-read-timeout", httpapi.DefaultBodyReadTimeout, "time a client has to send a request body once its headers are in (at most --read-timeout); then 408"),
 		rate:              fs.Int64("rate-limit", 0, "requests per second each token may make; more get 429 (0: no limit)"),
 		burst:             fs.Int64("rate-burst", 0, "requests a token may make at once within --rate-limit (0: twice the rate)"),
-		authFailures:      fs.Int64("auth-failure-limit", 10, "refused tokens one client address may send per --auth-failure-window; then all its plant operations get 429, its tokens unchecked, until it has an attempt again (0: no limit)"),
+		authFailures:      fs.Int64("auth-failure-limit", 10, "refused tokens one client address may send per --auth-failure-window; beyond, its requests with tokens this server has not found valid before get 429, unchecked, until it has an attempt again (0: no limit)"),
 		authFailureWindow: fs.Duration("auth-failure-window", httpapi.DefaultAuthFailureWindow, "the window of --auth-failure-limit; an address regains one attempt every window/limit"),
+		addressRate:       fs.Int64("address-rate", 20, "requests per second one client address may make to /readyz, /docs and the documents, in bursts of twice that; more get 429 (0: no limit; /healthz is never limited)"),
 		proxies:           fs.String("trusted-proxies", "", "comma-separated `CIDRs` of proxies whose X-Forwarded-For names the client address for --auth-failure-limit; ignored from any other peer"),
 	}
 }
@@ -244,6 +248,9 @@ func (f limitFlags) apply(cfg *httpapi.Config) error {
 		cfg.TrustedProxies = append(cfg.TrustedProxies, p.Masked())
 	}
 	cfg.MaxInFlight = int(*f.maxInFlight)
+	cfg.MaxInFlightPerToken = int(*f.perToken)
+	cfg.BodyReadTimeout = *f.bodyTimeout
+	cfg.AddressRate = float64(*f.addressRate)
 	cfg.TokenRate = float64(*f.rate)
 	cfg.TokenBurst = int(*f.burst)
 	cfg.AuthFailures = int(*f.authFailures)

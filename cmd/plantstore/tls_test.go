@@ -78,6 +78,10 @@ func TestTLS(t *testing.T) {
 	if resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
 		t.Errorf("answer over %v", resp.TLS)
 	}
+	// Served over TLS by itself, the service tells browsers to keep to it.
+	if got := resp.Header.Get("Strict-Transport-Security"); got != "max-age=63072000" {
+		t.Errorf("Strict-Transport-Security %q over HTTPS", got)
+	}
 
 	// TLS 1.1 and older are refused, as are TLS 1.2 suites without forward
 	// secrecy or AEAD.
@@ -131,6 +135,9 @@ func TestPublicURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	if got := resp.Header.Get("Strict-Transport-Security"); got != "" {
+		t.Errorf("Strict-Transport-Security %q from a service that does not serve TLS itself", got)
+	}
 	if got, want := resp.Header.Get("Link"), `<https://api.example.com/store/plants?after=1&limit=1>; rel="next"`; got != want {
 		t.Errorf("Link %q, want %q", got, want)
 	}

@@ -160,6 +160,15 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	}
 	api := cfg.API
 	api.Logger, api.AccessLog = a.log, cfg.AccessLog
+	api.TLS = cfg.TLS != nil
+	// A body's own deadline shortens the connection's read timeout, never
+	// extends it.
+	if api.BodyReadTimeout <= 0 {
+		api.BodyReadTimeout = httpapi.DefaultBodyReadTimeout
+	}
+	if rt := cfg.Server.ReadTimeout; rt > 0 && rt < api.BodyReadTimeout {
+		api.BodyReadTimeout = rt
+	}
 	if a.metrics != nil {
 		api.Observer = a.metrics
 	}

@@ -128,6 +128,23 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plants
 	return token, nil
 }
 
+// Known reports whether secret is a token this process has found valid
+// and still remembers: in the cache, fresh or stale. It is no
+// authentication (the token may have been revoked since; Authenticate
+// decides), only a reason to let its lookup through while the client's
+// address is throttled for failed authentications: a stranger's guesses
+// are never known, so the throttle still answers them without a lookup.
+func (a *Authenticator) Known(secret string) bool {
+	if !plantstore.WellFormedToken(secret) {
+		return false
+	}
+	hash := plantstore.HashToken(secret)
+	a.mu.Lock()
+	entry, ok := a.cache[hash]
+	a.mu.Unlock()
+	return ok && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1
+}
+
 // evictLocked drops expired entries, and if none were, an arbitrary one.
 func (a *Authenticator) evictLocked(now time.Time) {
 	n := len(a.cache)

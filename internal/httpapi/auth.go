@@ -8,17 +8,18 @@ import (
 )
 
 // requireScope lets a request through to next only with a valid bearer
-// token (RFC 6750) that grants scope, from an address that has not failed
-// authentication too often, within the token's rate limit.
+// token (RFC 6750) that grants scope, within the token's rate limit, and,
+// from an address that has failed authentication too often, only with a
+// token this process has found valid before (see authThrottled).
 func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.authLocked(w, r) {
-			return
-		}
 		secret, err := bearerToken(r.Header)
 		if err != nil {
 			s.noteAuthFailure(r, err)
 			s.writeError(w, r, err)
+			return
+		}
+		if s.authThrottled(w, r, secret) {
 			return
 		}
 		token, err := s.auth.Authenticate(r.Context(), secret)
@@ -30,7 +31,8 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		infoFrom(r.Context()).token = token.Name
+		info := infoFrom(r.Context())
+		info.token, info.tokenID = token.Name, token.ID
 		if s.tokenRateExceeded(w, r, token.ID) {
 			return
 		}

@@ -39,6 +39,10 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
+	// The server's read timeout is sized for headers and any body; ours
+	// are small, so a body that trickles is cut off much sooner, and
+	// gives its slot in flight back.
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
 	body, err := readAll(buf[:0], http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

@@ -25,25 +25,92 @@ func retryAfterSeconds(d time.Duration) string {
 	return strconv.FormatInt(max(1, int64(s)), 10)
 }
 
-// limitInFlight answers 503 at once to a plant operation beyond
-// MaxInFlight, so that a flood is refused in microseconds instead of
-// queueing behind the store without bound. Only the plant operations
-// count: /healthz must answer while the service is saturated (a liveness
-// probe failing under load would restart a healthy process), /readyz
-// asks the store, which has its own limit, and the documents cost nothing.
+// limitInFlight takes a slot of the authenticated token's (429 beyond
+// MaxInFlightPerToken) and then one of the service's (503 beyond
+// MaxInFlight) for the rest of the request, so that a flood is refused in
+// microseconds instead of queueing behind the store without bound, and no
+// one token, with slow bodies say, can hold every slot. It runs after
+// authentication: a client without a valid token holds no slot. Only the
+// plant operations count: /healthz must answer while the service is
+// saturated, /readyz asks the store, which has its own limit, and the
+// documents cost nothing.
 func (s *Server) limitInFlight(next http.Handler) http.Handler {
 	limit := int64(s.cfg.MaxInFlight)
-	if limit <= 0 {
+	if limit <= 0 && s.perToken == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.inFlight.Add(1) > limit {
-			s.inFlight.Add(-1)
-			s.writeError(w, r, limitError("in_flight", http.StatusServiceUnavailable,
-				"the service is serving as many requests as it can; retry shortly", time.Second))
+		if s.perToken != nil {
+			id := infoFrom(r.Context()).tokenID
+			if !s.perToken.take(id) {
+				s.writeError(w, r, limitError("token_in_flight", http.StatusTooManyRequests,
+					"this access token has as many requests in flight as it may; retry when one has been answered", time.Second))
+				return
+			}
+			defer s.perToken.give(id)
+		}
+		if limit > 0 {
+			if s.inFlight.Add(1) > limit {
+				s.inFlight.Add(-1)
+				s.writeError(w, r, limitError("in_flight", http.StatusServiceUnavailable,
+					"the service is serving as many requests as it can; retry shortly", time.Second))
+				return
+			}
+			defer s.inFlight.Add(-1)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tokenSlots counts the requests in flight of each token.
+type tokenSlots struct {
+	max  int
+	mu   sync.Mutex
+	held map[int64]int // tokens with none are not kept
+}
+
+func (t *tokenSlots) take(id int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[id] >= t.max {
+		return false
+	}
+	t.held[id]++
+	return true
+}
+
+func (t *tokenSlots) give(id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[id]--; t.held[id] <= 0 {
+		delete(t.held, id)
+	}
+}
+
+// limitAddress answers 429 to a client address beyond AddressRate on the
+// unauthenticated routes it guards, or while the address is throttled
+// for failed authentications.
+func (s *Server) limitAddress(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.addressRate == nil && (s.authFailures == nil || s.authFailures.empty()) {
+			next.ServeHTTP(w, r)
 			return
 		}
-		defer s.inFlight.Add(-1)
+		addr := s.clientAddr(r)
+		now := time.Now()
+		if s.authFailures != nil {
+			if wait := s.authFailures.wait(addr, now); wait > 0 {
+				s.writeError(w, r, authFailuresError(wait))
+				return
+			}
+		}
+		if s.addressRate != nil {
+			if wait := s.addressRate.take(addr, now); wait > 0 {
+				s.writeError(w, r, limitError("address_rate", http.StatusTooManyRequests,
+					"this address has exceeded its request rate; retry after the time in Retry-After", wait))
+				return
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -62,23 +129,32 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 	return true
 }
 
-// authLocked answers 429, before the token is looked at, to a client
-// address that has failed authentication too often: so a guesser gets no
-// answer about its guesses, and costs no token lookup. A valid token from
-// that address is refused too until the address has an attempt again; the
-// alternative, checking every token and refusing only the bad ones, would
-// answer each guess.
-func (s *Server) authLocked(w http.ResponseWriter, r *http.Request) bool {
+// authThrottled answers 429, without looking the token up, when the
+// client's address has failed authentication too often and secret is not
+// a token this process has found valid before. So a guesser gets no
+// answer about its guesses and costs no lookup, while the valid tokens of
+// others behind the same address (a proxy, a load balancer, a NAT) are
+// still served: one stranger's bad tokens cannot lock them out. A valid
+// token this process has never seen waits, like a guess, until the
+// address has an attempt again: telling it from a guess would take the
+// lookup the throttle is there to spare. (The alternative, looking up
+// every token and refusing only the unknown ones, would answer each
+// guess.)
+func (s *Server) authThrottled(w http.ResponseWriter, r *http.Request, secret string) bool {
 	if s.authFailures == nil || s.authFailures.empty() {
 		return false // no address is throttled: nothing to look up
 	}
 	wait := s.authFailures.wait(s.clientAddr(r), time.Now())
-	if wait == 0 {
+	if wait == 0 || s.auth.Known(secret) {
 		return false
 	}
-	s.writeError(w, r, limitError("auth_failures", http.StatusTooManyRequests,
-		"too many failed authentications from this address; retry after the time in Retry-After", wait))
+	s.writeError(w, r, authFailuresError(wait))
 	return true
+}
+
+func authFailuresError(wait time.Duration) error {
+	return limitError("auth_failures", http.StatusTooManyRequests,
+		"too many failed authentications from this address; retry after the time in Retry-After", wait)
 }
 
 // noteAuthFailure counts a refused token against the client's address.
@@ -189,6 +265,9 @@ type tokenBuckets[K comparable] struct {
 	// keys is len(full), readable without mu, so the common case, no
 	// bucket at all, costs no lock.
 	keys atomic.Int64
+	// nextRefill is when the first bucket of a map found full of live
+	// ones refills: no sweep can free a place before.
+	nextRefill time.Time
 }
 
 // maxBucketKeys bounds each limiter's map: at about 100 bytes a key, 10 MB.
@@ -249,34 +328,44 @@ func (b *tokenBuckets[K]) spend(key K, now time.Time) (emptied bool) {
 		full = now
 	}
 	next := full.Add(b.interval)
-	b.put(key, next, ok, now)
+	if !b.put(key, next, ok, now) {
+		return false // untracked: the map is full of live buckets
+	}
 	return full.Sub(now) <= b.slack && next.Sub(now) > b.slack
 }
 
-// put stores key's bucket. Before adding a key to a map that has grown to
-// sweepAt, it drops the buckets that are full again; if that is not enough
-// to stay under maxKeys (a flood of distinct keys), it drops arbitrary
-// ones, down to three quarters, so the sweeps stay rare. Either way the
-// work is amortised over the keys added since the last sweep.
-func (b *tokenBuckets[K]) put(key K, full time.Time, known bool, now time.Time) {
+// put stores key's bucket and reports whether it could. Before adding a
+// key to a map that has grown to sweepAt, it drops the buckets that are
+// full again, which are the same as no bucket; the work is amortised over
+// the keys added since the last sweep. A map still full of live buckets
+// (a flood of distinct keys) takes no new key: forgetting a live bucket
+// would lift its limit, a lock by the failed-authentication throttle
+// among them, so the newcomer goes untracked instead.
+func (b *tokenBuckets[K]) put(key K, full time.Time, known bool, now time.Time) bool {
 	if !known && len(b.full) >= b.sweepAt {
+		// Full of live buckets, no sweep can free a place before the
+		// first of them refills: each newcomer then costs a comparison,
+		// not a sweep.
+		if len(b.full) >= b.maxKeys && now.Before(b.nextRefill) {
+			return false
+		}
+		b.nextRefill = time.Time{}
 		for k, f := range b.full {
 			if !f.After(now) {
 				delete(b.full, k)
-			}
-		}
-		if len(b.full) >= b.maxKeys {
-			for k := range b.full { // Go's map order is random
-				if len(b.full) < b.maxKeys*3/4 {
-					break
-				}
-				delete(b.full, k)
+			} else if b.nextRefill.IsZero() || f.Before(b.nextRefill) {
+				b.nextRefill = f
 			}
 		}
 		b.sweepAt = min(max(1024, 2*len(b.full)), b.maxKeys)
+		b.keys.Store(int64(len(b.full)))
+		if len(b.full) >= b.maxKeys {
+			return false
+		}
 	}
 	b.full[key] = full
 	b.keys.Store(int64(len(b.full)))
+	return true
 }
 
 // empty reports whether no key has a bucket.

@@ -78,9 +78,12 @@ func (s countingLookups) TokenByHash(ctx context.Context, hash plantstore.TokenH
 }
 
 // After the allowed number of refused tokens, an address gets 429 for
-// every plant operation, before its token is looked at: further guesses
-// are not checked, and a valid token waits too. Time gives the address
-// one attempt at a time back.
+// every plant operation with a token the service has not found valid
+// before, which is not looked at: further guesses are not checked, and a
+// valid token the service has never seen waits too. A token it has found
+// valid before is served: a stranger's guesses from a shared address (a
+// proxy, a NAT) cannot lock its users out. Time gives the address one
+// attempt at a time back.
 func TestAuthFailuresThrottleAddress(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		const allowed = 3
@@ -92,6 +95,12 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 		guess := func() (*http.Response, []byte) {
 			return e.do("GET", "/plants/1", map[string]string{"Authorization": "Bearer " + plantstore.NewToken()}, nil)
 		}
+		// The write token is used once before the guesses; the read token
+		// is not.
+		if resp, body := e.send("GET", "/plants", "", nil); resp.StatusCode != 200 {
+			t.Fatalf("the write token: %d %s", resp.StatusCode, body)
+		}
+		lookups.Store(0)
 		// Requests without a token are not guesses and do not count.
 		for range 2 * allowed {
 			resp, body := e.do("GET", "/plants", nil, nil)
@@ -112,9 +121,17 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 		if n := lookups.Load(); n != allowed {
 			t.Errorf("%d token lookups: guesses past the limit were checked", n-allowed)
 		}
+		before := lookups.Load()
 		for _, op := range everyOperation {
-			resp, body := e.send(op.method, op.path, op.body, nil) // the valid write token
-			wantRetryAfter(t, resp, body, http.StatusTooManyRequests)
+			if resp, body := e.send(op.method, op.path, op.body, nil); resp.StatusCode >= 300 { // the write token, known
+				t.Errorf("%s %s with a known valid token from a throttled address: %d %s", op.method, op.path, resp.StatusCode, body)
+			}
+		}
+		resp, body := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
+		wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications") // valid, but never seen
+		for _, path := range []string{"/readyz", "/openapi.json", "/docs"} {
+			resp, body := e.do("GET", path, nil, nil)
+			wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
 		}
 		if resp, body := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
 			t.Errorf("/healthz from a throttled address: %d %s", resp.StatusCode, body)
@@ -128,12 +145,12 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 		}
 
 		time.Sleep(wait)
-		if resp, body := e.send("GET", "/plants", "", nil); resp.StatusCode != 200 {
-			t.Errorf("a valid token after Retry-After: %d %s", resp.StatusCode, body)
+		if resp, body := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + e.readToken}, nil); resp.StatusCode != 200 {
+			t.Errorf("a valid token never seen, after Retry-After: %d %s", resp.StatusCode, body)
 		}
 		// One attempt came back, and one only.
-		before := lookups.Load()
-		resp, body := guess()
+		before = lookups.Load()
+		resp, body = guess()
 		wantError(t, resp, body, 401)
 		resp, body = guess()
 		wantRetryAfter(t, resp, body, http.StatusTooManyRequests)
@@ -182,6 +199,46 @@ func TestForwardedForOnlyFromTrustedProxies(t *testing.T) {
 		}
 		if status := valid(proxied, "203.0.113.2"); status != 200 {
 			t.Errorf("another client behind the proxy: %d, want 200", status)
+		}
+	})
+}
+
+// The unauthenticated routes that cost something are limited per client
+// address; /healthz, which liveness probes ask, never is.
+func TestAddressRateOnPublicRoutes(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{cfg: httpapi.Config{AddressRate: 1}}) // bursts of 2
+		for _, path := range []string{"/readyz", "/openapi.json", "/openapi.yaml", "/docs", "/docs/redoc-3.0.1.standalone.js"} {
+			var last *http.Response
+			var body []byte
+			for range 3 {
+				last, body = e.do("GET", path, nil, nil)
+			}
+			wantRetryAfter(t, last, body, http.StatusTooManyRequests, "request rate")
+		}
+		for range 20 {
+			if resp, body := e.do("GET", "/healthz", nil, nil); resp.StatusCode != 200 {
+				t.Fatalf("/healthz from a limited address: %d %s", resp.StatusCode, body)
+			}
+		}
+		if !strings.Contains(e.logs.String(), `"limit":"address_rate"`) {
+			t.Errorf("the access log does not name the limit:\n%s", e.logs)
+		}
+	})
+}
+
+// Ids the service makes begin "ps-"; a caller's id that does is not
+// kept, so the log never mixes the two up. Others are kept.
+func TestRequestIDsToldApart(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		resp, _ := e.do("GET", "/healthz", map[string]string{"X-Request-Id": "ps-0000000000000000-1"}, nil)
+		if got := resp.Header.Get("X-Request-Id"); got == "ps-0000000000000000-1" || !strings.HasPrefix(got, "ps-") {
+			t.Errorf("a caller's id posing as ours: answered with %q", got)
+		}
+		resp, _ = e.do("GET", "/healthz", map[string]string{"X-Request-Id": "trace-7"}, nil)
+		if got := resp.Header.Get("X-Request-Id"); got != "trace-7" {
+			t.Errorf("a caller's plain id: answered with %q", got)
 		}
 	})
 }

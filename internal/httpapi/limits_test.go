@@ -210,6 +210,8 @@ func (fixedAuth) Authenticate(context.Context, string) (plantstore.Token, error)
 	return plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}, nil
 }
 
+func (fixedAuth) Known(string) bool { return true }
+
 type discardWriter struct {
 	header http.Header
 	status int
@@ -218,3 +220,31 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.header }
 func (w *discardWriter) WriteHeader(status int)      { w.status = status }
 func (w *discardWriter) Write(p []byte) (int, error) { return io.Discard.Write(p) }
+
+// A map full of live buckets keeps them all, locks included, and tracks
+// no newcomer rather than forget one: filling the map must not lift a
+// lock.
+func TestTokenBucketsFullKeepsLiveBuckets(t *testing.T) {
+	const maxKeys = 1024
+	b := newTokenBuckets[int](1.0/60, 1, maxKeys) // one token a minute
+	now := time.Now()
+	locked := 0
+	b.spend(locked, now) // its one token spent: locked for a minute
+	if b.wait(locked, now) == 0 {
+		t.Fatal("not locked after its token was spent")
+	}
+	for k := 1; k < 3*maxKeys; k++ {
+		b.spend(k, now.Add(time.Duration(k)*time.Millisecond))
+	}
+	if b.size() > maxKeys {
+		t.Errorf("%d keys held, above the bound of %d", b.size(), maxKeys)
+	}
+	if b.wait(locked, now.Add(time.Second)) == 0 {
+		t.Error("filling the map lifted a live lock")
+	}
+	// Once buckets refill, they make room again.
+	later := now.Add(2 * time.Minute)
+	if b.spend(-1, later); b.wait(-1, later) == 0 {
+		t.Error("a newcomer after the buckets refilled is not tracked")
+	}
+}

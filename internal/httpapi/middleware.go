@@ -22,10 +22,11 @@ type requestInfoKey struct{}
 // requestInfo travels in the request's context so inner layers can add to
 // the access log line.
 type requestInfo struct {
-	id    string
-	token string // name of the authenticated token, never the secret
-	limit string // the limit that refused the request, if one did
-	route string // the pattern that matched, "" when none did
+	id      string
+	token   string // name of the authenticated token, never the secret
+	tokenID int64  // its id, for the limits per token
+	limit   string // the limit that refused the request, if one did
+	route   string // the pattern that matched, "" when none did
 }
 
 func infoFrom(ctx context.Context) *requestInfo {
@@ -53,6 +54,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		h := w.Header()
 		h["X-Request-Id"] = []string{info.id}
 		h["X-Content-Type-Options"] = nosniff
+		if s.cfg.TLS {
+			h["Strict-Transport-Security"] = hsts
+		}
 		rec := &recorder{ResponseWriter: w, r: r}
 		ctx := context.WithValue(s.deadlines.context(start), requestInfoKey{}, info)
 		r = r.WithContext(ctx)
@@ -71,8 +75,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 
 // incomingRequestID keeps a caller's X-Request-Id when it is short and
 // plain, so ids can be followed across services, and makes one otherwise.
+// The ids we make begin "ps-", and a caller's that does is not kept, so
+// an id in the log is always told apart: ours, or the caller's.
 func incomingRequestID(id string) string {
-	if len(id) > 0 && len(id) <= 128 && strings.IndexFunc(id, func(r rune) bool {
+	if len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
 		return r <= ' ' || r > '~' || r == '"' || r == '\\'
 	}) < 0 {
 		return id
@@ -80,20 +86,26 @@ func incomingRequestID(id string) string {
 	return newRequestID()
 }
 
-// Request ids need to be unique, not secret: a random prefix per process
+// Request ids need to be unique, not secret: a random part per process
 // and a counter, which costs no system call per request.
+const requestIDPrefix = "ps-"
+
 var (
-	requestIDPrefix = func() string {
+	requestIDProcess = func() string {
 		var b [8]byte
 		rand.Read(b[:])
-		return hex.EncodeToString(b[:])
+		return requestIDPrefix + hex.EncodeToString(b[:]) + "-"
 	}()
 	requestCounter atomic.Uint64
 )
 
 func newRequestID() string {
-	return requestIDPrefix + "-" + strconv.FormatUint(requestCounter.Add(1), 36)
+	return requestIDProcess + strconv.FormatUint(requestCounter.Add(1), 36)
 }
+
+// hsts asks browsers to use only HTTPS for this host for two years, when
+// the service serves TLS itself (behind a proxy, the proxy says so).
+var hsts = []string{"max-age=63072000"}
 
 // recorder notes the status and size of an answer, and rewrites a non-2xx
 // answer that is not JSON into the Error body.

@@ -35,8 +35,18 @@ type Config struct {
 	// past it the request gets 503. Default 10 s.
 	RequestTimeout time.Duration
 	// MaxInFlight caps the plant operations being served at once; beyond
-	// it a request gets 503 at once.
-	MaxInFlight int
+	// it a request gets 503 at once. MaxInFlightPerToken caps those of one
+	// token (default a quarter of MaxInFlight, at least 1), so that no
+	// token, slow bodies and all, can hold every slot; beyond it, 429.
+	// Both are taken after authentication, so a client without a valid
+	// token holds none.
+	MaxInFlight         int
+	MaxInFlightPerToken int
+	// BodyReadTimeout bounds the time to read a request body once its
+	// headers are in; past it, 408. Default 5 s: the largest body allowed
+	// needs far less on any working connection, and a slow one holds its
+	// slot only that long.
+	BodyReadTimeout time.Duration
 	// TokenRate is the requests per second each token may make, in bursts
 	// of up to TokenBurst (default twice the rate, at least 1); beyond it,
 	// 429.
@@ -44,9 +54,15 @@ type Config struct {
 	TokenBurst int
 	// AuthFailures is how many refused tokens one client address may send
 	// per AuthFailureWindow (default 1 minute), all at once if it likes;
-	// beyond that its plant operations get 429, valid token or not.
+	// beyond that, the address's requests with tokens this process has
+	// not found valid before get 429, unchecked (see requireScope).
 	AuthFailures      int
 	AuthFailureWindow time.Duration
+	// AddressRate is the requests per second one client address may make
+	// to the unauthenticated routes that cost something (/readyz, which
+	// asks the store, the documents, the reference page and its script),
+	// in bursts of twice that; beyond it, 429. /healthz is never limited.
+	AddressRate float64
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// address for AuthFailures; from any other peer the header is ignored.
 	TrustedProxies []netip.Prefix
@@ -58,6 +74,9 @@ type Config struct {
 	AccessLog io.Writer
 	// Observer, when set, is told of every request, for metrics.
 	Observer Observer
+	// TLS says the service is served over TLS by itself: every answer then
+	// carries Strict-Transport-Security.
+	TLS bool
 	// PublicURL is the base URL clients reach the API at, when a proxy or
 	// a path prefix stands between them ("https://api.example.com/store").
 	// When set, Link headers are absolute URLs under it and the served
@@ -93,13 +112,18 @@ type Observer interface {
 const (
 	DefaultMaxBodyBytes      = 64 << 10
 	DefaultRequestTimeout    = 10 * time.Second
+	DefaultBodyReadTimeout   = 5 * time.Second
 	DefaultAuthFailureWindow = time.Minute
 )
 
 // Authenticator turns a bearer token into the token record it stands for,
-// or fails with EUNAUTHORIZED (or the store's EUNAVAILABLE).
+// or fails with EUNAUTHORIZED (or the store's EUNAVAILABLE). Known
+// reports, without asking the store, whether secret was found valid
+// before: such a token's lookup is let through while its client's
+// address is throttled.
 type Authenticator interface {
 	Authenticate(ctx context.Context, secret string) (plantstore.Token, error)
+	Known(secret string) bool
 }
 
 // Store is what the handlers need of a storage engine.
@@ -118,8 +142,10 @@ type Server struct {
 
 	deadlines    *deadlines
 	inFlight     atomic.Int64
+	perToken     *tokenSlots               // in flight by token; nil when off
 	tokenRate    *tokenBuckets[int64]      // by token ID; nil when off
 	authFailures *tokenBuckets[netip.Addr] // by clientAddr; nil when off
+	addressRate  *tokenBuckets[netip.Addr] // by clientAddr; nil when off
 }
 
 // NewServer returns the API's handler over store, checking tokens with
@@ -130,6 +156,12 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.MaxInFlight > 0 && cfg.MaxInFlightPerToken <= 0 {
+		cfg.MaxInFlightPerToken = max(1, cfg.MaxInFlight/4)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -149,6 +181,12 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 		rate := float64(cfg.AuthFailures) / s.cfg.AuthFailureWindow.Seconds()
 		s.authFailures = newTokenBuckets[netip.Addr](rate, cfg.AuthFailures, maxBucketKeys)
 	}
+	if cfg.AddressRate > 0 {
+		s.addressRate = newTokenBuckets[netip.Addr](cfg.AddressRate, max(1, int(2*cfg.AddressRate)), maxBucketKeys)
+	}
+	if cfg.MaxInFlightPerToken > 0 {
+		s.perToken = &tokenSlots{max: cfg.MaxInFlightPerToken, held: map[int64]int{}}
+	}
 	mux := http.NewServeMux()
 	s.routes(mux)
 	s.handler = s.observe(s.recoverPanics(mux))
@@ -162,12 +200,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // Error body by observe.
 func (s *Server) routes(mux *http.ServeMux) {
 	read, write := plantstore.ScopePlantsRead, plantstore.ScopePlantsWrite
-	// A plant operation counts against MaxInFlight, then needs a token
-	// (which the failed-authentication throttle and the token's rate
-	// limit guard; see requireScope).
+	// A plant operation needs a token (which the failed-authentication
+	// throttle and the token's rate limit guard; see requireScope), then a
+	// slot in flight, of its token's and of the service's.
 	plants := func(scope string, h http.Handler) http.Handler {
-		return s.limitInFlight(s.requireScope(scope, h))
+		return s.requireScope(scope, s.limitInFlight(h))
 	}
+	// The unauthenticated routes that cost something are limited per
+	// address; /healthz never is: a liveness probe failing under load
+	// would restart a healthy process.
+	public := s.limitAddress
 	handle := func(pattern string, h http.Handler) { mux.Handle(pattern, withRoute(pattern, h)) }
 	handle("GET /plants", plants(read, s.handleListPlants()))
 	handle("POST /plants", plants(write, s.handleCreatePlant()))
@@ -176,15 +218,15 @@ func (s *Server) routes(mux *http.ServeMux) {
 	handle("DELETE /plants/{id}", plants(write, s.handleDeletePlant()))
 
 	handle("GET /healthz", s.handleHealth())
-	handle("GET /readyz", s.handleReady())
+	handle("GET /readyz", public(s.handleReady()))
 	docJSON, docYAML := api.JSON, api.YAML
 	if s.cfg.PublicURL != "" {
 		docJSON, docYAML = withServer(api.JSON, s.cfg.PublicURL), withServerYAML(api.YAML, s.cfg.PublicURL)
 	}
-	handle("GET /openapi.json", serveDocument("application/json", docJSON))
-	handle("GET /openapi.yaml", serveDocument("application/yaml", docYAML))
-	handle("GET /docs", docs.Page("Plant Store API reference"))
-	handle("GET "+docs.BundlePath, docs.Bundle())
+	handle("GET /openapi.json", public(serveDocument("application/json", docJSON)))
+	handle("GET /openapi.yaml", public(serveDocument("application/yaml", docYAML)))
+	handle("GET /docs", public(docs.Page("Plant Store API reference")))
+	handle("GET "+docs.BundlePath, public(docs.Bundle()))
 }
 
 // withRoute notes the pattern that matched, for metrics: the mux sets it

@@ -11,6 +11,7 @@ const (
 	EINVALID      = "invalid"      // the request is malformed or breaks a rule
 	ENOTFOUND     = "not_found"    // the thing asked for does not exist
 	ECONFLICT     = "conflict"     // the request contradicts stored state
+	EPRECONDITION = "precondition" // a write's precondition does not hold for the stored state
 	EUNAUTHORIZED = "unauthorized" // no valid credential
 	EFORBIDDEN    = "forbidden"    // a valid credential without the right
 	EUNAVAILABLE  = "unavailable"  // the store cannot serve now; retrying may work

@@ -91,12 +91,20 @@ type PlantStore interface {
 	// starts (keyset paging). A Limit below 1 is EINVALID.
 	ListPlants(ctx context.Context, opts ListOptions) ([]Plant, error)
 	// UpdatePlant replaces the name and tag of the plant with p.ID, which
-	// the caller has validated, or returns ENOTFOUND.
-	UpdatePlant(ctx context.Context, p Plant) error
-	// DeletePlant removes the plant with id, or returns ENOTFOUND. The id
-	// can then be created again.
-	DeletePlant(ctx context.Context, id int64) error
+	// the caller has validated, or returns ENOTFOUND. With a precondition,
+	// it changes the plant only if the precondition holds for the stored
+	// plant, judged in the transaction that changes it; otherwise it
+	// returns EPRECONDITION and changes nothing.
+	UpdatePlant(ctx context.Context, p Plant, cond Precondition) error
+	// DeletePlant removes the plant with id, or returns ENOTFOUND; with a
+	// precondition, as UpdatePlant. The id can then be created again.
+	DeletePlant(ctx context.Context, id int64, cond Precondition) error
 }
+
+// Precondition is a condition a write puts on the plant it changes (the
+// HTTP transport's If-Match): it holds for the stored plant or not. A nil
+// Precondition always holds.
+type Precondition func(stored Plant) bool
 
 // ListOptions select a page of plants.
 type ListOptions struct {

@@ -98,17 +98,43 @@ func (c *Client) Get(ctx context.Context, id int64) (Plant, error) {
 	return p, err
 }
 
-// Update replaces the name and tag of the plant with p.ID (a nil Tag
-// removes the tag); a missing plant is a 404 *Error.
+// GetETag reads the plant with id and its ETag, which changes whenever
+// the plant does: pass it to UpdateIf or DeleteIf to change the plant only
+// if no one else has since.
+func (c *Client) GetETag(ctx context.Context, id int64) (Plant, string, error) {
+	var p Plant
+	var h http.Header
+	err := c.send(ctx, request{method: http.MethodGet, target: c.url("/plants/"+strconv.FormatInt(id, 10), nil), out: &p, header: &h})
+	return p, h.Get("ETag"), err
+}
+
+// Update replaces the name and tag of the plant with p.ID: the plant
+// becomes exactly p, so a nil Tag removes its tag. A missing plant is a
+// 404 *Error.
 func (c *Client) Update(ctx context.Context, p Plant) (Plant, error) {
-	var got Plant
-	err := c.do(ctx, http.MethodPut, c.url("/plants/"+strconv.FormatInt(p.ID, 10), nil), p, &got, nil)
+	got, _, err := c.UpdateIf(ctx, p, "")
 	return got, err
 }
 
+// UpdateIf is Update only while the plant still has etag (from GetETag or
+// an earlier UpdateIf; "*": while it exists): otherwise nothing changes
+// and the error is a 412 *Error. An empty etag makes it Update. It returns
+// the plant's new ETag.
+func (c *Client) UpdateIf(ctx context.Context, p Plant, etag string) (Plant, string, error) {
+	var got Plant
+	var h http.Header
+	err := c.send(ctx, request{method: http.MethodPut, target: c.url("/plants/"+strconv.FormatInt(p.ID, 10), nil),
+		body: p, out: &got, header: &h, ifMatch: etag})
+	return got, h.Get("ETag"), err
+}
+
 // Delete removes the plant with id; a missing one is a 404 *Error.
-func (c *Client) Delete(ctx context.Context, id int64) error {
-	return c.do(ctx, http.MethodDelete, c.url("/plants/"+strconv.FormatInt(id, 10), nil), nil, nil, nil)
+func (c *Client) Delete(ctx context.Context, id int64) error { return c.DeleteIf(ctx, id, "") }
+
+// DeleteIf is Delete only while the plant still has etag ("*": while it
+// exists); otherwise nothing changes and the error is a 412 *Error.
+func (c *Client) DeleteIf(ctx context.Context, id int64, etag string) error {
+	return c.send(ctx, request{method: http.MethodDelete, target: c.url("/plants/"+strconv.FormatInt(id, 10), nil), ifMatch: etag})
 }
 
 // ListOptions select plants to list. The zero value lists all, 100 a page.
@@ -198,26 +224,42 @@ func (c *Client) url(path string, q url.Values) string {
 	return u.String()
 }
 
+// request is one call to the service.
+type request struct {
+	method, target string
+	body           any          // sent as JSON when not nil
+	out            any          // a 2xx answer's body is decoded into it when not nil
+	header         *http.Header // a 2xx answer's headers, when not nil
+	ifMatch        string       // the If-Match header, when not empty
+}
+
 // do sends one request with body as JSON, decodes a 2xx answer into out
 // (when not nil) and its headers into header (when not nil), and turns
 // any other answer into an *Error.
 func (c *Client) do(ctx context.Context, method, target string, body, out any, header *http.Header) error {
+	return c.send(ctx, request{method: method, target: target, body: body, out: out, header: header})
+}
+
+func (c *Client) send(ctx context.Context, r request) error {
 	var reader io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+	if r.body != nil {
+		b, err := json.Marshal(r.body)
 		if err != nil {
 			return err
 		}
 		reader = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, reader)
+	req, err := http.NewRequestWithContext(ctx, r.method, r.target, reader)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.ifMatch != "" {
+		req.Header.Set("If-Match", r.ifMatch)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -240,12 +282,12 @@ func (c *Client) do(ctx context.Context, method, target string, body, out any, h
 		}
 		return e
 	}
-	if header != nil {
-		*header = resp.Header
+	if r.header != nil {
+		*r.header = resp.Header
 	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("plantstore: %s %s: malformed answer: %w", method, req.URL.Path, err)
+	if r.out != nil {
+		if err := json.Unmarshal(data, r.out); err != nil {
+			return fmt.Errorf("plantstore: %s %s: malformed answer: %w", r.method, req.URL.Path, err)
 		}
 	}
 	return nil

@@ -86,7 +86,9 @@ func (c *Contract) Check(req *http.Request, resp *http.Response, body []byte) er
 }
 
 func (c *Contract) check(group string, req *http.Request, resp *http.Response, body []byte) error {
-	if resp.StatusCode >= 300 {
+	// 304 has no body by definition (RFC 9110 section 15.4.5): the one
+	// exception to the Error body rule.
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotModified {
 		if err := c.checkErrorBody(req, resp, body); err != nil {
 			return err
 		}

@@ -29,10 +29,12 @@ func (panickingStore) GetPlant(context.Context, int64) (plantstore.Plant, error)
 func (panickingStore) ListPlants(context.Context, plantstore.ListOptions) ([]plantstore.Plant, error) {
 	panic("a bug in the store")
 }
-func (panickingStore) UpdatePlant(context.Context, plantstore.Plant) error {
+func (panickingStore) UpdatePlant(context.Context, plantstore.Plant, plantstore.Precondition) error {
 	panic("a bug in the store")
 }
-func (panickingStore) DeletePlant(context.Context, int64) error { panic("a bug in the store") }
+func (panickingStore) DeletePlant(context.Context, int64, plantstore.Precondition) error {
+	panic("a bug in the store")
+}
 
 // everyOperation is one well-formed request per plant operation.
 var everyOperation = []struct{ method, path, body string }{

@@ -148,6 +148,14 @@ var (
 // writeJSON answers with v as JSON. Our values always encode, so an error
 // here can only be the client going away.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeJSONTagged(w, nil, status, v, nil)
+}
+
+// writeJSONTagged answers with v as JSON under the ETag that etag makes of
+// the encoded body (nil: no ETag), or with 304 when r's If-None-Match
+// names it. A tagged answer may be kept by the client and revalidated;
+// any other is not to be stored.
+func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, etag func(body []byte) string) {
 	bp := bodyBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	if a, ok := v.(jsonAppender); ok {
@@ -157,12 +165,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		if err != nil {
 			status = http.StatusInternalServerError
 			out = []byte(`{"error":500,"message":"internal error"}`)
+			etag = nil
 		}
 		b = append(b, out...)
 	}
 	h := w.Header()
+	if etag != nil {
+		tag := etag(b)
+		if r != nil && notModified(r, tag) {
+			answerNotModified(w, tag)
+			putBuffer(bp, b)
+			return
+		}
+		h["Etag"] = []string{tag}
+		h["Cache-Control"] = revalidate
+	} else {
+		h["Cache-Control"] = noStore
+	}
 	h["Content-Type"] = jsonContentType
-	h["Cache-Control"] = noStore
 	if len(b) > chunkingThreshold {
 		// Said up front, a long body goes out as is; net/http would
 		// otherwise send it in chunks, which cost more writes.

@@ -137,10 +137,12 @@ func (s *memStore) ListPlants(_ context.Context, opts plantstore.ListOptions) ([
 	return page, nil
 }
 
-func (s *memStore) UpdatePlant(context.Context, plantstore.Plant) error { return nil }
-func (s *memStore) DeletePlant(context.Context, int64) error            { return nil }
-func (s *memStore) Ping(context.Context) error                          { return nil }
-func (s *memStore) Close() error                                        { return nil }
+func (s *memStore) UpdatePlant(context.Context, plantstore.Plant, plantstore.Precondition) error {
+	return nil
+}
+func (s *memStore) DeletePlant(context.Context, int64, plantstore.Precondition) error { return nil }
+func (s *memStore) Ping(context.Context) error                                        { return nil }
+func (s *memStore) Close() error                                                      { return nil }
 
 // memTokens is an in-memory token store; the webhook methods of
 // plantstore.Store come with it, unused.

@@ -123,7 +123,7 @@ func (rec *recorder) WriteHeader(status int) {
 	}
 	rec.status = status
 	h := rec.Header()
-	if status < 300 || strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+	if status < 300 || status == http.StatusNotModified || strings.HasPrefix(h.Get("Content-Type"), "application/json") {
 		rec.ResponseWriter.WriteHeader(status)
 		return
 	}

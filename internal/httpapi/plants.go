@@ -63,7 +63,7 @@ func (s *Server) handleGetPlant() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, storedPlant(p))
+		writeJSONTagged(w, r, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) })
 	})
 }
 
@@ -92,25 +92,45 @@ func (s *Server) handleUpdatePlant() http.Handler {
 		if err == nil {
 			err = p.Validate()
 		}
+		cond := ifMatch(r)
 		if err == nil {
-			err = s.store.UpdatePlant(r.Context(), p)
+			err = s.store.UpdatePlant(r.Context(), p, cond)
 		}
 		if err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, conditionalError(err, cond, id))
 			return
 		}
-		writeJSON(w, http.StatusOK, storedPlant(p))
+		// The new ETag, so the client can make its next change conditional
+		// without reading the plant again.
+		writeJSONTagged(w, nil, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) })
 	})
+}
+
+// conditionalError is err of a write with precondition cond: 412 when the
+// precondition did not hold, or when the plant is missing and the client
+// asked for a state of it (RFC 9110 section 13.1.1: If-Match is false
+// without a current representation).
+func conditionalError(err error, cond plantstore.Precondition, id int64) error {
+	switch plantstore.ErrorCode(err) {
+	case plantstore.EPRECONDITION:
+		return preconditionFailed(id)
+	case plantstore.ENOTFOUND:
+		if cond != nil {
+			return preconditionFailed(id)
+		}
+	}
+	return err
 }
 
 func (s *Server) handleDeletePlant() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathID(r)
+		cond := ifMatch(r)
 		if err == nil {
-			err = s.store.DeletePlant(r.Context(), id)
+			err = s.store.DeletePlant(r.Context(), id, cond)
 		}
 		if err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, conditionalError(err, cond, id))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -143,7 +163,7 @@ func (s *Server) handleListPlants() http.Handler {
 			}
 			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, next))
 		}
-		writeJSON(w, http.StatusOK, plantPage(plants))
+		writeJSONTagged(w, r, http.StatusOK, plantPage(plants), pageETag)
 	})
 }
 

@@ -48,14 +48,14 @@ func (s *instrumented) ListPlants(ctx context.Context, opts plantstore.ListOptio
 	return s.Store.ListPlants(ctx, opts)
 }
 
-func (s *instrumented) UpdatePlant(ctx context.Context, p plantstore.Plant) (err error) {
+func (s *instrumented) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantstore.Precondition) (err error) {
 	defer s.observe("update_plant", time.Now(), &err)
-	return s.Store.UpdatePlant(ctx, p)
+	return s.Store.UpdatePlant(ctx, p, cond)
 }
 
-func (s *instrumented) DeletePlant(ctx context.Context, id int64) (err error) {
+func (s *instrumented) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) (err error) {
 	defer s.observe("delete_plant", time.Now(), &err)
-	return s.Store.DeletePlant(ctx, id)
+	return s.Store.DeletePlant(ctx, id, cond)
 }
 
 func (s *instrumented) TokenByHash(ctx context.Context, hash plantstore.TokenHash) (t plantstore.Token, err error) {

@@ -603,7 +603,7 @@ func TestBatchedCreatesRaceDeletes(t *testing.T) {
 					return
 				default:
 				}
-				if err := db.DeletePlant(ctx, int64((g+i)%8)); err != nil && plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+				if err := db.DeletePlant(ctx, int64((g+i)%8), nil); err != nil && plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 					t.Errorf("DeletePlant: %v", err)
 				}
 			}

@@ -124,22 +124,60 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 	return plants, nil
 }
 
-func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant) error {
+func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantstore.Precondition) error {
+	op := fmt.Sprintf("update plant %d", p.ID)
+	if cond != nil {
+		return db.storeError(op, db.conditionally(ctx, p.ID, cond, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE plants SET name = $2, tag = $3 WHERE id = $1`, p.ID, p.Name, p.Tag)
+			return err
+		}))
+	}
 	var tag pgconn.CommandTag
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		tag, err = db.pool.Exec(ctx, `UPDATE plants SET name = $2, tag = $3 WHERE id = $1`, p.ID, p.Name, p.Tag)
 		return err
 	})
-	return db.changedOrNotFound(fmt.Sprintf("update plant %d", p.ID), p.ID, tag, err)
+	return db.changedOrNotFound(op, p.ID, tag, err)
 }
 
-func (db *DB) DeletePlant(ctx context.Context, id int64) error {
+func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) error {
+	op := fmt.Sprintf("delete plant %d", id)
+	if cond != nil {
+		return db.storeError(op, db.conditionally(ctx, id, cond, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `DELETE FROM plants WHERE id = $1`, id)
+			return err
+		}))
+	}
 	var tag pgconn.CommandTag
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		tag, err = db.pool.Exec(ctx, `DELETE FROM plants WHERE id = $1`, id)
 		return err
 	})
-	return db.changedOrNotFound(fmt.Sprintf("delete plant %d", id), id, tag, err)
+	return db.changedOrNotFound(op, id, tag, err)
+}
+
+// conditionally runs write in a transaction that first locks the plant
+// with id and checks cond against it: ENOTFOUND without the plant,
+// EPRECONDITION when cond does not hold, and no write either way. The row
+// lock keeps any other writer from coming between the check and the
+// change.
+func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Precondition, write func(pgx.Tx) error) error {
+	return retry(ctx, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+			stored := plantstore.Plant{ID: id}
+			err := tx.QueryRow(ctx, `SELECT name, tag FROM plants WHERE id = $1 FOR UPDATE`, id).Scan(&stored.Name, &stored.Tag)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+			}
+			if err != nil {
+				return err
+			}
+			if !cond(stored) {
+				return plantstore.Errorf(plantstore.EPRECONDITION, "plant %d is not in the state the write was conditioned on", id)
+			}
+			return write(tx)
+		})
+	})
 }
 
 // changedOrNotFound turns a statement's outcome into nil when it changed a

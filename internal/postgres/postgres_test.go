@@ -404,8 +404,10 @@ func TestDeadlineOnBlockedStatement(t *testing.T) {
 			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 2, Name: "Aloe"})
 			return err
 		},
-		"UpdatePlant": func(ctx context.Context) error { return db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "Moss"}) },
-		"DeletePlant": func(ctx context.Context) error { return db.DeletePlant(ctx, 1) },
+		"UpdatePlant": func(ctx context.Context) error {
+			return db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "Moss"}, nil)
+		},
+		"DeletePlant": func(ctx context.Context) error { return db.DeletePlant(ctx, 1, nil) },
 	} {
 		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		start := time.Now()
@@ -467,7 +469,7 @@ func TestInstancesShareTheDatabase(t *testing.T) {
 	if got, err := b.GetPlant(ctx, 1); err != nil || got.Name != "Fern" {
 		t.Fatalf("b reads %v, %v", got, err)
 	}
-	if err := b.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "Moss"}); err != nil {
+	if err := b.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "Moss"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := a.GetPlant(ctx, 1); err != nil || got.Name != "Moss" {

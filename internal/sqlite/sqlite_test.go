@@ -84,14 +84,14 @@ func TestCacheNeverServesAnOverwrittenPlant(t *testing.T) {
 	}
 	for v := 1; v <= 300; v++ {
 		name := fmt.Sprint("v", v)
-		if err := db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: name}); err != nil {
+		if err := db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: name}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := db.GetPlant(ctx, 1); err != nil || got.Name != name {
 			t.Fatalf("after update %d: %v, %v", v, got, err)
 		}
 	}
-	if err := db.DeletePlant(ctx, 1); err != nil {
+	if err := db.DeletePlant(ctx, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.GetPlant(ctx, 1); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {

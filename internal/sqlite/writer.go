@@ -51,7 +51,10 @@ const (
 type writeRequest struct {
 	kind  writeKind
 	plant plantstore.Plant // the plant to create or update; for a delete, its ID
-	done  chan writeResult // buffered: the writer never blocks on it
+	// cond, when set, must hold for the stored plant for an update or a
+	// delete to happen; it is judged in the batch's transaction.
+	cond plantstore.Precondition
+	done chan writeResult // buffered: the writer never blocks on it
 }
 
 type writeResult struct {
@@ -68,17 +71,17 @@ var writeRequests = sync.Pool{New: func() any { return &writeRequest{done: make(
 // When ctx ends first, it answers EUNAVAILABLE at once, and the write may
 // still commit: a retried create is an idempotent replay, a retried update
 // writes the same content again, a retried delete answers 404.
-func (db *DB) submit(ctx context.Context, kind writeKind, p plantstore.Plant, op string) writeResult {
+func (db *DB) submit(ctx context.Context, w writeRequest, op string) writeResult {
 	if !db.groupCommit {
 		var r writeResult
-		db.commit([]*writeRequest{{kind: kind, plant: p}}, func(_ int, res writeResult) { r = res })
+		db.commit([]*writeRequest{&w}, func(_ int, res writeResult) { r = res })
 		return r
 	}
 	if err := ctx.Err(); err != nil {
 		return writeResult{err: storeError(op, err)}
 	}
 	req := writeRequests.Get().(*writeRequest)
-	req.kind, req.plant = kind, p
+	req.kind, req.plant, req.cond = w.kind, w.plant, w.cond
 	db.closeMu.RLock()
 	if db.closed {
 		db.closeMu.RUnlock()
@@ -93,7 +96,7 @@ func (db *DB) submit(ctx context.Context, kind writeKind, p plantstore.Plant, op
 	db.closeMu.RUnlock()
 	select {
 	case r := <-req.done:
-		req.plant = plantstore.Plant{}
+		req.plant, req.cond = plantstore.Plant{}, nil
 		writeRequests.Put(req)
 		return r
 	case <-ctx.Done():
@@ -271,14 +274,30 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (results []writeResult
 		start += len(chunk)
 	}
 	for i, req := range batch {
-		var n int64
-		switch req.kind {
-		case writeUpdate:
-			n, err = c.exec(`UPDATE plants SET name = ?, tag = ? WHERE id = ?`, req.plant.Name, req.plant.Tag, req.plant.ID)
-		case writeDelete:
-			n, err = c.exec(`DELETE FROM plants WHERE id = ?`, req.plant.ID)
-		default:
+		if req.kind == writeCreate {
 			continue
+		}
+		if req.cond != nil {
+			// Judged here, in the transaction that writes: nothing can come
+			// between the check and the change.
+			stored, err := readPlant(c, req.plant.ID)
+			if plantstore.ErrorCode(err) == plantstore.ENOTFOUND {
+				results[i].err = err
+				continue
+			}
+			if err != nil {
+				return nil, forget, false, err
+			}
+			if !req.cond(stored) {
+				results[i].err = plantstore.Errorf(plantstore.EPRECONDITION, "plant %d is not in the state the write was conditioned on", req.plant.ID)
+				continue
+			}
+		}
+		var n int64
+		if req.kind == writeUpdate {
+			n, err = c.exec(`UPDATE plants SET name = ?, tag = ? WHERE id = ?`, req.plant.Name, req.plant.Tag, req.plant.ID)
+		} else {
+			n, err = c.exec(`DELETE FROM plants WHERE id = ?`, req.plant.ID)
 		}
 		if err != nil {
 			return nil, forget, false, err

@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("ListEdges", func(t *testing.T) { testListEdges(t, open(t)) })
 	t.Run("Update", func(t *testing.T) { testUpdate(t, open(t)) })
 	t.Run("Delete", func(t *testing.T) { testDelete(t, open(t)) })
+	t.Run("Preconditions", func(t *testing.T) { testPreconditions(t, open(t)) })
 	t.Run("Tokens", func(t *testing.T) { testTokens(t, open(t)) })
 	t.Run("TokenRevocation", func(t *testing.T) { testTokenRevocation(t, open(t)) })
 	t.Run("TokenUse", func(t *testing.T) { testTokenUse(t, open(t)) })
@@ -434,16 +435,16 @@ func testUpdate(t *testing.T, s plantstore.Store) {
 	ctx := context.Background()
 	seed(t, s, 3)
 	want := plantstore.Plant{ID: 3, Name: "renamed"}
-	if err := s.UpdatePlant(ctx, want); err != nil {
+	if err := s.UpdatePlant(ctx, want, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustGet(t, s, 3); !got.SameContent(want) {
 		t.Errorf("after update: %v, want %v (the tag is replaced too)", got, want)
 	}
-	if err := s.UpdatePlant(ctx, want); err != nil {
+	if err := s.UpdatePlant(ctx, want, nil); err != nil {
 		t.Errorf("an update to the same content: %v", err)
 	}
-	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 4, Name: "x"}); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 4, Name: "x"}, nil); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 		t.Errorf("update of a missing plant: %v, want %s", err, plantstore.ENOTFOUND)
 	}
 	if _, err := s.GetPlant(ctx, 4); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
@@ -454,17 +455,57 @@ func testUpdate(t *testing.T, s plantstore.Store) {
 func testDelete(t *testing.T, s plantstore.Store) {
 	ctx := context.Background()
 	seed(t, s, 3)
-	if err := s.DeletePlant(ctx, 3); err != nil {
+	if err := s.DeletePlant(ctx, 3, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetPlant(ctx, 3); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 		t.Errorf("deleted plant still found: %v", err)
 	}
-	if err := s.DeletePlant(ctx, 3); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+	if err := s.DeletePlant(ctx, 3, nil); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 		t.Errorf("second delete: %v, want %s", err, plantstore.ENOTFOUND)
 	}
 	again := plantstore.Plant{ID: 3, Name: "reborn"}
 	if created, err := s.CreatePlant(ctx, again); err != nil || !created {
 		t.Errorf("create after delete: %v, %v", created, err)
+	}
+}
+
+// testPreconditions: a conditional update or delete sees the stored plant,
+// and changes nothing when its precondition does not hold.
+func testPreconditions(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	seed(t, s, 5)
+	stored := mustGet(t, s, 5)
+	var seen plantstore.Plant
+	holds := func(p plantstore.Plant) bool { seen = p; return true }
+	fails := func(plantstore.Plant) bool { return false }
+
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 5, Name: "refused"}, fails); plantstore.ErrorCode(err) != plantstore.EPRECONDITION {
+		t.Errorf("an update whose precondition fails: %v, want %s", err, plantstore.EPRECONDITION)
+	}
+	if err := s.DeletePlant(ctx, 5, fails); plantstore.ErrorCode(err) != plantstore.EPRECONDITION {
+		t.Errorf("a delete whose precondition fails: %v, want %s", err, plantstore.EPRECONDITION)
+	}
+	if got := mustGet(t, s, 5); !got.SameContent(stored) {
+		t.Errorf("refused writes changed the plant: %v, want %v", got, stored)
+	}
+	want := plantstore.Plant{ID: 5, Name: "conditionally renamed"}
+	if err := s.UpdatePlant(ctx, want, holds); err != nil {
+		t.Fatalf("an update whose precondition holds: %v", err)
+	}
+	if !seen.SameContent(stored) {
+		t.Errorf("the precondition saw %v, want the stored %v", seen, stored)
+	}
+	if got := mustGet(t, s, 5); !got.SameContent(want) {
+		t.Errorf("after the conditional update: %v, want %v", got, want)
+	}
+	if err := s.DeletePlant(ctx, 5, holds); err != nil {
+		t.Fatalf("a delete whose precondition holds: %v", err)
+	}
+	if err := s.UpdatePlant(ctx, want, holds); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("a conditional update of a missing plant: %v, want %s", err, plantstore.ENOTFOUND)
+	}
+	if err := s.DeletePlant(ctx, 5, holds); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("a conditional delete of a missing plant: %v, want %s", err, plantstore.ENOTFOUND)
 	}
 }

@@ -111,10 +111,10 @@ func testOutboxFollowsCreates(t *testing.T, s plantstore.Store) {
 		t.Fatalf("conflicting create: %v", err)
 	}
 	// Neither is an update or a delete.
-	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 3, Name: "moss, renamed"}); err != nil {
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 3, Name: "moss, renamed"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeletePlant(ctx, 1); err != nil {
+	if err := s.DeletePlant(ctx, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 

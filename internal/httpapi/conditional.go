@@ -1,0 +1,139 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"net/http"
+	"strings"
+
+	"github.com/plantstore/plantstore"
+)
+
+// Conditional requests (RFC 9110 section 13). A plant's ETag is strong
+// and made from its content, a hash of its id, name and tag: it changes
+// whenever the plant does, is the same on every instance and engine, and
+// needs nothing stored beside the plant. A page's ETag is weak, a hash of
+// the page's body.
+//
+// GET answers 304 when If-None-Match names the current ETag. PUT and
+// DELETE with If-Match change the plant only if it still has one of the
+// named ETags ("*": if it exists), judged in the transaction that writes;
+// otherwise 412 and nothing changes.
+
+// plantETag is the strong ETag of p's representation.
+func plantETag(p plantstore.Plant) string {
+	h := sha256.New()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(p.ID))
+	h.Write(b[:])
+	writeField(h, p.Name)
+	if p.Tag != nil {
+		h.Write([]byte{1})
+		writeField(h, *p.Tag)
+	} else {
+		h.Write([]byte{0})
+	}
+	return quoteTag(h.Sum(nil))
+}
+
+// writeField writes s length first, so no two plants hash the same input.
+func writeField(h interface{ Write([]byte) (int, error) }, s string) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(len(s)))
+	h.Write(b[:])
+	h.Write([]byte(s))
+}
+
+// pageETag is the weak ETag of a page's body.
+func pageETag(body []byte) string {
+	sum := sha256.Sum256(body)
+	return "W/" + quoteTag(sum[:])
+}
+
+// quoteTag makes an opaque tag of a hash: 128 bits, base64url.
+func quoteTag(sum []byte) string {
+	return `"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`
+}
+
+// etagList reads the entity-tags of an If-Match or If-None-Match header
+// (a comma-separated list, or "*"); present is whether the header was
+// sent at all.
+func etagList(h http.Header, name string) (tags []string, any, present bool) {
+	values := h.Values(name)
+	if len(values) == 0 {
+		return nil, false, false
+	}
+	for _, v := range values {
+		for tag := range strings.SplitSeq(v, ",") {
+			tag = strings.TrimSpace(tag)
+			switch {
+			case tag == "*":
+				any = true
+			case tag != "":
+				tags = append(tags, tag)
+			}
+		}
+	}
+	return tags, any, true
+}
+
+// strongMatch is If-Match's comparison: equal tags, neither weak.
+func strongMatch(tags []string, current string) bool {
+	for _, t := range tags {
+		if !strings.HasPrefix(t, "W/") && t == current {
+			return true
+		}
+	}
+	return false
+}
+
+// weakMatch is If-None-Match's comparison: equal opaque tags, weak or not.
+func weakMatch(tags []string, current string) bool {
+	current = strings.TrimPrefix(current, "W/")
+	for _, t := range tags {
+		if strings.TrimPrefix(t, "W/") == current {
+			return true
+		}
+	}
+	return false
+}
+
+// ifMatch is the write's precondition from If-Match, nil when the header
+// is absent.
+func ifMatch(r *http.Request) plantstore.Precondition {
+	tags, any, present := etagList(r.Header, "If-Match")
+	if !present {
+		return nil
+	}
+	return func(stored plantstore.Plant) bool {
+		return any || strongMatch(tags, plantETag(stored))
+	}
+}
+
+// notModified reports whether If-None-Match names current, so a GET
+// answers 304.
+func notModified(r *http.Request, current string) bool {
+	tags, any, present := etagList(r.Header, "If-None-Match")
+	return present && (any || weakMatch(tags, current))
+}
+
+// preconditionFailed is the answer to a write whose If-Match does not
+// hold: the plant has changed since the client read it, or is gone.
+func preconditionFailed(id int64) error {
+	return errorStatus(http.StatusPreconditionFailed,
+		"plant %d does not match If-Match: it has changed or is gone since you read it; GET it for its current ETag", id)
+}
+
+// answerNotModified answers 304 with the ETag and no body.
+func answerNotModified(w http.ResponseWriter, etag string) {
+	h := w.Header()
+	h["Etag"] = []string{etag}
+	h["Cache-Control"] = revalidate
+	w.WriteHeader(http.StatusNotModified)
+}
+
+// revalidate lets a client keep what it read and ask again with its ETag
+// each time; shared caches do not store answers to requests with a
+// token anyway.
+var revalidate = []string{"private, no-cache"}

@@ -1,0 +1,199 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/plantstore/plantstore/client"
+)
+
+var strongETag = regexp.MustCompile(`^"[A-Za-z0-9_-]{22}"$`)
+
+// A plant's ETag is strong, the same for the same content, and changes
+// with it; If-None-Match gives 304 without a body.
+func TestPlantETagAndIfNoneMatch(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":1,"name":"Fern","tag":"shade"}`)
+		resp, body := e.send("GET", "/plants/1", "", nil)
+		etag := resp.Header.Get("ETag")
+		if resp.StatusCode != 200 || !strongETag.MatchString(etag) {
+			t.Fatalf("GET: %d, ETag %q; %s", resp.StatusCode, etag, body)
+		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "private, no-cache" {
+			t.Errorf("Cache-Control %q on a tagged answer", cc)
+		}
+		if again, _ := e.send("GET", "/plants/1", "", nil); again.Header.Get("ETag") != etag {
+			t.Errorf("the same plant read twice: ETag %q then %q", etag, again.Header.Get("ETag"))
+		}
+		head, headBody := e.send("HEAD", "/plants/1", "", nil)
+		if head.StatusCode != 200 || head.Header.Get("ETag") != etag || len(headBody) != 0 {
+			t.Errorf("HEAD: %d, ETag %q, body %q", head.StatusCode, head.Header.Get("ETag"), headBody)
+		}
+		for _, inm := range []string{etag, "*", "W/" + etag, `"other", ` + etag} {
+			resp, body := e.send("GET", "/plants/1", "", map[string]string{"If-None-Match": inm})
+			if resp.StatusCode != http.StatusNotModified || len(body) != 0 || resp.Header.Get("ETag") != etag {
+				t.Errorf("If-None-Match %s: %d, ETag %q, body %q; want 304 with the ETag and no body", inm, resp.StatusCode, resp.Header.Get("ETag"), body)
+			}
+		}
+		if resp, _ := e.send("GET", "/plants/1", "", map[string]string{"If-None-Match": `"stale"`}); resp.StatusCode != 200 {
+			t.Errorf("If-None-Match with another tag: %d, want 200", resp.StatusCode)
+		}
+		e.send("PUT", "/plants/1", `{"name":"Fern","tag":"sun"}`, nil)
+		if resp, _ := e.send("GET", "/plants/1", "", nil); resp.Header.Get("ETag") == etag {
+			t.Error("the ETag did not change with the plant")
+		}
+		if resp, _ := e.send("GET", "/plants/1", "", map[string]string{"If-None-Match": etag}); resp.StatusCode != 200 {
+			t.Errorf("If-None-Match with the ETag before a change: %d, want 200", resp.StatusCode)
+		}
+	})
+}
+
+// PUT and DELETE with If-Match change the plant only while it still has
+// that ETag: a stale one gets 412 and changes nothing.
+func TestIfMatchOnWrites(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":2,"name":"Aloe"}`)
+		read, _ := e.send("GET", "/plants/2", "", nil)
+		etag := read.Header.Get("ETag")
+
+		resp, body := e.send("PUT", "/plants/2", `{"name":"Aloe vera"}`, map[string]string{"If-Match": etag})
+		newTag := resp.Header.Get("ETag")
+		if resp.StatusCode != 200 || !strongETag.MatchString(newTag) || newTag == etag {
+			t.Fatalf("PUT with the current ETag: %d, ETag %q; %s", resp.StatusCode, newTag, body)
+		}
+		if now, _ := e.send("GET", "/plants/2", "", nil); now.Header.Get("ETag") != newTag {
+			t.Errorf("PUT answered ETag %q, GET then %q", newTag, now.Header.Get("ETag"))
+		}
+		// The first reader's tag is stale now.
+		resp, body = e.send("PUT", "/plants/2", `{"name":"lost update"}`, map[string]string{"If-Match": etag})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-Match")
+		resp, body = e.send("DELETE", "/plants/2", "", map[string]string{"If-Match": etag})
+		wantError(t, resp, body, http.StatusPreconditionFailed)
+		resp, body = e.send("PUT", "/plants/2", `{"name":"weak"}`, map[string]string{"If-Match": "W/" + newTag})
+		wantError(t, resp, body, http.StatusPreconditionFailed) // If-Match compares strongly
+		if p, _ := e.stored(2); p.Name != "Aloe vera" {
+			t.Errorf("refused writes changed the plant: %v", p)
+		}
+		if resp, body := e.send("PUT", "/plants/2", `{"name":"Aloe"}`, map[string]string{"If-Match": `"x", ` + newTag}); resp.StatusCode != 200 {
+			t.Errorf("If-Match with the current tag among others: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := e.send("PUT", "/plants/2", `{"name":"Aloe"}`, map[string]string{"If-Match": "*"}); resp.StatusCode != 200 {
+			t.Errorf("If-Match: * on a plant that exists: %d %s", resp.StatusCode, body)
+		}
+		read, _ = e.send("GET", "/plants/2", "", nil)
+		if resp, body := e.send("DELETE", "/plants/2", "", map[string]string{"If-Match": read.Header.Get("ETag")}); resp.StatusCode != 204 {
+			t.Fatalf("DELETE with the current ETag: %d %s", resp.StatusCode, body)
+		}
+		// Gone: If-Match cannot hold, even "*"; without it, 404 as ever.
+		for _, im := range []string{"*", read.Header.Get("ETag")} {
+			resp, body := e.send("PUT", "/plants/2", `{"name":"Aloe"}`, map[string]string{"If-Match": im})
+			wantError(t, resp, body, http.StatusPreconditionFailed)
+			resp, body = e.send("DELETE", "/plants/2", "", map[string]string{"If-Match": im})
+			wantError(t, resp, body, http.StatusPreconditionFailed)
+		}
+		resp, body = e.send("PUT", "/plants/2", `{"name":"Aloe"}`, nil)
+		wantError(t, resp, body, http.StatusNotFound)
+	})
+}
+
+// Clients that read a plant and write it back with If-Match cannot
+// overwrite each other: of many writers holding the same ETag, exactly
+// one succeeds.
+func TestIfMatchPreventsLostUpdates(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":3,"name":"Basil"}`)
+		read, _ := e.send("GET", "/plants/3", "", nil)
+		etag := read.Header.Get("ETag")
+		const writers = 16
+		statuses := make([]int, writers)
+		var wg sync.WaitGroup
+		for i := range writers {
+			wg.Go(func() {
+				req, _ := http.NewRequest("PUT", e.url+"/plants/3", strings.NewReader(fmt.Sprintf(`{"name":"writer %d"}`, i)))
+				req.Header.Set("Authorization", "Bearer "+e.writeToken)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("If-Match", etag)
+				resp, err := e.client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				statuses[i] = resp.StatusCode
+			})
+		}
+		wg.Wait()
+		won := 0
+		for i, s := range statuses {
+			switch s {
+			case 200:
+				won++
+				if p, _ := e.stored(3); p.Name != fmt.Sprintf("writer %d", i) {
+					t.Errorf("writer %d got 200, the plant is %v", i, p)
+				}
+			case http.StatusPreconditionFailed:
+			default:
+				t.Errorf("writer %d: %d", i, s)
+			}
+		}
+		if won != 1 {
+			t.Errorf("%d writers with the same ETag succeeded, want exactly 1 (statuses %v)", won, statuses)
+		}
+	})
+}
+
+// A page carries a weak ETag of its content; If-None-Match gives 304 until
+// the page changes.
+func TestPageETag(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":1,"name":"a"}`)
+		resp, _ := e.send("GET", "/plants?limit=10", "", nil)
+		etag := resp.Header.Get("ETag")
+		if !strings.HasPrefix(etag, `W/"`) {
+			t.Fatalf("a page's ETag %q, want a weak one", etag)
+		}
+		if resp, body := e.send("GET", "/plants?limit=10", "", map[string]string{"If-None-Match": etag}); resp.StatusCode != http.StatusNotModified || len(body) != 0 {
+			t.Errorf("If-None-Match on an unchanged page: %d %q", resp.StatusCode, body)
+		}
+		e.create(`{"id":2,"name":"b"}`)
+		if resp, _ := e.send("GET", "/plants?limit=10", "", map[string]string{"If-None-Match": etag}); resp.StatusCode != 200 || resp.Header.Get("ETag") == etag {
+			t.Errorf("If-None-Match after the page changed: %d, ETag %q", resp.StatusCode, resp.Header.Get("ETag"))
+		}
+	})
+}
+
+// The public client's conditional calls: GetETag, UpdateIf, DeleteIf.
+func TestClientConditionalCalls(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		ctx := t.Context()
+		if _, err := e.api.Create(ctx, client.Plant{ID: 4, Name: "Mint"}); err != nil {
+			t.Fatal(err)
+		}
+		p, etag, err := e.api.GetETag(ctx, 4)
+		if err != nil || p.Name != "Mint" || !strongETag.MatchString(etag) {
+			t.Fatalf("GetETag: %v %q %v", p, etag, err)
+		}
+		updated, newTag, err := e.api.UpdateIf(ctx, client.Plant{ID: 4, Name: "Mint", Tag: client.Tag("herb")}, etag)
+		if err != nil || *updated.Tag != "herb" || newTag == etag || !strongETag.MatchString(newTag) {
+			t.Fatalf("UpdateIf with the current ETag: %v %q %v", updated, newTag, err)
+		}
+		if _, _, err := e.api.UpdateIf(ctx, client.Plant{ID: 4, Name: "stale"}, etag); client.StatusCode(err) != http.StatusPreconditionFailed {
+			t.Errorf("UpdateIf with a stale ETag: %v, want a 412 *Error", err)
+		}
+		if err := e.api.DeleteIf(ctx, 4, etag); client.StatusCode(err) != http.StatusPreconditionFailed {
+			t.Errorf("DeleteIf with a stale ETag: %v, want 412", err)
+		}
+		if err := e.api.DeleteIf(ctx, 4, newTag); err != nil {
+			t.Errorf("DeleteIf with the current ETag: %v", err)
+		}
+	})
+}

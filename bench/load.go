@@ -19,6 +19,16 @@ type scenario struct {
 	name    string
 	creates bool // whether it sends POSTs, whose group commits are worth reporting
 	next    func(n int64, r *rand.Rand) (method, path string, body []byte)
+	// header is sent with every request, as "Name: value\r\n" lines.
+	header string
+}
+
+// withHeader gives c the scenario's extra header lines.
+func (s scenario) withHeader(c requester) requester {
+	if lc, ok := c.(*leanConn); ok && s.header != "" {
+		lc.header = append(lc.header, s.header...)
+	}
+	return c
 }
 
 // result is what one run of a scenario measured.
@@ -154,7 +164,7 @@ func closedLoopWith(dial func(target, time.Time) requester, t target, s scenario
 	for w := range conns {
 		wg.Go(func() {
 			t := t.forWorker(w)
-			c := dial(t, stopAt.Add(30*time.Second))
+			c := s.withHeader(dial(t, stopAt.Add(30*time.Second)))
 			defer c.close()
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for time.Now().Before(stopAt) {
@@ -207,7 +217,7 @@ func openLoop(t target, s scenario, conns, rate int, warmup, d time.Duration, co
 	for w := range conns {
 		wg.Go(func() {
 			t := t.forWorker(w)
-			c := newLeanConn(t, end.Add(30*time.Second))
+			c := s.withHeader(newLeanConn(t, end.Add(30*time.Second)))
 			defer c.close()
 			r := rand.New(rand.NewPCG(uint64(w), 11))
 			for at := range due {
@@ -273,10 +283,15 @@ func scenarios(seeded int64, idBase int64) map[string]scenario {
 		return "/plants?limit=100&after=" + strconv.FormatInt(r.Int64N(max(1, seeded-100+1)), 10)
 	}
 	return map[string]scenario{
-		"create": {"create", true, func(n int64, _ *rand.Rand) (string, string, []byte) { return "POST", "/plants", create(n) }},
-		"get":    {"get", false, func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", get(r), nil }},
-		"list":   {"list", false, func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", list(r), nil }},
-		"mixed": {"mixed", true, func(n int64, r *rand.Rand) (string, string, []byte) {
+		"create": {name: "create", creates: true, next: func(n int64, _ *rand.Rand) (string, string, []byte) { return "POST", "/plants", create(n) }},
+		"get":    {name: "get", next: func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", get(r), nil }},
+		"list":   {name: "list", next: func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", list(r), nil }},
+		// The same pages, asked gzipped, as browsers and most HTTP
+		// libraries ask: what compression costs (not in the default run;
+		// the baseline does not compress).
+		"list-gzip": {name: "list-gzip", next: func(_ int64, r *rand.Rand) (string, string, []byte) { return "GET", list(r), nil },
+			header: "Accept-Encoding: gzip\r\n"},
+		"mixed": {name: "mixed", creates: true, next: func(n int64, r *rand.Rand) (string, string, []byte) {
 			if r.IntN(10) < 2 {
 				return "POST", "/plants", create(n)
 			}

@@ -61,17 +61,17 @@ shown beside it.`, env.getenv, stdout, stderr)
 
 // serveFlags are serve's flags, as parsed.
 type serveFlags struct {
-	addr                            *string
-	db                              dbFlags
-	maxBody, maxHeader              *int64
-	readHeaderTimeout, readTimeout  *time.Duration
-	writeTimeout, idleTimeout       *time.Duration
-	requestTimeout, shutdownTimeout *time.Duration
-	tlsCert, tlsKey, publicURL      *string
-	limits                          limitFlags
-	metricsAddr, pprofAddr          *string
-	hooks                           webhookFlags
-	logFormat, logLevel             *string
+	addr                                    *string
+	db                                      dbFlags
+	maxBody, maxHeader                      *int64
+	readHeaderTimeout, readTimeout          *time.Duration
+	writeTimeout, idleTimeout               *time.Duration
+	requestTimeout, shutdownTimeout         *time.Duration
+	tlsCert, tlsKey, publicURL, corsOrigins *string
+	limits                                  limitFlags
+	metricsAddr, pprofAddr                  *string
+	hooks                                   webhookFlags
+	logFormat, logLevel                     *string
 }
 
 func addServeFlags(fs *flagSet) serveFlags {
@@ -88,6 +88,7 @@ func addServeFlags(fs *flagSet) serveFlags {
 		tlsCert:           fs.String("tls-cert", "", "`FILE` with the TLS certificate chain (PEM): serve HTTPS, TLS 1.2 at least; needs --tls-key"),
 		tlsKey:            fs.String("tls-key", "", "`FILE` with the TLS private key (PEM)"),
 		publicURL:         fs.String("public-url", "", "`URL` clients reach the API at, behind a proxy or under a path prefix: makes Link headers absolute and names it in the served document's servers"),
+		corsOrigins:       fs.String("cors-origins", "", "comma-separated `ORIGINS` (scheme://host[:port]) whose web pages may call the API, or * for any; off when empty. Tokens are never cookies, so no origin gets credentials"),
 		shutdownTimeout:   fs.Duration("shutdown-timeout", app.DefaultShutdownTimeout, "time in-flight requests get to finish after SIGTERM or SIGINT"),
 		limits:            addLimitFlags(fs),
 		metricsAddr:       fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty"),
@@ -128,8 +129,11 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 	if err := f.limits.apply(&cfg.API); err != nil {
 		return cfg, err
 	}
+	var err error
+	if cfg.API.CORSOrigins, err = httpapi.ParseCORSOrigins(*f.corsOrigins); err != nil {
+		return cfg, usageError("--cors-origins: " + err.Error())
+	}
 	if *f.publicURL != "" {
-		var err error
 		if cfg.API.PublicURL, err = httpapi.ParsePublicURL(*f.publicURL); err != nil {
 			return cfg, usageError("--public-url: " + err.Error())
 		}
@@ -138,12 +142,10 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 	case (*f.tlsCert == "") != (*f.tlsKey == ""):
 		return cfg, usageError("--tls-cert and --tls-key go together")
 	case *f.tlsCert != "":
-		var err error
 		if cfg.TLS, err = httpapi.TLSConfig(*f.tlsCert, *f.tlsKey); err != nil {
 			return cfg, usageError(err.Error())
 		}
 	}
-	var err error
 	cfg.Webhooks, err = f.hooks.config()
 	return cfg, err
 }

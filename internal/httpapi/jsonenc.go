@@ -141,6 +141,7 @@ const chunkingThreshold = 2048
 // in place (their length is their capacity), so sharing them is safe.
 var (
 	jsonContentType = []string{"application/json"}
+	gzipCoding      = []string{"gzip"}
 	noStore         = []string{"no-store"}
 	nosniff         = []string{"nosniff"}
 )
@@ -148,14 +149,15 @@ var (
 // writeJSON answers with v as JSON. Our values always encode, so an error
 // here can only be the client going away.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	writeJSONTagged(w, nil, status, v, nil)
+	writeJSONTagged(w, nil, status, v, nil, false)
 }
 
 // writeJSONTagged answers with v as JSON under the ETag that etag makes of
 // the encoded body (nil: no ETag), or with 304 when r's If-None-Match
 // names it. A tagged answer may be kept by the client and revalidated;
-// any other is not to be stored.
-func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, etag func(body []byte) string) {
+// any other is not to be stored. A compressible answer goes gzipped to a
+// client that takes gzip, when it is long enough to gain (compress.go).
+func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, etag func(body []byte) string, compressible bool) {
 	bp := bodyBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	if a, ok := v.(jsonAppender); ok {
@@ -170,6 +172,9 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 		b = append(b, out...)
 	}
 	h := w.Header()
+	if compressible {
+		h.Add("Vary", "Accept-Encoding") // on a 304 too: it stands for the answer
+	}
 	if etag != nil {
 		tag := etag(b)
 		if r != nil && notModified(r, tag) {
@@ -183,7 +188,16 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 		h["Cache-Control"] = noStore
 	}
 	h["Content-Type"] = jsonContentType
-	if len(b) > chunkingThreshold {
+	if compressible {
+		if len(b) > compressAbove && acceptsGzip(r) {
+			zp := bodyBuffers.Get().(*[]byte)
+			z := gzipTo((*zp)[:0], b)
+			putBuffer(bp, b)
+			bp, b = zp, z
+			h["Content-Encoding"] = gzipCoding
+		}
+	}
+	if len(b) > chunkingThreshold || compressible {
 		// Said up front, a long body goes out as is; net/http would
 		// otherwise send it in chunks, which cost more writes.
 		h["Content-Length"] = []string{strconv.Itoa(len(b))}

@@ -268,6 +268,16 @@ func BenchmarkLayer(b *testing.B) {
 			buf = page.appendJSON(buf[:0])
 		}
 	})
+	b.Run("gzip-page", func(b *testing.B) { // what compressing a page adds
+		body := page.appendJSON(nil)
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = gzipTo(buf[:0], body)
+		}
+		b.ReportMetric(float64(len(body)), "plain-bytes")
+		b.ReportMetric(float64(len(buf)), "gzip-bytes")
+	})
 	b.Run("encode-page-marshal", func(b *testing.B) { // what the hand encoder replaced
 		bodies := marshalForm(page)
 		b.ReportAllocs()

@@ -60,7 +60,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		rec := &recorder{ResponseWriter: w, r: r}
 		ctx := context.WithValue(s.deadlines.context(start), requestInfoKey{}, info)
 		r = r.WithContext(ctx)
-		next.ServeHTTP(rec, r)
+		if !s.cors(rec, r) {
+			next.ServeHTTP(rec, r)
+		}
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}

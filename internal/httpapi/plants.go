@@ -63,7 +63,7 @@ func (s *Server) handleGetPlant() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSONTagged(w, r, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) })
+		writeJSONTagged(w, r, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) }, false)
 	})
 }
 
@@ -102,7 +102,7 @@ func (s *Server) handleUpdatePlant() http.Handler {
 		}
 		// The new ETag, so the client can make its next change conditional
 		// without reading the plant again.
-		writeJSONTagged(w, nil, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) })
+		writeJSONTagged(w, nil, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) }, false)
 	})
 }
 
@@ -158,12 +158,12 @@ func (s *Server) handleListPlants() http.Handler {
 		if len(plants) > want {
 			plants = plants[:want]
 			next := nextPage(plants[want-1].ID, want, opts.Tag)
-			if s.cfg.PublicURL != "" {
-				next = s.cfg.PublicURL + "/plants" + next
+			if base := s.baseURL(r); base != "" {
+				next = base + "/plants" + next
 			}
 			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, next))
 		}
-		writeJSONTagged(w, r, http.StatusOK, plantPage(plants), pageETag)
+		writeJSONTagged(w, r, http.StatusOK, plantPage(plants), pageETag, true)
 	})
 }
 
@@ -204,12 +204,11 @@ func listOptions(rawQuery string) (plantstore.ListOptions, error) {
 	return opts, nil
 }
 
-// nextPage is the URL of the page after lastID as a reference holding only
-// a query ("?after=..."). The client resolves it against the URL it asked
-// (RFC 8288, RFC 3986 section 5.2), so it keeps the scheme, host and path
-// the client used, a proxy's path prefix included. An absolute URL built
-// from Host would say http behind a TLS-terminating proxy, and send the
-// token in clear, and would be unusable without a Host.
+// nextPage is the query of the page after lastID ("?after=...&limit=..."),
+// which the caller makes absolute (see baseURL): most clients follow a
+// link without resolving it against the URL they asked, though RFC 8288
+// says they should, so a relative one would break them. Only a request
+// without a usable Host gets it relative.
 func nextPage(lastID int64, limit int, tag *string) string {
 	q := url.Values{"after": {strconv.FormatInt(lastID, 10)}, "limit": {strconv.Itoa(limit)}}
 	if tag != nil {

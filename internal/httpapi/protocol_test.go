@@ -2,10 +2,13 @@ package httpapi_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,13 +67,31 @@ func TestBodiesCannotForgeProtocolErrors(t *testing.T) {
 func TestOpenAPIServed(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{})
+		// The documents name where they were fetched from as their server,
+		// and are the embedded ones otherwise.
 		resp, body := e.do("GET", "/openapi.json", nil, nil)
-		if resp.Header.Get("Content-Type") != "application/json" || !bytes.Equal(body, api.JSON) {
-			t.Errorf("/openapi.json: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+		var doc map[string]any
+		if resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &doc) != nil {
+			t.Fatalf("/openapi.json: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+		}
+		if servers, _ := doc["servers"].([]any); len(servers) != 1 || servers[0].(map[string]any)["url"] != e.url {
+			t.Errorf("/openapi.json's servers %v, want %s", doc["servers"], e.url)
+		}
+		var embedded map[string]any
+		json.Unmarshal(api.JSON, &embedded)
+		delete(doc, "servers")
+		delete(embedded, "servers")
+		if !reflect.DeepEqual(doc, embedded) {
+			t.Error("/openapi.json differs from the embedded document beyond its servers")
 		}
 		resp, body = e.do("GET", "/openapi.yaml", nil, nil)
-		if resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Equal(body, api.YAML) {
-			t.Errorf("/openapi.yaml: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+		if resp.Header.Get("Content-Type") != "application/yaml" || !bytes.Contains(body, []byte("servers:\n  - url: \""+e.url+"\"")) {
+			t.Errorf("/openapi.yaml: %q, %d bytes, servers not %s", resp.Header.Get("Content-Type"), len(body), e.url)
+		}
+		// Gzipped to a client that takes it.
+		resp, gz := e.do("GET", "/openapi.json", map[string]string{"Accept-Encoding": "gzip"}, nil)
+		if resp.Header.Get("Content-Encoding") != "gzip" || !slices.Contains(resp.Header.Values("Vary"), "Accept-Encoding") || len(gz) >= len(body)/2 {
+			t.Errorf("/openapi.json to a gzip client: Content-Encoding %q, Vary %q, %d bytes", resp.Header.Get("Content-Encoding"), resp.Header.Values("Vary"), len(gz))
 		}
 		// The reference page, and the script it loads, are served without a
 		// token; the page is read by a browser in cmd/plantstore's tests.

@@ -14,7 +14,9 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,6 +79,10 @@ type Config struct {
 	// TLS says the service is served over TLS by itself: every answer then
 	// carries Strict-Transport-Security.
 	TLS bool
+	// CORSOrigins are the origins whose web pages may call the API (see
+	// cors.go): "*" alone for any, or exact origins; none when empty.
+	// Checked by ParseCORSOrigins.
+	CORSOrigins []string
 	// PublicURL is the base URL clients reach the API at, when a proxy or
 	// a path prefix stands between them ("https://api.example.com/store").
 	// When set, Link headers are absolute URLs under it and the served
@@ -219,12 +225,8 @@ func (s *Server) routes(mux *http.ServeMux) {
 
 	handle("GET /healthz", s.handleHealth())
 	handle("GET /readyz", public(s.handleReady()))
-	docJSON, docYAML := api.JSON, api.YAML
-	if s.cfg.PublicURL != "" {
-		docJSON, docYAML = withServer(api.JSON, s.cfg.PublicURL), withServerYAML(api.YAML, s.cfg.PublicURL)
-	}
-	handle("GET /openapi.json", public(serveDocument("application/json", docJSON)))
-	handle("GET /openapi.yaml", public(serveDocument("application/yaml", docYAML)))
+	handle("GET /openapi.json", public(s.serveDocument("application/json", api.JSON, withServer)))
+	handle("GET /openapi.yaml", public(s.serveDocument("application/yaml", api.YAML, withServerYAML)))
 	handle("GET /docs", public(docs.Page("Plant Store API reference")))
 	handle("GET "+docs.BundlePath, public(docs.Bundle()))
 }
@@ -310,10 +312,51 @@ func withServerYAML(doc []byte, publicURL string) []byte {
 	return slices.Concat(doc[:start], block, doc[end:])
 }
 
-func serveDocument(contentType string, doc []byte) http.Handler {
+// serveDocument serves the OpenAPI document doc, its servers naming
+// where the client reached it (baseURL), so generated clients and the
+// reference page's examples point at this deployment; gzipped to a client
+// that takes it. Each variant is made once per base URL and kept, up to
+// maxDocumentVariants of them.
+func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]byte, string) []byte) http.Handler {
+	var mu sync.Mutex
+	variants := map[string]*documentVariant{}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", contentType)
-		w.Header().Set("Cache-Control", "public, max-age=300")
-		w.Write(doc)
+		base := s.baseURL(r)
+		mu.Lock()
+		v, ok := variants[base]
+		mu.Unlock()
+		if !ok {
+			v = newDocumentVariant(doc, base, withBase)
+			mu.Lock()
+			if len(variants) < maxDocumentVariants {
+				variants[base] = v
+			}
+			mu.Unlock()
+		}
+		h := w.Header()
+		h.Set("Content-Type", contentType)
+		h.Set("Cache-Control", "public, max-age=300")
+		h.Add("Vary", "Accept-Encoding")
+		body := v.plain
+		if acceptsGzip(r) {
+			h.Set("Content-Encoding", "gzip")
+			body = v.gzipped
+		}
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
 	})
+}
+
+// maxDocumentVariants bounds the base URLs whose documents are kept: the
+// Host header is the client's to choose.
+const maxDocumentVariants = 16
+
+type documentVariant struct{ plain, gzipped []byte }
+
+func newDocumentVariant(doc []byte, base string, withBase func([]byte, string) []byte) *documentVariant {
+	plain := doc
+	if base != "" {
+		plain = withBase(doc, base)
+	}
+	return &documentVariant{plain: plain, gzipped: gzipTo(nil, plain)}
 }

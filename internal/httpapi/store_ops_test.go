@@ -219,7 +219,7 @@ func TestListPagingVisitsEveryPlantOnce(t *testing.T) {
 		// The raw headers: the next link keeps limit and tag; the last page has none.
 		resp, body := e.do("GET", "/plants?limit=2&tag=a+b%26c", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
 		link := resp.Header.Get("Link")
-		wantLink := fmt.Sprintf(`<?after=%d&limit=2&tag=a+b%%26c>; rel="next"`, wantTagged[1])
+		wantLink := fmt.Sprintf(`<%s/plants?after=%d&limit=2&tag=a+b%%26c>; rel="next"`, e.url, wantTagged[1])
 		if resp.StatusCode != 200 || link != wantLink {
 			t.Errorf("Link %q, want %q (body %s)", link, wantLink, body)
 		}

@@ -1,0 +1,107 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/plantstore/plantstore/internal/httpapi"
+)
+
+// A page over 1 KiB goes gzipped to a client that takes gzip, with Vary:
+// Accept-Encoding; small pages, plants and errors never are.
+func TestPagesCompressed(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for id := 1; id <= 50; id++ {
+			e.create(fmt.Sprintf(`{"id":%d,"name":"plant number %d","tag":"compressible"}`, id, id))
+		}
+		auth := map[string]string{"Authorization": "Bearer " + e.readToken}
+		plain, plainBody := e.do("GET", "/plants?limit=50", auth, nil)
+		gzAuth := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": "br;q=1, gzip;q=0.8"}
+		resp, body := e.do("GET", "/plants?limit=50", gzAuth, nil)
+		if resp.Header.Get("Content-Encoding") != "gzip" || !slices.Contains(resp.Header.Values("Vary"), "Accept-Encoding") {
+			t.Fatalf("a 50-plant page to a gzip client: Content-Encoding %q, Vary %q", resp.Header.Get("Content-Encoding"), resp.Header.Values("Vary"))
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if unzipped, _ := io.ReadAll(zr); !bytes.Equal(unzipped, plainBody) || len(body) >= len(plainBody)/2 {
+			t.Errorf("gzipped page: %d bytes for %d; decompresses to the plain page: %v", len(body), len(plainBody), bytes.Equal(unzipped, plainBody))
+		}
+		if plain.Header.Get("Content-Encoding") != "" || !slices.Contains(plain.Header.Values("Vary"), "Accept-Encoding") {
+			t.Errorf("a page to a client without gzip: Content-Encoding %q, Vary %q", plain.Header.Get("Content-Encoding"), plain.Header.Values("Vary"))
+		}
+		if resp.Header.Get("ETag") != plain.Header.Get("ETag") {
+			t.Errorf("the page's weak ETag differs with its coding: %q, %q", resp.Header.Get("ETag"), plain.Header.Get("ETag"))
+		}
+		for _, path := range []string{"/plants?limit=1", "/plants/1", "/plants/999", "/plants?limit=0"} {
+			resp, _ := e.do("GET", path, gzAuth, nil)
+			if resp.Header.Get("Content-Encoding") != "" {
+				t.Errorf("%s (%d) gzipped", path, resp.StatusCode)
+			}
+		}
+		refused := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": "gzip;q=0, identity"}
+		if resp, _ := e.do("GET", "/plants?limit=50", refused, nil); resp.Header.Get("Content-Encoding") != "" {
+			t.Error("gzip;q=0 got gzip")
+		}
+	})
+}
+
+// The next page's link is absolute: the connection's scheme and the
+// request's host, or what a trusted proxy says the client asked for;
+// --public-url beats both.
+func TestNextLinkAbsolute(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		link := func(e *env, header map[string]string) string {
+			h := map[string]string{"Authorization": "Bearer " + e.readToken}
+			for k, v := range header {
+				h[k] = v
+			}
+			resp, _ := e.do("GET", "/plants?limit=1", h, nil)
+			return resp.Header.Get("Link")
+		}
+		seed := func(e *env) {
+			e.create(`{"id":1,"name":"a"}`)
+			e.create(`{"id":2,"name":"b"}`)
+		}
+		const want = `<%s/plants?after=1&limit=1>; rel="next"`
+		direct := start(t, options{})
+		seed(direct)
+		if got := link(direct, nil); got != fmt.Sprintf(want, direct.url) {
+			t.Errorf("direct: %s", got)
+		}
+		// From a peer it does not trust, the proxy headers are the
+		// client's own words, and ignored.
+		forged := map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example"}
+		if got := link(direct, forged); got != fmt.Sprintf(want, direct.url) {
+			t.Errorf("forwarded headers from an untrusted peer: %s", got)
+		}
+		proxied := start(t, options{cfg: httpapi.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}})
+		seed(proxied)
+		if got := link(proxied, map[string]string{"X-Forwarded-Proto": "http, https", "X-Forwarded-Host": "client.example, api.example.com"}); got != fmt.Sprintf(want, "https://api.example.com") {
+			t.Errorf("X-Forwarded-* from a trusted proxy: %s", got)
+		}
+		if got := link(proxied, map[string]string{"Forwarded": `for=192.0.2.1;proto=http, for=198.51.100.2;host="api.example.com:8443";proto=https`}); got != fmt.Sprintf(want, "https://api.example.com:8443") {
+			t.Errorf("Forwarded from a trusted proxy: %s", got)
+		}
+		if got := link(proxied, map[string]string{"X-Forwarded-Host": "bad host/x", "X-Forwarded-Proto": "gopher"}); got != fmt.Sprintf(want, proxied.url) {
+			t.Errorf("malformed forwarded values: %s", got)
+		}
+		public := start(t, options{cfg: httpapi.Config{PublicURL: "https://plants.example/store"}})
+		seed(public)
+		if got := link(public, forged); got != fmt.Sprintf(want, "https://plants.example/store") {
+			t.Errorf("--public-url: %s", got)
+		}
+		resp, _ := public.do("GET", "/plants?limit=1", map[string]string{"Authorization": "Bearer " + public.readToken}, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%d", resp.StatusCode)
+		}
+	})
+}

@@ -1,0 +1,484 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// upgradeFixture is a store written by an earlier plantstore, and what it
+// holds: testdata/upgrade/vN.db and vN.json, made by make.sh beside them.
+type upgradeFixture struct {
+	Commit        string `json:"commit"`
+	SchemaVersion int    `json:"schema_version"`
+	Tokens        []struct {
+		Name    string   `json:"name"`
+		Secret  string   `json:"secret"`
+		Scopes  []string `json:"scopes"`
+		Revoked bool     `json:"revoked"`
+	} `json:"tokens"`
+	Plants []struct {
+		ID   int64   `json:"id"`
+		Name string  `json:"name"`
+		Tag  *string `json:"tag"`
+	} `json:"plants"`
+}
+
+func readUpgradeFixture(t *testing.T, path string) upgradeFixture {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f upgradeFixture
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return f
+}
+
+func (f upgradeFixture) plants() []plantstore.Plant {
+	ps := make([]plantstore.Plant, len(f.Plants))
+	for i, p := range f.Plants {
+		ps[i] = plantstore.Plant{ID: p.ID, Name: p.Name, Tag: p.Tag}
+	}
+	slices.SortFunc(ps, func(a, b plantstore.Plant) int { return cmp.Compare(a.ID, b.ID) })
+	return ps
+}
+
+// TestUpgradeFromEarlierSchemas opens each store an earlier plantstore
+// wrote, as serve does, and checks that it migrates to the current schema
+// with its tokens and plants intact, and takes every kind of write.
+func TestUpgradeFromEarlierSchemas(t *testing.T) {
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every earlier version needs its fixture: a new migration makes the
+	// current version an earlier one (make.sh adds its fixture).
+	for v := 1; v < len(ms); v++ {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { testUpgrade(t, v, len(ms)) })
+	}
+}
+
+func testUpgrade(t *testing.T, version, current int) {
+	ctx := context.Background()
+	manifest := filepath.Join("testdata", "upgrade", fmt.Sprintf("v%d.json", version))
+	if _, err := os.Stat(manifest); err != nil {
+		t.Fatalf("no fixture for schema version %d: add one with testdata/upgrade/make.sh (%v)", version, err)
+	}
+	f := readUpgradeFixture(t, manifest)
+	if f.SchemaVersion != version {
+		t.Fatalf("%s says schema version %d, want %d", manifest, f.SchemaVersion, version)
+	}
+	path := copyFixture(t, version)
+	before := appliedMigrations(t, path)
+	if len(before) != version {
+		t.Fatalf("the fixture records migrations %v, want versions 1 to %d", before, version)
+	}
+
+	db, err := Open(ctx, path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatalf("open the version %d store (from %.12s): %v", version, f.Commit, err)
+	}
+	defer func() { db.Close() }()
+
+	after := appliedMigrations(t, path)
+	if len(after) != current {
+		t.Fatalf("after opening, migrations %v, want versions 1 to %d", after, current)
+	}
+	for v, m := range before {
+		if after[v] != m {
+			t.Errorf("migration %d was %v, is now %v: an applied migration must not be applied again", v, m, after[v])
+		}
+	}
+
+	checkUpgradedTokens(t, db, f)
+	checkUpgradedPlants(t, db, f.plants())
+	if subs, err := db.Subscribers(ctx); err != nil || len(subs) != 0 {
+		t.Errorf("Subscribers = %v, %v; the earlier versions had none", subs, err)
+	}
+
+	// Every kind of write, on the migrated file.
+	tag := "upgraded"
+	sub, err := db.AddSubscriber(ctx, "https://hooks.example/plants", "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q=")
+	if err != nil {
+		t.Fatalf("AddSubscriber: %v", err)
+	}
+	if created, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000, Name: "New after upgrade", Tag: &tag}); err != nil || !created {
+		t.Fatalf("CreatePlant: %v, %v", created, err)
+	}
+	old := f.plants()[0]
+	if created, err := db.CreatePlant(ctx, old); err != nil || created {
+		t.Errorf("replaying the create of %v: created %v, %v; want an idempotent replay", old, created, err)
+	}
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: old.ID, Name: old.Name + " (other)"}); plantstore.ErrorCode(err) != plantstore.ECONFLICT {
+		t.Errorf("creating %d with other content: %v, want ECONFLICT", old.ID, err)
+	}
+	updated := plantstore.Plant{ID: old.ID, Name: "Renamed after upgrade", Tag: &tag}
+	if err := db.UpdatePlant(ctx, updated, nil); err != nil {
+		t.Fatalf("UpdatePlant: %v", err)
+	}
+	deleted := f.plants()[1].ID
+	if err := db.DeletePlant(ctx, deleted, nil); err != nil {
+		t.Fatalf("DeletePlant: %v", err)
+	}
+	if counts, err := db.CountDeliveries(ctx); err != nil || counts.Pending != 1 {
+		t.Errorf("CountDeliveries = %+v, %v; want the one create after AddSubscriber pending", counts, err)
+	}
+	if _, err := db.CreateToken(ctx, plantstore.Token{Name: "after-upgrade", Scopes: plantstore.KnownScopes}, plantstore.HashToken("pst_after")); err != nil {
+		t.Errorf("CreateToken: %v", err)
+	}
+	if err := db.RevokeToken(ctx, "fixture-admin", time.Now()); err != nil {
+		t.Errorf("RevokeToken: %v", err)
+	}
+
+	// Closed and opened again, as at the next restart: nothing to migrate,
+	// everything still there.
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(ctx, path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if again := appliedMigrations(t, path); !slices.Equal(again, after) {
+		t.Errorf("migrations after a restart %v, want %v", again, after)
+	}
+	want := f.plants()
+	want[0] = updated
+	want = slices.DeleteFunc(want, func(p plantstore.Plant) bool { return p.ID == deleted })
+	want = append(want, plantstore.Plant{ID: 1000, Name: "New after upgrade", Tag: &tag})
+	slices.SortFunc(want, func(a, b plantstore.Plant) int { return cmp.Compare(a.ID, b.ID) })
+	checkUpgradedPlants(t, db, want)
+	if subs, err := db.Subscribers(ctx); err != nil || len(subs) != 1 || subs[0].ID != sub.ID || subs[0].Pending != 1 {
+		t.Errorf("Subscribers after a restart = %+v, %v; want %d with 1 pending", subs, err, sub.ID)
+	}
+	if _, err := db.TokenByHash(ctx, plantstore.HashToken(f.Tokens[0].Secret)); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("the revoked fixture-admin: %v, want ENOTFOUND", err)
+	}
+	checkIntegrity(t, path)
+}
+
+// copyFixture copies the fixture of schema version v into a directory of
+// the test's own and returns the copy's path: the test must never change
+// testdata, and opening a file in WAL mode, even to read, creates files
+// beside it.
+func copyFixture(t *testing.T, v int) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "upgrade", fmt.Sprintf("v%d.db", v)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "plantstore.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// appliedMigrations reads schema_migrations straight from the file, as
+// "version name applied_at" by version from 1.
+func appliedMigrations(t *testing.T, path string) []string {
+	t.Helper()
+	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rows, err := conn.Query(`SELECT version, name, applied_at FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ms []string
+	for rows.Next() {
+		var v int
+		var name string
+		var at int64
+		if err := rows.Scan(&v, &name, &at); err != nil {
+			t.Fatal(err)
+		}
+		if v != len(ms)+1 {
+			t.Fatalf("schema_migrations skips to version %d after %v", v, ms)
+		}
+		ms = append(ms, fmt.Sprintf("%d %s %d", v, name, at))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+func checkIntegrity(t *testing.T, path string) {
+	t.Helper()
+	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var ok string
+	if err := conn.QueryRow(`PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
+		t.Errorf("integrity_check: %q, %v", ok, err)
+	}
+	rows, err := conn.Query(`PRAGMA foreign_key_check`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		t.Error("foreign_key_check found rows that reference nothing")
+	}
+}
+
+func checkUpgradedTokens(t *testing.T, db *DB, f upgradeFixture) {
+	t.Helper()
+	ctx := context.Background()
+	for _, want := range f.Tokens {
+		got, err := db.TokenByHash(ctx, plantstore.HashToken(want.Secret))
+		if want.Revoked {
+			if plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+				t.Errorf("revoked token %s: %+v, %v; want ENOTFOUND", want.Name, got, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("token %s: %v", want.Name, err)
+			continue
+		}
+		if got.Name != want.Name || !slices.Equal(got.Scopes, want.Scopes) || got.CreatedAt.IsZero() || !got.RevokedAt.IsZero() {
+			t.Errorf("token %s = %+v, want scopes %v, a creation time and no revocation", want.Name, got, want.Scopes)
+		}
+	}
+	all, err := db.ListTokens(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(f.Tokens) {
+		t.Errorf("ListTokens(all) = %+v, want %d tokens", all, len(f.Tokens))
+	}
+	revoked := 0
+	for _, tok := range all {
+		if !tok.RevokedAt.IsZero() {
+			revoked++
+		}
+		// The fixture's admin created every plant through the old server,
+		// which recorded the use at shutdown.
+		if tok.Name == "fixture-admin" && tok.LastUsedAt.IsZero() {
+			t.Errorf("fixture-admin lost its last use: %+v", tok)
+		}
+	}
+	if want := countRevoked(f); revoked != want {
+		t.Errorf("%d revoked tokens, want %d", revoked, want)
+	}
+	active, err := db.ListTokens(ctx, false)
+	if err != nil || len(active) != len(f.Tokens)-countRevoked(f) {
+		t.Errorf("ListTokens(active) = %+v, %v", active, err)
+	}
+}
+
+func countRevoked(f upgradeFixture) int {
+	n := 0
+	for _, tok := range f.Tokens {
+		if tok.Revoked {
+			n++
+		}
+	}
+	return n
+}
+
+// checkUpgradedPlants compares the store's plants with want (in id order):
+// one by one, listed whole, listed by pages, and listed by each tag.
+func checkUpgradedPlants(t *testing.T, db *DB, want []plantstore.Plant) {
+	t.Helper()
+	ctx := context.Background()
+	for _, p := range want {
+		got, err := db.GetPlant(ctx, p.ID)
+		if err != nil || !got.SameContent(p) {
+			t.Errorf("GetPlant(%d) = %v, %v; want %v", p.ID, got, err, p)
+		}
+	}
+	same := func(what string, got, want []plantstore.Plant) {
+		t.Helper()
+		if !slices.EqualFunc(got, want, plantstore.Plant.SameContent) {
+			t.Errorf("%s = %v, want %v", what, got, want)
+		}
+	}
+	all, err := db.ListPlants(ctx, plantstore.ListOptions{Limit: plantstore.MaxListLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("ListPlants", all, want)
+	var paged []plantstore.Plant
+	var after *int64
+	for {
+		page, err := db.ListPlants(ctx, plantstore.ListOptions{After: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		paged = append(paged, page...)
+		if len(page) < 2 {
+			break
+		}
+		after = &page[len(page)-1].ID
+	}
+	same("ListPlants by pages of 2", paged, want)
+	tags := map[string]bool{}
+	for _, p := range want {
+		if p.Tag != nil {
+			tags[*p.Tag] = true
+		}
+	}
+	for tag := range tags {
+		got, err := db.ListPlants(ctx, plantstore.ListOptions{Tag: &tag, Limit: plantstore.MaxListLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantTagged []plantstore.Plant
+		for _, p := range want {
+			if p.Tag != nil && *p.Tag == tag {
+				wantTagged = append(wantTagged, p)
+			}
+		}
+		same(fmt.Sprintf("ListPlants(tag %q)", tag), got, wantTagged)
+	}
+}
+
+// downMigrations undo each migration by hand, as docs/upgrades.md gives
+// them for a rollback that keeps the plants and tokens written since the
+// upgrade. Every migration needs an entry: its statements, or "" when
+// docs/upgrades.md says it cannot be undone by hand.
+var downMigrations = map[int]string{
+	2: `DROP INDEX plants_by_tag;
+		DELETE FROM schema_migrations WHERE version = 2;`,
+	3: `DROP TABLE webhook_deliveries;
+		DROP TABLE webhook_subscribers;
+		DELETE FROM schema_migrations WHERE version = 3;`,
+}
+
+// TestMigrationsReversibleByHand upgrades each fixture, writes to it, then
+// runs the documented reversals back to the fixture's version: the schema
+// is then exactly the one the earlier version wrote, and the plants
+// written since are still there. The same reversals on a new store must
+// also give the fixture's schema: a released migration edited since would
+// not.
+func TestMigrationsReversibleByHand(t *testing.T) {
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := 1; v < len(ms); v++ {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			ctx := context.Background()
+			// Copies, the one to migrate and one to compare with: even
+			// reading a file in WAL mode creates files beside it, and
+			// testdata must not change.
+			fixture := copyFixture(t, v)
+			path := copyFixture(t, v)
+			db, err := Open(ctx, path, Options{SoleServer: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.AddSubscriber(ctx, "https://hooks.example/plants", "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q="); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000, Name: "Written after the upgrade"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			undoMigrations(t, path, len(ms), v)
+			if got, want := sqliteSchema(t, path), sqliteSchema(t, fixture); !slices.Equal(got, want) {
+				t.Errorf("schema after the reversals:\n%s\nwant the fixture's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if got, want := appliedMigrations(t, path), appliedMigrations(t, fixture); !slices.Equal(got, want) {
+				t.Errorf("schema_migrations after the reversals: %v, want the fixture's %v", got, want)
+			}
+			conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var n int
+			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM plants WHERE id = 1000`).Scan(&n); err != nil || n != 1 {
+				t.Errorf("the plant written after the upgrade: %d rows, %v", n, err)
+			}
+			conn.Close()
+			checkIntegrity(t, path)
+
+			fresh := filepath.Join(t.TempDir(), "fresh.db")
+			db, err = Open(ctx, fresh, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			undoMigrations(t, fresh, len(ms), v)
+			if got, want := sqliteSchema(t, fresh), sqliteSchema(t, fixture); !slices.Equal(got, want) {
+				t.Errorf("a new store taken back to version %d:\n%s\nwant the fixture's:\n%s\n(a released migration must never change: add a new one)",
+					v, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// undoMigrations runs the reversals of downMigrations on the file at path,
+// from version from down to version to, each in a transaction; it skips
+// t if one has none.
+func undoMigrations(t *testing.T, path string, from, to int) {
+	t.Helper()
+	conn, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for down := from; down > to; down-- {
+		stmts, ok := downMigrations[down]
+		if !ok {
+			t.Fatalf("migration %d has no entry in downMigrations: give its reversal (and in docs/upgrades.md), or \"\" if it has none", down)
+		}
+		if stmts == "" {
+			t.Skipf("migration %d cannot be undone by hand (docs/upgrades.md)", down)
+		}
+		if _, err := conn.Exec("BEGIN IMMEDIATE;" + stmts + "COMMIT;"); err != nil {
+			t.Fatalf("undo migration %d: %v", down, err)
+		}
+	}
+}
+
+// sqliteSchema lists a file's tables, indexes and their SQL, sorted.
+func sqliteSchema(t *testing.T, path string) []string {
+	t.Helper()
+	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rows, err := conn.Query(`SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema ORDER BY type, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var typ, name, table, stmt string
+		if err := rows.Scan(&typ, &name, &table, &stmt); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s %s on %s: %s", typ, name, table, stmt))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -7,16 +7,24 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"io/fs"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -81,6 +89,23 @@ func decodeFile(t *testing.T, path string, v any) {
 type composeFile struct {
 	Services map[string]composeService
 	Volumes  map[string]any
+	Networks map[string]struct {
+		IPAM struct {
+			Config []struct{ Subnet string }
+		} `yaml:"ipam"`
+	}
+}
+
+// interpolate replaces compose's ${VAR:-default} with its default, and
+// ${VAR:?message} and ${VAR} with "SET", as a run with the variable unset
+// (or, for the required ones, set) would read.
+func interpolate(s string) string {
+	return regexp.MustCompile(`\$\{(\w+)(?::-([^}]*)|:\?[^}]*)?\}`).ReplaceAllStringFunc(s, func(m string) string {
+		if _, def, ok := strings.Cut(m, ":-"); ok {
+			return strings.TrimSuffix(def, "}")
+		}
+		return "SET"
+	})
 }
 
 type composeService struct {
@@ -90,11 +115,47 @@ type composeService struct {
 	}
 	Image       string
 	Command     []string
+	Entrypoint  []string
+	User        string
 	DependsOn   dependsOn `yaml:"depends_on"`
 	Environment map[string]string
 	Ports       []string
 	Volumes     []string
 	Healthcheck *struct{ Test []string }
+	Networks    serviceNetworks
+	NetworkMode string `yaml:"network_mode"`
+}
+
+// serviceNetworks is a service's networks, a list of names or a map of
+// them to their settings: network name to its fixed IPv4 address ("" if
+// none).
+type serviceNetworks map[string]string
+
+func (sn *serviceNetworks) UnmarshalYAML(n *yaml.Node) error {
+	*sn = serviceNetworks{}
+	if n.Kind == yaml.SequenceNode {
+		var names []string
+		if err := n.Decode(&names); err != nil {
+			return err
+		}
+		for _, s := range names {
+			(*sn)[s] = ""
+		}
+		return nil
+	}
+	var m map[string]*struct {
+		IPv4Address string `yaml:"ipv4_address"`
+	}
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for name, v := range m {
+		(*sn)[name] = ""
+		if v != nil {
+			(*sn)[name] = v.IPv4Address
+		}
+	}
+	return nil
 }
 
 // dependsOn is compose's depends_on, a list of services or a map of them
@@ -214,6 +275,276 @@ func TestCompose(t *testing.T) {
 			t.Errorf("%s does not depend on %s", lb, name)
 		}
 	}
+	checkProxyTrust(t, c, lb)
+	checkDatabaseTLS(t, c)
+}
+
+// The instances trust X-Forwarded-For from the load balancer's address
+// alone, a fixed address in the subnet of their shared network, and the
+// load balancer replaces the header rather than append to a client's.
+func checkProxyTrust(t *testing.T, c composeFile, lb string) {
+	t.Helper()
+	var lbAddr netip.Addr
+	var lbNet string
+	for name, addr := range c.Services[lb].Networks {
+		if a, err := netip.ParseAddr(interpolate(addr)); err == nil {
+			lbAddr, lbNet = a, name
+		}
+	}
+	if !lbAddr.IsValid() {
+		t.Fatalf("%s has no fixed address (ipv4_address) on any network: %v", lb, c.Services[lb].Networks)
+	}
+	var subnet netip.Prefix
+	for _, cfg := range c.Networks[lbNet].IPAM.Config {
+		if p, err := netip.ParsePrefix(interpolate(cfg.Subnet)); err == nil {
+			subnet = p
+		}
+	}
+	if !subnet.IsValid() || !subnet.Contains(lbAddr) {
+		t.Errorf("%s's address %s is not in network %s's fixed subnet %v", lb, lbAddr, lbNet, subnet)
+	}
+	for _, name := range instances {
+		s := c.Services[name]
+		if _, ok := s.Networks[lbNet]; !ok {
+			t.Errorf("%s is not on %s's network %s", name, lb, lbNet)
+		}
+		trusted := interpolate(s.Environment["PLANTSTORE_TRUSTED_PROXIES"])
+		var got []netip.Prefix
+		for field := range strings.SplitSeq(trusted, ",") {
+			field = strings.TrimSpace(field)
+			p, err := netip.ParsePrefix(field)
+			if err != nil {
+				a, aerr := netip.ParseAddr(field)
+				if aerr != nil {
+					t.Errorf("%s: PLANTSTORE_TRUSTED_PROXIES entry %q is not an address or a prefix", name, field)
+					continue
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			got = append(got, p)
+		}
+		if len(got) != 1 || got[0].Bits() != lbAddr.BitLen() || got[0].Addr() != lbAddr {
+			t.Errorf("%s trusts X-Forwarded-For from %q; want the load balancer's address %s alone", name, trusted, lbAddr)
+		}
+	}
+
+	cfg, err := os.ReadFile("haproxy.cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frontend := haproxySection(string(cfg), "frontend")
+	if !regexp.MustCompile(`(?m)^\s*http-request\s+set-header\s+X-Forwarded-For\s+%\[src\]\s*$`).MatchString(frontend) {
+		t.Error("haproxy.cfg's frontend does not replace X-Forwarded-For with the address it sees (http-request set-header X-Forwarded-For %[src])")
+	}
+	if regexp.MustCompile(`(?m)^\s*option\s+forwardfor\b`).MatchString(string(cfg)) {
+		t.Error("haproxy.cfg has option forwardfor, which keeps the client's X-Forwarded-For and appends to it")
+	}
+	if !regexp.MustCompile(`(?m)^\s*http-request\s+del-header\s+Forwarded\s*$`).MatchString(frontend) {
+		t.Error("haproxy.cfg's frontend passes on the client's Forwarded header")
+	}
+}
+
+// haproxySection returns the lines of the first section of kind (global,
+// defaults, frontend, backend...) in an HAProxy configuration.
+func haproxySection(cfg, kind string) string {
+	var out []string
+	in := false
+	for line := range strings.SplitSeq(cfg, "\n") {
+		if line != "" && line[0] != ' ' && line[0] != '\t' && line[0] != '#' {
+			if in {
+				break
+			}
+			in = strings.HasPrefix(line, kind+" ") || line == kind
+			continue
+		}
+		if in {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// The instances reach PostgreSQL over TLS, verifying it (verify-full)
+// against the CA that pg-tls makes before PostgreSQL starts, and
+// PostgreSQL refuses network connections without TLS or SCRAM.
+func checkDatabaseTLS(t *testing.T, c composeFile) {
+	t.Helper()
+	tlsSvc, ok := c.Services["pg-tls"]
+	if !ok {
+		t.Fatal("compose.yaml has no pg-tls service to make PostgreSQL's certificate")
+	}
+	if !slices.Contains(tlsSvc.Entrypoint, "/pg-tls.sh") || !slices.Contains(tlsSvc.Volumes, "./pg-tls.sh:/pg-tls.sh:ro") {
+		t.Errorf("pg-tls does not run ./pg-tls.sh: entrypoint %v, volumes %v", tlsSvc.Entrypoint, tlsSvc.Volumes)
+	}
+	mountOf := func(s composeService, target string) string { // the volume mounted at target
+		for _, v := range s.Volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) >= 2 && parts[1] == target {
+				return parts[0]
+			}
+		}
+		return ""
+	}
+	caVolume, tlsVolume := mountOf(tlsSvc, "/ca"), mountOf(tlsSvc, "/tls")
+	if !c.hasVolume(caVolume) || !c.hasVolume(tlsVolume) || caVolume == tlsVolume {
+		t.Fatalf("pg-tls writes to volumes %q and %q; want two named volumes, the CA's and the server's", caVolume, tlsVolume)
+	}
+
+	pg := c.Services["postgres"]
+	if pg.DependsOn["pg-tls"] != "service_completed_successfully" {
+		t.Errorf("postgres does not wait for pg-tls: %v", pg.DependsOn)
+	}
+	settings := map[string]string{}
+	for i, arg := range pg.Command {
+		if arg == "-c" && i+1 < len(pg.Command) {
+			k, v, _ := strings.Cut(pg.Command[i+1], "=")
+			settings[k] = v
+		}
+	}
+	tlsDir := ""
+	for _, v := range pg.Volumes {
+		if parts := strings.Split(v, ":"); parts[0] == tlsVolume && len(parts) >= 2 {
+			tlsDir = parts[1]
+		}
+	}
+	if settings["ssl"] != "on" || tlsDir == "" || settings["ssl_cert_file"] != tlsDir+"/server.crt" || settings["ssl_key_file"] != tlsDir+"/server.key" {
+		t.Errorf("postgres: ssl settings %v with %s mounted at %q; want ssl=on and pg-tls's certificate and key", settings, tlsVolume, tlsDir)
+	}
+	if mountOf(pg, "/ca") != "" || mountOf(pg, tlsDir) != tlsVolume {
+		t.Errorf("postgres mounts %v", pg.Volumes)
+	}
+	hba := mountOf(pg, settings["hba_file"])
+	if hba == "" {
+		t.Fatalf("postgres: hba_file %q is not mounted from the repository", settings["hba_file"])
+	}
+	b, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") || f[0] == "local" {
+			continue
+		}
+		network++
+		if f[0] != "hostssl" || f[len(f)-1] != "scram-sha-256" {
+			t.Errorf("%s: %q: every network rule must be hostssl ... scram-sha-256", hba, line)
+		}
+	}
+	if network == 0 {
+		t.Errorf("%s allows no network connection", hba)
+	}
+
+	for _, name := range instances {
+		s := c.Services[name]
+		u, err := url.Parse(interpolate(s.Environment["PLANTSTORE_DB"]))
+		if err != nil {
+			t.Errorf("%s: PLANTSTORE_DB does not parse: %v", name, err)
+			continue
+		}
+		q := u.Query()
+		root := q.Get("sslrootcert")
+		if q.Get("sslmode") != "verify-full" || path.Dir(root) == "." || mountOf(s, path.Dir(root)) != caVolume || path.Base(root) != "ca.crt" {
+			t.Errorf("%s: sslmode=%q sslrootcert=%q with volumes %v; want verify-full against ca.crt of the volume %s", name, q.Get("sslmode"), root, s.Volumes, caVolume)
+		}
+		if mountOf(s, "/etc/plantstore/tls") != "" || slices.ContainsFunc(s.Volumes, func(v string) bool { return strings.HasPrefix(v, tlsVolume+":") }) {
+			t.Errorf("%s mounts PostgreSQL's key volume: %v", name, s.Volumes)
+		}
+	}
+}
+
+// pg-tls.sh makes a CA and a certificate for "postgres" that a client
+// trusting only that CA accepts for that name, keeps the key 0600 and the
+// CA's key nowhere, and leaves them alone when run again.
+func TestPgTLSScript(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("no openssl to run pg-tls.sh with")
+	}
+	dir := t.TempDir()
+	caDir, tlsDir := filepath.Join(dir, "ca"), filepath.Join(dir, "tls")
+	run := func() {
+		t.Helper()
+		cmd := exec.Command("sh", "pg-tls.sh")
+		cmd.Env = append(os.Environ(), "CA_DIR="+caDir, "TLS_DIR="+tlsDir, "KEY_OWNER=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("pg-tls.sh: %v\n%s", err, out)
+		}
+	}
+	run()
+	for dir, want := range map[string][]string{caDir: {"ca.crt"}, tlsDir: {"server.crt", "server.key"}} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("%s holds %v, want %v (the CA's key must not be kept)", filepath.Base(dir), names, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(tlsDir, "server.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("server.key: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+	if fi, err := os.Stat(filepath.Join(caDir, "ca.crt")); err != nil || fi.Mode().Perm()&0o004 == 0 {
+		t.Errorf("ca.crt: %v, %v; the instances' non-root user must read it", fi.Mode(), err)
+	}
+
+	// A TLS handshake as the instances make it: trusting this CA alone,
+	// for the name postgres.
+	cert, err := tls.LoadX509KeyPair(filepath.Join(tlsDir, "server.crt"), filepath.Join(tlsDir, "server.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(caDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.(*tls.Conn).Handshake()
+				c.Read(make([]byte, 1)) // until the client hangs up
+			}()
+		}
+	}()
+	handshake := func(serverName string) error {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", ln.Addr().String(),
+			&tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := handshake("postgres"); err != nil {
+		t.Errorf("a client verifying postgres against ca.crt: %v", err)
+	}
+	if err := handshake("db.example.com"); err == nil {
+		t.Error("the certificate is accepted for another name")
+	}
+
+	before, _ := os.ReadFile(filepath.Join(tlsDir, "server.crt"))
+	run()
+	if after, _ := os.ReadFile(filepath.Join(tlsDir, "server.crt")); !bytes.Equal(before, after) {
+		t.Error("a second run replaced the certificate")
+	}
 }
 
 func (c composeFile) hasVolume(spec string) bool {
@@ -325,11 +656,35 @@ type secret struct {
 	Data       map[string]string
 }
 
+type networkPolicy struct {
+	object `yaml:",inline"`
+	Spec   struct {
+		PodSelector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"podSelector"`
+		PolicyTypes []string `yaml:"policyTypes"`
+		Ingress     []struct {
+			From []struct {
+				NamespaceSelector *struct {
+					MatchLabels map[string]string `yaml:"matchLabels"`
+				} `yaml:"namespaceSelector"`
+				PodSelector *struct{}              `yaml:"podSelector"`
+				IPBlock     *struct{ CIDR string } `yaml:"ipBlock"`
+			}
+			Ports []struct {
+				Port     yaml.Node
+				Protocol string
+			}
+		}
+	}
+}
+
 type k8s struct {
-	deployment deployment
-	service    service
-	secret     secret
-	pdb        struct {
+	deployment    deployment
+	service       service
+	secret        secret
+	networkPolicy networkPolicy
+	pdb           struct {
 		object `yaml:",inline"`
 		Spec   struct {
 			Selector struct {
@@ -367,6 +722,8 @@ func loadK8s(t *testing.T) k8s {
 				target = &k.secret
 			case "PodDisruptionBudget":
 				target = &k.pdb
+			case "NetworkPolicy":
+				target = &k.networkPolicy
 			case "Kustomization":
 				continue
 			default:
@@ -382,7 +739,7 @@ func loadK8s(t *testing.T) k8s {
 			}
 		}
 	}
-	for _, kind := range []string{"Deployment", "Service", "Secret", "PodDisruptionBudget"} {
+	for _, kind := range []string{"Deployment", "Service", "Secret", "PodDisruptionBudget", "NetworkPolicy"} {
 		if seen[kind] == "" {
 			t.Fatalf("k8s/ has no %s", kind)
 		}
@@ -545,6 +902,49 @@ func TestKubernetes(t *testing.T) {
 		t.Errorf("Service has %d ports, want 1", len(ports))
 	} else if !portMatches(ports[0].TargetPort, portName, port) {
 		t.Errorf("Service targets port %q, not the container's (%s, %d)", ports[0].TargetPort.Value, portName, port)
+	}
+
+	// X-Forwarded-For is trusted from the pod network only, and only the
+	// ingress controller's namespace may reach the pods, so no other pod
+	// can name its own throttle key.
+	trusted := env["PLANTSTORE_TRUSTED_PROXIES"]
+	if trusted == "" {
+		t.Error("PLANTSTORE_TRUSTED_PROXIES is not set: behind the ingress every client would share one throttle allowance")
+	}
+	for field := range strings.SplitSeq(trusted, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(field))
+		if err != nil {
+			t.Errorf("PLANTSTORE_TRUSTED_PROXIES entry %q is not a CIDR prefix", field)
+			continue
+		}
+		if p.Bits() < 8 || !p.Addr().IsPrivate() {
+			t.Errorf("PLANTSTORE_TRUSTED_PROXIES trusts %s: want a private pod network, not the internet", p)
+		}
+	}
+	np := k.networkPolicy
+	for key, v := range np.Spec.PodSelector.MatchLabels {
+		if labels[key] != v {
+			t.Errorf("NetworkPolicy selects %s=%s, not the pods %v", key, v, labels)
+		}
+	}
+	if len(np.Spec.PodSelector.MatchLabels) == 0 || !slices.Contains(np.Spec.PolicyTypes, "Ingress") {
+		t.Errorf("NetworkPolicy does not restrict ingress to the pods: %+v", np.Spec)
+	}
+	if len(np.Spec.Ingress) == 0 {
+		t.Error("NetworkPolicy admits nothing; the ingress controller must reach the pods")
+	}
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.From) == 0 {
+			t.Error("a NetworkPolicy rule admits every source")
+		}
+		for _, from := range rule.From {
+			if from.IPBlock != nil || from.NamespaceSelector == nil || len(from.NamespaceSelector.MatchLabels) == 0 {
+				t.Errorf("a NetworkPolicy rule admits %+v; want the ingress controller's namespace only", from)
+			}
+		}
+		if len(rule.Ports) != 1 || !portMatches(rule.Ports[0].Port, portName, port) {
+			t.Errorf("a NetworkPolicy rule opens ports %+v; want the API's port alone", rule.Ports)
+		}
 	}
 }
 

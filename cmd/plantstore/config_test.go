@@ -85,3 +85,20 @@ func writeFile(t *testing.T, content string) string {
 	}
 	return path
 }
+
+// serve says at start, at warn, what exposes the store: here, a store file
+// other local users can read (made so before plantstore created its files
+// 0600).
+func TestServeWarnsOfReadableStore(t *testing.T) {
+	dir := t.TempDir()
+	mustToken(t, dir, "--name", "me") // creates the store, 0600
+	path := filepath.Join(dir, "plantstore.db")
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, dir)
+	logs := s.logs.String()
+	if !strings.Contains(logs, `"level":"WARN","msg":"store files are open to other local users: `+path+` (0644)`) {
+		t.Errorf("no warning of the readable store:\n%s", logs)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/plantstore/plantstore/client"
 )
@@ -293,11 +294,30 @@ func (p plantPrinter) table(plants []client.Plant) error {
 		tag := "-"
 		if plant.Tag != nil {
 			tag = strconv.Quote(*plant.Tag)
-			if !strings.ContainsAny(*plant.Tag, " \t\"") && *plant.Tag != "" && *plant.Tag != "-" {
-				tag = *plant.Tag
+			if !strings.ContainsAny(*plant.Tag, " ") && *plant.Tag != "" && *plant.Tag != "-" {
+				tag = tableCell(*plant.Tag)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, plant.Name, tag)
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, tableCell(plant.Name), tag)
 	}
 	return tw.Flush()
+}
+
+// tableCell is text from the server as a table shows it: as it is when
+// every character is visible, else quoted with Go's escapes. The API
+// accepts Unicode format characters in names and tags (it refuses only
+// control characters), and on a terminal a bidi override (U+202E) or
+// isolate (U+2066-U+2069) reorders the rest of the line, a zero-width
+// character hides, and a line separator breaks the row, so a plant could
+// pass for another or forge a row. Quoted, they show as \u202e. A plain
+// cell never contains '"', so one that starts with '"' is always quoted
+// and the two cannot be confused. JSON output is left as it is: there they
+// are data, escaped or not by the reader's choice.
+func tableCell(s string) string {
+	for _, r := range s {
+		if r == '"' || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }

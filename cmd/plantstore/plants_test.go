@@ -157,12 +157,12 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// A database URL's password, given in PLANTSTORE_DB, is never shown: not
-// as the flag's default in --help, nor when the database cannot be
-// reached.
+// A database URL's passwords (its user's, and the client key's in
+// sslpassword), given in PLANTSTORE_DB, are never shown: not as the flag's
+// default in --help, nor when the database cannot be reached.
 func TestDatabasePasswordIsNeverShown(t *testing.T) {
 	dir := t.TempDir()
-	env := []string{"PLANTSTORE_DB=postgres://plant:sekrit-1@127.0.0.1:1/db?password=sekrit-2&connect_timeout=1"}
+	env := []string{"PLANTSTORE_DB=postgres://plant:sekrit-1@127.0.0.1:1/db?password=sekrit-2&sslpassword=sekrit-3&connect_timeout=1"}
 	for _, args := range [][]string{{"serve", "--help"}, {"token", "list", "--help"}, {"token", "list"}} {
 		r := cli(t, dir, env, args...)
 		if out := r.stdout + r.stderr; strings.Contains(out, "sekrit") {

@@ -168,6 +168,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // webhookFlags tune the delivery of new-plant events.
 type webhookFlags struct {
 	allowPrivate    *bool
+	allowMetadata   *bool
 	retrySchedule   *string
 	maxAge, timeout *time.Duration
 	poll, lease     *time.Duration
@@ -176,7 +177,8 @@ type webhookFlags struct {
 
 func addWebhookFlags(fs *flagSet) webhookFlags {
 	return webhookFlags{
-		allowPrivate:  fs.Bool("allow-private-webhooks", false, "let webhooks reach loopback, private and link-local addresses (tests, or subscribers on your own network); refused by default, checked at connect time"),
+		allowPrivate:  fs.Bool("allow-private-webhooks", false, "let webhooks reach loopback, private and link-local addresses (tests, or subscribers on your own network), but not the cloud metadata endpoints (see --allow-metadata-webhooks); refused by default, checked at connect time"),
+		allowMetadata: fs.Bool("allow-metadata-webhooks", false, "let webhooks reach cloud metadata and credential endpoints (169.254.0.0/16, fd00:ec2::/64, 100.100.100.200, 168.63.129.16, 192.0.0.192), which --allow-private-webhooks does not open"),
 		retrySchedule: fs.String("webhook-retry-schedule", "5s,30s,2m,10m,1h", "waits between a webhook delivery's failed attempts; the last repeats"),
 		maxAge:        fs.Duration("webhook-max-age", webhook.DefaultSchedule.MaxAge, "how long a webhook delivery is retried, from its plant's creation, before it is marked failed"),
 		timeout:       fs.Duration("webhook-timeout", 10*time.Second, "time one webhook attempt may take, connection to answer"),
@@ -195,12 +197,13 @@ func (f webhookFlags) config() (app.WebhookConfig, error) {
 		return app.WebhookConfig{}, usageError("--webhook-workers must be between 1 and 1024")
 	}
 	return app.WebhookConfig{
-		AllowPrivate: *f.allowPrivate,
-		Schedule:     webhook.Schedule{Intervals: intervals, MaxAge: *f.maxAge},
-		Timeout:      *f.timeout,
-		Poll:         *f.poll,
-		Lease:        *f.lease,
-		Workers:      int(*f.workers),
+		AllowPrivate:  *f.allowPrivate,
+		AllowMetadata: *f.allowMetadata,
+		Schedule:      webhook.Schedule{Intervals: intervals, MaxAge: *f.maxAge},
+		Timeout:       *f.timeout,
+		Poll:          *f.poll,
+		Lease:         *f.lease,
+		Workers:       int(*f.workers),
 	}, nil
 }
 

@@ -20,6 +20,7 @@ Manages the subscribers that hear of every new plant, in the store at
 Webhooks signs (webhook-id, webhook-timestamp, webhook-signature).
   webhook add URL        prints the new subscriber's signing secret, once
   webhook list [--json]  subscribers and their delivery counts; never secrets
+                         (URLs as scheme://host/…#hash unless --full-urls)
   webhook remove ID      the subscriber and its pending deliveries
 Run "plantstore webhook SUBCOMMAND --help" for its flags.
 `
@@ -50,7 +51,8 @@ func webhookAdd(ctx context.Context, args []string, getenv func(string) string, 
 Subscribes URL (http or https) to new plants and prints its signing secret
 ("whsec_" + base64) on stdout; it is shown only this once. Servers refuse
 to deliver to loopback, private and link-local addresses unless they run
-with --allow-private-webhooks.`, getenv, stdout, stderr)
+with --allow-private-webhooks, and to cloud metadata addresses unless they
+run with --allow-metadata-webhooks.`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	rest, err := fs.parse(args)
 	if err != nil {
@@ -76,7 +78,9 @@ with --allow-private-webhooks.`, getenv, stdout, stderr)
 		return cliError(err)
 	}
 	fmt.Fprintln(stdout, secret)
-	fmt.Fprintf(stderr, "added webhook subscriber %d for %s; its signing secret is shown only this once\n", sub.ID, sub.URL)
+	// Not the URL as typed: its path or query may hold the subscriber's
+	// own secret, and terminal output ends up in CI logs and scrollback.
+	fmt.Fprintf(stderr, "added webhook subscriber %d for %s; its signing secret is shown only this once\n", sub.ID, tableCell(webhook.RedactURL(sub.URL)))
 	return nil
 }
 
@@ -85,9 +89,16 @@ func webhookList(ctx context.Context, args []string, getenv func(string) string,
 
 Shows each subscriber: its URL, whether it is active or was disabled (it
 answered 410 Gone), its deliveries pending, delivered and failed (given up
-after the retry schedule), and its last error. Never a secret.`, getenv, stdout, stderr)
+after the retry schedule), and its last error. Never a signing secret. A
+URL shows as its scheme and host and a hash of the rest
+(https://hooks.slack.com/…#1a2b3c4d), as server logs show it, because
+many subscribers carry a secret of their own in the path or query;
+--full-urls shows them whole.`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	// Command line only: a variable left in the environment must not make
+	// every later listing print the subscribers' credentials.
+	fullURLs := fs.FlagSet.Bool("full-urls", false, "show each URL whole, path and query included, which may hold the subscriber's credentials")
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {
@@ -101,6 +112,10 @@ after the retry schedule), and its last error. Never a secret.`, getenv, stdout,
 	subs, err := store.Subscribers(ctx)
 	if err != nil {
 		return cliError(err)
+	}
+	shown := webhook.RedactURL
+	if *fullURLs {
+		shown = func(u string) string { return u }
 	}
 	if *asJSON {
 		type subscriberJSON struct {
@@ -116,7 +131,7 @@ after the retry schedule), and its last error. Never a secret.`, getenv, stdout,
 		}
 		out := make([]subscriberJSON, 0, len(subs))
 		for _, s := range subs {
-			out = append(out, subscriberJSON{s.ID, s.URL, s.CreatedAt, s.DisabledAt, s.DisabledReason, s.Pending, s.Delivered, s.Failed, s.LastError})
+			out = append(out, subscriberJSON{s.ID, shown(s.URL), s.CreatedAt, s.DisabledAt, s.DisabledReason, s.Pending, s.Delivered, s.Failed, s.LastError})
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -125,8 +140,8 @@ after the retry schedule), and its last error. Never a secret.`, getenv, stdout,
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tURL\tSTATE\tPENDING\tDELIVERED\tFAILED\tCREATED\tLAST ERROR")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, s.URL, subscriberState(s),
-			s.Pending, s.Delivered, s.Failed, timeOrNever(s.CreatedAt), orDash(s.LastError))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, tableCell(shown(s.URL)), subscriberState(s),
+			s.Pending, s.Delivered, s.Failed, timeOrNever(s.CreatedAt), tableCell(orDash(s.LastError)))
 	}
 	return tw.Flush()
 }

@@ -69,9 +69,10 @@ type Config struct {
 // WebhookConfig tunes the delivery of events to subscribers.
 type WebhookConfig struct {
 	// AllowPrivate lets deliveries reach loopback, private and link-local
-	// addresses.
-	AllowPrivate bool
-	Schedule     webhook.Schedule
+	// addresses; AllowMetadata, the cloud metadata and credential
+	// endpoints, which AllowPrivate does not open.
+	AllowPrivate, AllowMetadata bool
+	Schedule                    webhook.Schedule
 	// Timeout bounds one attempt, connection to answer.
 	Timeout time.Duration
 	// Poll, Lease and Workers: see webhook.DispatcherConfig.
@@ -127,6 +128,11 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What is unsafe about the store's setting, said once at start:
+	// files others can read, a connection that could be read or faked.
+	for _, w := range StoreWarnings(cfg.Store.DB) {
+		a.log.Warn(w)
+	}
 	a.raw, a.store = store, store
 	if cfg.WrapStore != nil {
 		a.store = cfg.WrapStore(a.store)
@@ -134,7 +140,8 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if a.metrics != nil {
 		a.store = a.metrics.InstrumentStore(a.store)
 	}
-	hookClient := webhook.NewClient(webhook.ClientOptions{AllowPrivate: cfg.Webhooks.AllowPrivate, Timeout: cfg.Webhooks.Timeout})
+	hookClient := webhook.NewClient(webhook.ClientOptions{AllowPrivate: cfg.Webhooks.AllowPrivate,
+		AllowMetadata: cfg.Webhooks.AllowMetadata, Timeout: cfg.Webhooks.Timeout})
 	a.dispatcher, err = webhook.NewDispatcher(webhook.DispatcherConfig{
 		Store:          a.store,
 		Client:         hookClient,

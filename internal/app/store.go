@@ -48,3 +48,13 @@ func OpenStore(ctx context.Context, cfg StoreConfig, soleServer bool, hooks Stor
 		ObserveBatch: hooks.ObserveBatch,
 	})
 }
+
+// StoreWarnings are what is unsafe about how the store is reached: a
+// SQLite file other local users can read, a PostgreSQL connection whose
+// password or traffic could be seen or its server faked.
+func StoreWarnings(db string) []string {
+	if postgres.IsURL(db) {
+		return postgres.Warnings(db)
+	}
+	return sqlite.Warnings(db)
+}

@@ -145,35 +145,72 @@ func redact(s string, secrets []string) string {
 }
 
 // RedactURL returns a connection URL fit to show (in a log, a usage text):
-// its passwords, in the user information or a password parameter, masked.
-// A URL that does not parse is not shown at all, as where a password is in
-// it cannot be told.
+// its password in the user information and every parameter that can carry
+// a secret (password, sslpassword, anything named like a secret, token or
+// key password) masked. A URL that does not parse is not shown at all, as
+// where a password is in it cannot be told.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(a database URL that does not parse)"
 	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
+	// u.Query would drop a malformed pair, and the raw query with it
+	// would then be shown unmasked.
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "(a database URL that does not parse)"
+	}
+	masked := false
+	for name := range q {
+		if secretParam(name) {
+			q[name] = []string{"xxxxx"}
+			masked = true
+		}
+	}
+	if masked {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
 
-// urlPasswords returns the passwords written in a connection URL, in its
-// user information or as a password parameter; ok is false when the URL
-// does not parse, and so where a password is in it cannot be told.
+// secretParam reports whether a connection parameter can hold a secret:
+// password and sslpassword (the client key's passphrase) today, and, for
+// parameters pgx or libpq may learn later (libpq 18 has
+// oauth_client_secret), any name that says password, secret or token.
+func secretParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, word := range []string{"password", "passwd", "secret", "token"} {
+		if strings.Contains(name, word) {
+			return true
+		}
+	}
+	return false
+}
+
+// urlPasswords returns the secrets written in a connection URL: the
+// password of its user information and the values of its secret
+// parameters (see secretParam); ok is false when the URL does not parse,
+// and so where a secret is in it cannot be told.
 func urlPasswords(raw string) (pws []string, ok bool) {
 	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, false
+	}
+	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		return nil, false
 	}
 	if pw, ok := u.User.Password(); ok && pw != "" {
 		pws = append(pws, pw)
 	}
-	for _, pw := range u.Query()["password"] {
-		if pw != "" {
-			pws = append(pws, pw)
+	for name, values := range q {
+		if !secretParam(name) {
+			continue
+		}
+		for _, v := range values {
+			if v != "" {
+				pws = append(pws, v)
+			}
 		}
 	}
 	return pws, true

@@ -156,6 +156,7 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 	if pw := cfg.ConnConfig.Password; pw != "" {
 		secrets = append(secrets, pw)
 	}
+	setRequireAuth(cfg, url)
 
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns

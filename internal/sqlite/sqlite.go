@@ -88,7 +88,9 @@ type DB struct {
 var _ plantstore.Store = (*DB)(nil)
 
 // Open opens (creating if need be) the store at path and brings its schema
-// up to date.
+// up to date. A new store's files are created 0600 (see files.go), and a
+// symbolic link where SQLite would create a file beside the store is
+// refused.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
@@ -106,7 +108,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	db, err := open(ctx, path, abs, opts)
+	err = prepareFiles(abs)
+	var db *DB
+	if err == nil {
+		db, err = open(ctx, path, abs, opts)
+	}
 	if err != nil {
 		if soleLock != nil {
 			soleLock.Close()

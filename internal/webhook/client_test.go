@@ -13,6 +13,11 @@ import (
 	"time"
 )
 
+// Only loopback forms are dialled here: the guard refuses them before
+// connect, and if it did not, the test's own server would see the request.
+// The other internal addresses are checked at unit level (TestClassify,
+// TestGuard), so that a broken guard never sends test traffic off the
+// machine.
 func TestClientRefusesInternalAddresses(t *testing.T) {
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
@@ -25,11 +30,8 @@ func TestClientRefusesInternalAddresses(t *testing.T) {
 		"127.0.0.1",
 		"[::1]",
 		"localhost", // a name that resolves to loopback: checked after DNS
-		"10.1.2.3",
-		"169.254.169.254", // cloud metadata
 		"[::ffff:127.0.0.1]",
-		"[fd00:ec2::254]",
-		"0.0.0.0",
+		"0.0.0.0", // Linux connects it to the local host
 	} {
 		t.Run(host, func(t *testing.T) {
 			r := Send(t.Context(), c, Message{ID: "msg_ssrf", URL: "http://" + host + ":" + port + "/", Key: testKey, Body: []byte(`{}`)}, time.Now())
@@ -88,7 +90,8 @@ func TestClientSettings(t *testing.T) {
 	}
 }
 
-func TestForbidden(t *testing.T) {
+func TestClassify(t *testing.T) {
+	forbidden := func(ip netip.Addr) bool { return classify(ip) != classPublic }
 	for _, tc := range []struct {
 		addr      string
 		forbidden bool
@@ -113,6 +116,9 @@ func TestForbidden(t *testing.T) {
 		{"240.0.0.1", true},
 		{"198.18.0.1", true},
 		{"192.0.0.8", true},
+		{"192.0.2.1", true},
+		{"198.51.100.7", true},
+		{"203.0.113.9", true},
 		{"fc00::1", true},
 		{"fd12:3456::1", true},
 		{"fd00:ec2::254", true},
@@ -127,6 +133,28 @@ func TestForbidden(t *testing.T) {
 		{"::10.0.0.1", true},
 		{"::169.254.169.254", true},
 
+		// The IPv6 forms that carry an IPv4 address, each judged by it.
+		{"::ffff:0:127.0.0.1", true}, // IPv4-translated (SIIT)
+		{"::ffff:0:10.1.2.3", true},
+		{"64:ff9b::127.0.0.1", true}, // NAT64, well-known prefix
+		{"64:ff9b::a9fe:a9fe", true}, // 169.254.169.254
+		{"64:ff9b::10.0.0.1", true},
+		{"64:ff9b:1::1", true},                 // local-use NAT64: refused as a whole
+		{"64:ff9b:1:7f00:1::", true},           // ... 127.0.0.1 at /48
+		{"2002:7f00:1::", true},                // 6to4 of 127.0.0.1
+		{"2002:a9fe:a9fe::1", true},            // 6to4 of 169.254.169.254
+		{"2002:c0a8:101::", true},              // 6to4 of 192.168.1.1
+		{"2001:0:7f00:1::", true},              // Teredo with server 127.0.0.1
+		{"2001:0:808:808:0:0:80ff:fffe", true}, // Teredo client 127.0.0.1 (obfuscated), public server
+		{"2001:0:808:808:0:0:5601:5601", true}, // Teredo client 169.254.169.254
+		{"2001:db8:1::5efe:7f00:1", true},      // ISATAP of 127.0.0.1 (and documentation)
+		{"2606:4700::5efe:a9fe:a9fe", true},    // ISATAP of 169.254.169.254 under a public prefix
+		{"2606:4700::200:5efe:a00:1", true},    // ISATAP, universal form, of 10.0.0.1
+		{"100::1", true},                       // discard-only
+		{"2001:db8::1", true},                  // documentation
+		{"3fff::1", true},                      // documentation
+		{"2001:2::1", true},                    // benchmarking
+
 		{"8.8.8.8", false},
 		{"1.1.1.1", false},
 		{"172.32.0.1", false},
@@ -135,6 +163,12 @@ func TestForbidden(t *testing.T) {
 		{"2606:4700:4700::1111", false},
 		{"::ffff:8.8.8.8", false},
 		{"::8.8.8.8", false},
+		{"::ffff:0:8.8.8.8", false},
+		{"64:ff9b::8.8.8.8", false},
+		{"2002:808:808::1", false},
+		{"2001:0:808:808:0:0:f7f7:f7f7", false}, // Teredo, public server and client 8.8.8.8
+		{"2606:4700::5efe:808:808", false},      // ISATAP of a public address
+		{"101::1", false},
 	} {
 		ip := netip.MustParseAddr(tc.addr)
 		if got := forbidden(ip); got != tc.forbidden {
@@ -146,15 +180,75 @@ func TestForbidden(t *testing.T) {
 	}
 }
 
-func TestRefuseForbiddenNamesTheAddress(t *testing.T) {
-	err := refuseForbidden("tcp4", "169.254.169.254:80", nil)
+// --allow-private-webhooks opens loopback and private networks, not the
+// cloud metadata endpoints, in any of their IPv6 disguises; those need
+// AllowMetadata. Checked on the very dialer NewClient uses, without
+// connecting anywhere.
+func TestGuard(t *testing.T) {
+	metadata := []string{
+		"169.254.169.254:80",
+		"169.254.170.2:80",
+		"[fd00:ec2::254]:80",
+		"[fd00:ec2::23]:80",
+		"100.100.100.200:80",
+		"168.63.129.16:80",
+		"192.0.0.192:80",
+		"[::ffff:169.254.169.254]:80",
+		"[::169.254.169.254]:80",
+		"[::ffff:0:169.254.169.254]:80",
+		"[64:ff9b::169.254.169.254]:80",
+		"[64:ff9b:1:a9fe:a9:fe00::]:80", // local-use NAT64 /48 layout
+		"[64:ff9b:1::a9fe:a9fe]:80",     // local-use NAT64 /96 layout
+		"[2002:a9fe:a9fe::]:80",
+		"[2001:0:808:808::5601:5601]:80",
+		"[2606:4700::5efe:a9fe:a9fe]:80",
+	}
+	private := []string{"127.0.0.1:80", "[::1]:80", "10.1.2.3:443", "[fd12::1]:80", "[64:ff9b::7f00:1]:80", "[2002:a00:1::]:80", "[fe80::1%eth0]:80"}
+	public := []string{"8.8.8.8:443", "[2606:4700:4700::1111]:443", "[64:ff9b::808:808]:443"}
+
+	for _, tc := range []struct {
+		opts                      ClientOptions
+		metadata, private, public bool // allowed?
+	}{
+		{ClientOptions{}, false, false, true},
+		{ClientOptions{AllowPrivate: true}, false, true, true},
+		{ClientOptions{AllowMetadata: true}, true, false, true},
+		{ClientOptions{AllowPrivate: true, AllowMetadata: true}, true, true, true},
+	} {
+		d := newDialer(tc.opts, time.Second)
+		check := func(addrs []string, allowed bool) {
+			for _, a := range addrs {
+				var err error
+				if d.Control != nil {
+					err = d.Control("tcp", a, nil)
+				}
+				if allowed && err != nil {
+					t.Errorf("%+v: %s refused: %v", tc.opts, a, err)
+				}
+				if !allowed && !errors.Is(err, ErrForbiddenAddress) {
+					t.Errorf("%+v: %s allowed (%v), want ErrForbiddenAddress", tc.opts, a, err)
+				}
+			}
+		}
+		check(metadata, tc.metadata)
+		check(private, tc.private)
+		check(public, tc.public)
+	}
+	err := newDialer(ClientOptions{AllowPrivate: true}, time.Second).Control("tcp4", "169.254.169.254:80", nil)
+	if err == nil || !strings.Contains(err.Error(), "metadata") {
+		t.Errorf("refusing the metadata address: %v, want an error that says why", err)
+	}
+}
+
+func TestGuardNamesTheAddress(t *testing.T) {
+	err := (guard{}).control("tcp4", "169.254.169.254:80", nil)
 	if !errors.Is(err, ErrForbiddenAddress) || !strings.Contains(err.Error(), "169.254.169.254") {
 		t.Errorf("error %v: want ErrForbiddenAddress naming the address", err)
 	}
-	if err := refuseForbidden("tcp4", "not an address", nil); !errors.Is(err, ErrForbiddenAddress) {
+	if err := (guard{}).control("tcp4", "not an address", nil); !errors.Is(err, ErrForbiddenAddress) {
 		t.Errorf("an unparsable address: %v, want ErrForbiddenAddress", err)
 	}
-	if err := refuseForbidden("tcp6", "[2606:4700:4700::1111]:443", nil); err != nil {
+	if err := (guard{}).control("tcp6", "[2606:4700:4700::1111]:443", nil); err != nil {
 		t.Errorf("a public address: %v", err)
 	}
 }

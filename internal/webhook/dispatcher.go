@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -184,7 +183,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // serveSubscriber sends a claimed subscriber's due deliveries in order
 // until none is due, one fails, or ctx ends, then gives the lease back.
 func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscriber) {
-	log := d.cfg.Log.With("subscriber", sub.ID, "url", logURL(sub.URL))
+	log := d.cfg.Log.With("subscriber", sub.ID, "url", RedactURL(sub.URL))
 	// Bookkeeping outlives ctx: what was attempted is recorded even when the
 	// process is stopping.
 	record := func(results []plantstore.AttemptResult, release bool) bool {
@@ -328,14 +327,4 @@ func EventBody(p plantstore.Plant) []byte {
 		panic(err) // an int64 and two valid strings always encode
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
-}
-
-// logURL is a subscriber's URL without its query, which may hold the
-// subscriber's own credentials.
-func logURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable)"
-	}
-	return u.Scheme + "://" + u.Host + u.EscapedPath()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -109,6 +110,60 @@ func (s *Server) Start() {
 	if err := s.start(); err != nil {
 		s.t.Fatalf("restart PostgreSQL on port %d: %v", s.port, err)
 	}
+}
+
+// Password is the postgres role's password once SetHostAuth has run.
+const Password = "pgtest-password"
+
+// SetHostAuth makes the server authenticate connections over TCP with
+// method (scram-sha-256, md5, password, trust: a pg_hba.conf method) and
+// gives the postgres role the password Password; the Unix socket stays on
+// trust. It returns once the server has reloaded its configuration.
+func (s *Server) SetHostAuth(method string) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Constants, not values from anywhere: ALTER ROLE takes no parameters.
+	// The md5 method needs the password stored as MD5, or the server uses
+	// SCRAM instead.
+	setPassword := "SET password_encryption = 'scram-sha-256'; ALTER ROLE postgres PASSWORD 'pgtest-password'"
+	if method == "md5" {
+		setPassword = "SET password_encryption = 'md5'; ALTER ROLE postgres PASSWORD 'pgtest-password'"
+	}
+	// Over the Unix socket, which stays on trust whatever TCP asks.
+	socket := fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d", url.QueryEscape(s.dir), s.port)
+	if err := adminExec(ctx, socket, setPassword); err != nil {
+		s.t.Fatalf("set the postgres role's password: %v", err)
+	}
+	data := filepath.Join(s.dir, "data")
+	hba := fmt.Sprintf("local all all trust\nhost all all 127.0.0.1/32 %s\nhost all all ::1/128 %s\n", method, method)
+	path := filepath.Join(data, "pg_hba.conf")
+	// initdb wrote the file: rewritten, it keeps its owner (the server's
+	// user, when we run as root) and its mode.
+	if err := os.WriteFile(path, []byte(hba), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	if out, err := s.pgCtl("reload"); err != nil {
+		s.t.Fatalf("pg_ctl reload: %v\n%s", err, out)
+	}
+	// reload only signals the server; wait until it answers by the new rule.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := adminExec(ctx, s.PasswordURL(), "SELECT 1")
+		noPassword := adminExec(ctx, s.URL(), "SELECT 1")
+		if err == nil && (method == "trust") == (noPassword == nil) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the server does not authenticate by %s after reload: %v / %v\n%s", method, err, noPassword, tail(s.Log(), 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// PasswordURL is URL with Password in it, for a server after SetHostAuth.
+func (s *Server) PasswordURL() string {
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", Password, s.port)
 }
 
 // Log is the server's log so far, for a failing test to show.

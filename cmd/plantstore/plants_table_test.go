@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/plantstore/plantstore/client"
+)
+
+// A name or tag holding a bidi override, an isolate, a zero-width or other
+// invisible format character cannot pass for another plant or forge a row
+// in the table: such a cell is printed quoted, with the character escaped.
+func TestPlantTableEscapesFormatCharacters(t *testing.T) {
+	tag := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		plant    client.Plant
+		name     string // how the NAME cell must read
+		tag      string // how the TAG cell must read
+		notInRow []rune
+	}{
+		// "Fern" reversed on screen would read "nreF"; it reads "\u202eFern".
+		{client.Plant{ID: 1, Name: "\u202eFern", Tag: tag("indoor\u202c")}, `"\u202eFern"`, `"indoor\u202c"`, []rune{0x202e, 0x202c}},
+		{client.Plant{ID: 2, Name: "Aloe\u2066vera\u2069"}, `"Aloe\u2066vera\u2069"`, "-", []rune{0x2066, 0x2069}},
+		{client.Plant{ID: 3, Name: "Mo\u200bss", Tag: tag("sh\u200dade")}, `"Mo\u200bss"`, `"sh\u200dade"`, []rune{0x200b, 0x200d}},
+		{client.Plant{ID: 4, Name: "Ivy\u2028 5  forged  row"}, `"Ivy\u2028 5  forged  row"`, "-", []rune{0x2028}},
+		{client.Plant{ID: 5, Name: "\ufeffCactus\u00ad"}, `"\ufeffCactus\u00ad"`, "-", []rune{0xfeff, 0xad}},
+		{client.Plant{ID: 6, Name: `Say "hi"`}, `"Say \"hi\""`, "-", nil},
+		// Visible text is left alone, accents and scripts included.
+		{client.Plant{ID: 7, Name: "Monstera déliciosa", Tag: tag("熱帯")}, "Monstera déliciosa", "熱帯", nil},
+		{client.Plant{ID: 8, Name: `back\slash`, Tag: tag("two words")}, `back\slash`, `"two words"`, nil},
+	} {
+		var out strings.Builder
+		if err := (plantPrinter{w: &out}).one(tc.plant); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+		if len(lines) != 2 {
+			t.Errorf("plant %d: %d lines, want a header and one row:\n%s", tc.plant.ID, len(lines), out.String())
+			continue
+		}
+		row := lines[1]
+		for _, r := range tc.notInRow {
+			if strings.ContainsRune(row, r) {
+				t.Errorf("plant %d: the row holds U+%04X unescaped: %q", tc.plant.ID, r, row)
+			}
+		}
+		fields := strings.SplitN(row, "  ", 2)
+		rest := strings.TrimSpace(fields[1])
+		if !strings.HasPrefix(rest, tc.name) || strings.TrimSpace(strings.TrimPrefix(rest, tc.name)) != tc.tag {
+			t.Errorf("plant %d: row %q, want name %s and tag %s", tc.plant.ID, row, tc.name, tc.tag)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package sqlite
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The store's files hold webhook signing secrets in clear, token hashes
+// and every plant, so no other local user may read them. SQLite creates the
+// write-ahead log (-wal), its index (-shm) and a rollback journal with the
+// permissions of the main file, so creating the main file 0600 before
+// SQLite opens it is enough for all of them; the lock file (lock_unix.go)
+// and backups (backup.go) are created 0600 too.
+
+// sidecars are the suffixes of the files SQLite keeps beside a store.
+var sidecars = []string{"-wal", "-shm", "-journal"}
+
+// prepareFiles makes the store's main file at abs, 0600, if there is none,
+// and refuses a symbolic link where SQLite would create a file: a link
+// planted beside the store would make plantstore create, or write its
+// log into, the link's target. A store that is itself a link to an
+// existing file is accepted (an operator's choice); SQLite then keeps its
+// log beside the target, where the check is made.
+func prepareFiles(abs string) error {
+	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		// The umask may have taken bits off; it never adds any, but make
+		// sure the owner can read and write.
+		err = errors.Join(f.Chmod(0o600), f.Close())
+		if err != nil {
+			return fmt.Errorf("create %s: %w", abs, err)
+		}
+	case errors.Is(err, fs.ErrExist):
+		// O_EXCL does not follow a link: a dangling one lands here too.
+		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s is a symbolic link to a file that does not exist; refusing to create its target (remove the link, or point it at an existing store)", abs)
+		}
+	default:
+		return fmt.Errorf("create %s: %w", abs, err)
+	}
+	dir := abs
+	if target, err := filepath.EvalSymlinks(abs); err == nil {
+		dir = target
+	}
+	for _, suffix := range sidecars {
+		if fi, err := os.Lstat(dir + suffix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%s%s is a symbolic link; refusing to open the store, as SQLite would write into its target (remove it)", dir, suffix)
+		}
+	}
+	return nil
+}
+
+// Warnings returns, one sentence each, what about the store at path
+// exposes it to other local users: a file of the store (the main file,
+// its -wal, -shm or -journal) that the group or others may read. serve
+// logs them at start (at warn level), once the store is open and its log
+// files exist. Stores made before plantstore created its files 0600 are
+// 0644; they keep working, and the warning says how to close them.
+func Warnings(path string) []string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil
+	}
+	if target, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = target
+	}
+	var open []string
+	for _, suffix := range append([]string{""}, sidecars...) {
+		fi, err := os.Stat(abs + suffix)
+		if err == nil && fi.Mode().Perm()&0o077 != 0 {
+			open = append(open, fmt.Sprintf("%s (%04o)", abs+suffix, fi.Mode().Perm()))
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("store files are open to other local users: %s; they hold webhook signing secrets, token hashes and every plant: chmod 600 them (plantstore creates new stores 0600)",
+		strings.Join(open, ", "))}
+}

@@ -141,27 +141,31 @@ which --after shows the next one.`,
 		}},
 	"get": {`plants get ID
 
-Shows the plant with this id.`,
+Shows the plant with this id, and its ETag, which changes whenever the
+plant does: give it to update or delete --if-match to change the plant
+only if no one else has since.`,
 		func(fs *flagSet) func(context.Context, *client.Client, []string, plantPrinter, io.Writer) error {
 			return func(ctx context.Context, c *client.Client, args []string, out plantPrinter, _ io.Writer) error {
 				id, err := oneID("plants get", args)
 				if err != nil {
 					return err
 				}
-				p, err := c.Get(ctx, id)
+				p, etag, err := c.GetETag(ctx, id)
 				if err != nil {
 					return err
 				}
-				return out.one(p)
+				return out.tagged(p, etag)
 			}
 		}},
-	"update": {`plants update ID --name NAME [--tag TAG]
+	"update": {`plants update ID --name NAME [--tag TAG] [--if-match ETAG]
 
 Replaces the name and tag of the plant with this id. Without --tag the
-plant's tag is removed.`,
+plant's tag is removed. With --if-match, only if the plant still has that
+ETag (from plants get): otherwise nothing changes and the exit status is 1.`,
 		func(fs *flagSet) func(context.Context, *client.Client, []string, plantPrinter, io.Writer) error {
 			name := fs.FlagSet.String("name", "", "the new `NAME`, 1 to 200 characters (required)")
 			tag := optionalString(fs, "tag", "the new `TAG`, up to 100 characters (left out: no tag)")
+			ifMatch := fs.FlagSet.String("if-match", "", "change the plant only while it has this `ETAG` (from plants get; * : while it exists)")
 			return func(ctx context.Context, c *client.Client, args []string, out plantPrinter, _ io.Writer) error {
 				id, err := oneID("plants update", args)
 				if err != nil {
@@ -170,23 +174,25 @@ plant's tag is removed.`,
 				if *name == "" {
 					return usageError("plants update needs --name")
 				}
-				p, err := c.Update(ctx, client.Plant{ID: id, Name: *name, Tag: tag.value()})
+				p, etag, err := c.UpdateIf(ctx, client.Plant{ID: id, Name: *name, Tag: tag.value()}, *ifMatch)
 				if err != nil {
 					return err
 				}
-				return out.one(p)
+				return out.tagged(p, etag)
 			}
 		}},
-	"delete": {`plants delete ID
+	"delete": {`plants delete ID [--if-match ETAG]
 
-Deletes the plant with this id.`,
+Deletes the plant with this id; with --if-match, only while it still has
+that ETag (from plants get).`,
 		func(fs *flagSet) func(context.Context, *client.Client, []string, plantPrinter, io.Writer) error {
+			ifMatch := fs.FlagSet.String("if-match", "", "delete the plant only while it has this `ETAG` (from plants get)")
 			return func(ctx context.Context, c *client.Client, args []string, _ plantPrinter, stderr io.Writer) error {
 				id, err := oneID("plants delete", args)
 				if err != nil {
 					return err
 				}
-				if err := c.Delete(ctx, id); err != nil {
+				if err := c.DeleteIf(ctx, id, *ifMatch); err != nil {
 					return err
 				}
 				fmt.Fprintf(stderr, "deleted plant %d\n", id)
@@ -270,6 +276,21 @@ func (p plantPrinter) one(plant client.Plant) error {
 	return p.table([]client.Plant{plant})
 }
 
+// tagged writes one plant with its ETag: a column of the table, a member
+// "etag" of the JSON.
+func (p plantPrinter) tagged(plant client.Plant, etag string) error {
+	if p.json {
+		return p.encode(struct {
+			client.Plant
+			ETag string `json:"etag"`
+		}{plant, etag})
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTAG\tETAG")
+	fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag), etag)
+	return tw.Flush()
+}
+
 func (p plantPrinter) many(plants []client.Plant) error {
 	if p.json {
 		if plants == nil {
@@ -291,16 +312,21 @@ func (p plantPrinter) table(plants []client.Plant) error {
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tTAG")
 	for _, plant := range plants {
-		tag := "-"
-		if plant.Tag != nil {
-			tag = strconv.Quote(*plant.Tag)
-			if !strings.ContainsAny(*plant.Tag, " ") && *plant.Tag != "" && *plant.Tag != "-" {
-				tag = tableCell(*plant.Tag)
-			}
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, tableCell(plant.Name), tag)
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag))
 	}
 	return tw.Flush()
+}
+
+// tagCell is a tag as a table shows it: "-" for none, quoted when it is
+// empty, "-" itself or holds a space, so each reads unambiguously.
+func tagCell(tag *string) string {
+	if tag == nil {
+		return "-"
+	}
+	if strings.ContainsAny(*tag, " ") || *tag == "" || *tag == "-" {
+		return strconv.Quote(*tag)
+	}
+	return tableCell(*tag)
 }
 
 // tableCell is text from the server as a table shows it: as it is when

@@ -32,6 +32,19 @@ func TestPlantsCLI(t *testing.T) {
 			}
 		}
 	}
+	// get and update show the plant's ETag too.
+	tagged := func(r result, row string) string {
+		t.Helper()
+		if r.exit != 0 {
+			t.Fatalf("exit %d: %s", r.exit, r.stderr)
+		}
+		lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+		m := regexp.MustCompile(`^` + row + `\s+("[A-Za-z0-9_-]{22}")\s*$`).FindStringSubmatch(lines[len(lines)-1])
+		if len(lines) != 2 || !regexp.MustCompile(`^ID\s+NAME\s+TAG\s+ETAG\s*$`).MatchString(lines[0]) || m == nil {
+			t.Fatalf("table %q, want a row %q with its ETag", r.stdout, row)
+		}
+		return m[1]
+	}
 	table(plants("add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`)
 	table(plants("add", "--id", "3", "--name", "Aloe vera"), `3\s+Aloe vera\s+-`)
 	table(plants("add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`) // replay
@@ -62,16 +75,27 @@ func TestPlantsCLI(t *testing.T) {
 		t.Errorf("list --all --json: %q %v", r.stdout, err)
 	}
 
-	table(plants("get", "7"), `7\s+Fern\s+indoor`)
-	table(plants("update", "7", "--name", "Boston fern", "--tag", "hanging"), `7\s+Boston fern\s+hanging`)
-	table(plants("update", "7", "--name", "Boston fern"), `7\s+Boston fern\s+-`)
+	etag := tagged(plants("get", "7"), `7\s+Fern\s+indoor`)
+	newTag := tagged(plants("update", "7", "--name", "Boston fern", "--tag", "hanging", "--if-match", etag), `7\s+Boston fern\s+hanging`)
+	if r := plants("update", "7", "--name", "lost update", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
+		t.Errorf("update with a stale --if-match: %+v", r)
+	}
+	if r := plants("delete", "7", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
+		t.Errorf("delete with a stale --if-match: %+v", r)
+	}
+	r = plants("get", "7", "--json")
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got["etag"] != newTag || got["name"] != "Boston fern" {
+		t.Errorf("get --json: %q %v, want the etag %s", r.stdout, err, newTag)
+	}
+	tagged(plants("update", "7", "--name", "Boston fern"), `7\s+Boston fern\s+-`)
 	if r := plants("delete", "7"); r.exit != 0 || r.stdout != "" {
 		t.Errorf("delete: %+v", r)
 	}
 	// Negative ids are ids, not flags.
 	table(plants("add", "--id", "-5", "--name", "Negative"), `-5\s+Negative\s+-`)
-	table(plants("get", "-5", "--json=false"), `-5\s+Negative\s+-`)
-	table(plants("update", "--name", "Still negative", "-5"), `-5\s+Still negative\s+-`)
+	tagged(plants("get", "-5", "--json=false"), `-5\s+Negative\s+-`)
+	tagged(plants("update", "--name", "Still negative", "-5"), `-5\s+Still negative\s+-`)
 	table(plants("list", "--after", "-6", "--limit", "1"), `-5\s+Still negative\s+-`)
 	if r := plants("delete", "-5"); r.exit != 0 {
 		t.Errorf("delete -5: %+v", r)
@@ -114,7 +138,7 @@ func TestPlantsCLI(t *testing.T) {
 	}
 	// --token and --server on the command line win over the environment.
 	r = cli(t, dir, []string{"PLANTSTORE_SERVER=http://127.0.0.1:1", "PLANTSTORE_TOKEN=x"}, "plants", "get", "3", "--server", s.url, "--token", token)
-	table(r, `3\s+Aloe vera\s+-`)
+	tagged(r, `3\s+Aloe vera\s+-`)
 }
 
 // Every command explains itself and its flags, and asking is not an error.

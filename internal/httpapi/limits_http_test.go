@@ -121,7 +121,6 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 		if n := lookups.Load(); n != allowed {
 			t.Errorf("%d token lookups: guesses past the limit were checked", n-allowed)
 		}
-		before := lookups.Load()
 		for _, op := range everyOperation {
 			if resp, body := e.send(op.method, op.path, op.body, nil); resp.StatusCode >= 300 { // the write token, known
 				t.Errorf("%s %s with a known valid token from a throttled address: %d %s", op.method, op.path, resp.StatusCode, body)
@@ -149,7 +148,7 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 			t.Errorf("a valid token never seen, after Retry-After: %d %s", resp.StatusCode, body)
 		}
 		// One attempt came back, and one only.
-		before = lookups.Load()
+		before := lookups.Load()
 		resp, body = guess()
 		wantError(t, resp, body, 401)
 		resp, body = guess()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"testing"
@@ -104,4 +105,36 @@ func writeNode(buf *bytes.Buffer, n *yaml.Node) error {
 		return fmt.Errorf("line %d: unexpected YAML node kind %d", n.Line, n.Kind)
 	}
 	return nil
+}
+
+// JavaScript reads JSON numbers as doubles, so an integer beyond 2^53 is
+// shown rounded by tools such as the reference page: the int64 bounds
+// came out as ±9223372036854776000, which the server refuses. Such
+// ranges are stated by format: int64 and in words instead.
+func TestNumbersExactInJavaScript(t *testing.T) {
+	dec := json.NewDecoder(bytes.NewReader(JSON))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				walk(path+"/"+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(path+"/"+strconv.Itoa(i), e)
+			}
+		case json.Number:
+			f, err := strconv.ParseFloat(v.String(), 64)
+			if err != nil || math.Abs(f) > 1<<53 {
+				t.Errorf("%s: %s is beyond what JavaScript reads exactly", path, v)
+			}
+		}
+	}
+	walk("", doc)
 }

@@ -12,6 +12,7 @@ const (
 	ENOTFOUND     = "not_found"    // the thing asked for does not exist
 	ECONFLICT     = "conflict"     // the request contradicts stored state
 	EPRECONDITION = "precondition" // a write's precondition does not hold for the stored state
+	EGONE         = "gone"         // what was asked for existed but is no longer kept
 	EUNAUTHORIZED = "unauthorized" // no valid credential
 	EFORBIDDEN    = "forbidden"    // a valid credential without the right
 	EUNAVAILABLE  = "unavailable"  // the store cannot serve now; retrying may work

@@ -140,6 +140,7 @@ type Store interface {
 	PlantStore
 	TokenStore
 	WebhookStore
+	EventStore
 	// Ping reports whether the store answers; it returns EUNAVAILABLE when not.
 	Ping(ctx context.Context) error
 	Close() error

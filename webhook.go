@@ -35,8 +35,38 @@ type Subscriber struct {
 	// Counts of its deliveries: waiting to go out (or to be retried),
 	// delivered, and given up on.
 	Pending, Delivered, Failed int64
-	// LastError is the newest failed attempt's reason, "" when none.
-	LastError string
+	// LastError is the newest failed attempt's reason (or why the
+	// subscriber was disabled), "" when none or once a later delivery has
+	// succeeded. LastErrorAt is when it happened: nil when there is none,
+	// and for an error recorded before the store kept the time.
+	LastError   string
+	LastErrorAt *time.Time
+}
+
+// The states of a subscriber, as State names them.
+const (
+	// SubscriberActive: events go to it, and its last attempt, if any,
+	// succeeded.
+	SubscriberActive = "active"
+	// SubscriberFailing: events go to it, but its last attempt failed;
+	// the delivery is being retried, or was given up on if the failed
+	// count grew. The next successful delivery makes it active again.
+	SubscriberFailing = "failing"
+	// SubscriberDisabled: it gets no events (it answered 410 Gone, or its
+	// secret is unusable). Remove it and add it again to resume.
+	SubscriberDisabled = "disabled"
+)
+
+// State is what the subscriber's fields say of it: SubscriberDisabled,
+// SubscriberFailing or SubscriberActive.
+func (s Subscriber) State() string {
+	switch {
+	case s.DisabledAt != nil:
+		return SubscriberDisabled
+	case s.LastError != "":
+		return SubscriberFailing
+	}
+	return SubscriberActive
 }
 
 // Delivery is one event on its way to one subscriber. Its EventID is the
@@ -58,7 +88,8 @@ type Delivery struct {
 // records it.
 type AttemptResult struct {
 	DeliveryID int64
-	// Delivered: the subscriber answered 2xx; the delivery is done.
+	// Delivered: the subscriber answered 2xx; the delivery is done, and
+	// the subscriber's last error is cleared.
 	Delivered bool
 	// Otherwise the attempt failed: Status is the answer's HTTP status (0
 	// when there was none) and Error says why. The delivery is retried at
@@ -97,10 +128,13 @@ type WebhookStore interface {
 	// RecordAttempts stores what became of attempts at the subscriber's
 	// deliveries, in one transaction, and renews owner's lease on it
 	// (release: gives it up instead). Results for deliveries that no longer
-	// exist are ignored. It reports whether owner still held the lease.
+	// exist, or were given up already, are ignored; of the others, the last
+	// sets the subscriber's last error and its time (a failure) or clears
+	// them (a delivery). It reports whether owner still held the lease.
 	RecordAttempts(ctx context.Context, owner string, subscriberID int64, results []AttemptResult, lease time.Duration, release bool) (held bool, err error)
 	// DisableSubscriber stops events to a subscriber (it answered 410) and
-	// fails its pending deliveries with reason; ENOTFOUND if it is gone.
+	// fails its pending deliveries with reason, which becomes its last
+	// error, timed now; ENOTFOUND if it is gone.
 	DisableSubscriber(ctx context.Context, id int64, reason string) error
 	// CountDeliveries counts every subscriber's deliveries.
 	CountDeliveries(ctx context.Context) (DeliveryCounts, error)

@@ -21,6 +21,9 @@ type scenario struct {
 	next    func(n int64, r *rand.Rand) (method, path string, body []byte)
 	// header is sent with every request, as "Name: value\r\n" lines.
 	header string
+	// answered, when set, is told of each request n answered 2xx, and
+	// when (the -events fan-out measures from it).
+	answered func(n int64, at time.Time)
 }
 
 // withHeader gives c the scenario's extra header lines.
@@ -168,10 +171,14 @@ func closedLoopWith(dial func(target, time.Time) requester, t target, s scenario
 			defer c.close()
 			r := rand.New(rand.NewPCG(uint64(w), 7))
 			for time.Now().Before(stopAt) {
-				method, path, body := s.next(counter.Add(1), r)
+				n := counter.Add(1)
+				method, path, body := s.next(n, r)
 				begin := time.Now()
 				status, err := c.do(method, path, body)
 				took := time.Since(begin)
+				if s.answered != nil && err == nil && status < 300 {
+					s.answered(n, begin.Add(took))
+				}
 				if !measuring.Load() {
 					continue
 				}

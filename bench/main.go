@@ -16,6 +16,7 @@
 //	go run ./bench -calibrate           # wrk against our load generator
 //	go run ./bench -million             # RSS and readiness on 1,000,000 plants
 //	go run ./bench -postgres URL        # also PostgreSQL, at 1 and 3 instances
+//	go run ./bench -events -before REV  # the change feed's costs (events.go)
 package main
 
 import (
@@ -166,6 +167,9 @@ func run() error {
 	instanceList := flag.String("instances", "1,3", "with -postgres: how many plantstore serve processes share the database, one target per count; connections are spread round-robin over them")
 	flag.IntVar(&c.pgMaxConns, "pg-max-conns", 0, "with -postgres: each instance's --db-max-conns (0: plantstore's default)")
 	redraw := flag.Bool("redraw", false, "only draw -chart again from the results in -out")
+	events := flag.Bool("events", false, "only measure the change feed's costs in each shape: creates against a binary from before it (-before), and with -streams streams open against none (results in docs/benchmarks/events.json unless -out is given)")
+	before := flag.String("before", "", "with -events: a git `REV` from before the change feed, to build and measure against")
+	streams := flag.Int("streams", 100, "with -events: how many streams to open")
 	flag.Parse()
 	c.scenarios = strings.Split(scenarioList, ",")
 	for _, s := range strings.Split(sweepList, ",") {
@@ -226,6 +230,12 @@ func run() error {
 	}
 	if c.million {
 		return runMillion(c, dir)
+	}
+	if *events {
+		if !outSet() {
+			c.out = "docs/benchmarks/events.json"
+		}
+		return runEventCosts(c, dir, *before, *streams)
 	}
 	if len(c.shapes) == 0 {
 		return fmt.Errorf("-shapes is empty")
@@ -629,6 +639,13 @@ func runShape(c config, dir string, sh *shape) ([]result, error) {
 	}
 	printTargets(sh.name, results)
 	return results, nil
+}
+
+// outSet says whether -out was given.
+func outSet() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "out" })
+	return set
 }
 
 func redrawChart(c config) error {

@@ -5,12 +5,16 @@
 //	for p, err := range c.All(ctx, client.ListOptions{}) { ... }
 //
 // Every method takes a context. A non-2xx answer comes back as an *Error
-// carrying the status and the server's message.
+// carrying the status, the server's message and its Retry-After.
+// WithRetries makes the client retry what the service refused for now
+// (429, 503) and dropped connections; it does not by default.
+// WithTLSConfig trusts a private CA.
 package client
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +24,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Plant is a plant with its id. Tag is nil when the plant has none.
@@ -36,6 +41,10 @@ func Tag(tag string) *string { return &tag }
 type Error struct {
 	StatusCode int    // the HTTP status
 	Message    string // the server's message
+	// RetryAfter is how long the service asks the client to wait before
+	// trying again (its Retry-After, which it sends with 429 and 503); 0
+	// when it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("plantstore: %d: %s", e.StatusCode, e.Message) }
@@ -55,6 +64,8 @@ type Client struct {
 	base  *url.URL
 	token string
 	http  *http.Client
+	retry RetryPolicy // retry.go
+	tls   *tls.Config // tls.go
 }
 
 // Option configures a Client.
@@ -76,6 +87,9 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	if err := c.applyTLS(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -84,7 +98,8 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 // Another plant under the id is a 409 *Error.
 func (c *Client) Create(ctx context.Context, p Plant) (Plant, error) {
 	var got Plant // the service answers the Plant without its id
-	if err := c.do(ctx, http.MethodPost, c.url("/plants", nil), p, &got, nil); err != nil {
+	// A replay of the same create answers 200 again, so it may be retried.
+	if err := c.send(ctx, request{method: http.MethodPost, target: c.url("/plants", nil), body: p, out: &got, replay: true}); err != nil {
 		return Plant{}, err
 	}
 	got.ID = p.ID
@@ -170,28 +185,46 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 // ListNext reads the page at next, a Page.Next. It refuses a URL on
 // another scheme or host than the client's base URL.
 func (c *Client) ListNext(ctx context.Context, next string) (Page, error) {
-	if u, err := url.Parse(next); err != nil || u.Scheme != c.base.Scheme || u.Host != c.base.Host {
-		return Page{}, fmt.Errorf("plantstore: %q is not on %s://%s", next, c.base.Scheme, c.base.Host)
+	if err := c.checkOwn(next); err != nil {
+		return Page{}, err
 	}
 	var page Page
 	var header http.Header
 	if err := c.do(ctx, http.MethodGet, next, nil, &page.Plants, &header); err != nil {
 		return Page{}, err
 	}
-	if link := nextLink(header.Values("Link")); link != "" {
-		ref, err := url.Parse(link)
-		if err != nil {
-			return Page{}, fmt.Errorf("plantstore: malformed Link %q: %w", link, err)
-		}
-		base, _ := url.Parse(next)
-		resolved := base.ResolveReference(ref)
-		// The token goes with every request: never follow a link elsewhere.
-		if resolved.Scheme != c.base.Scheme || resolved.Host != c.base.Host {
-			return Page{}, fmt.Errorf("plantstore: the next page %q is not on %s://%s; not following it", link, c.base.Scheme, c.base.Host)
-		}
-		page.Next = resolved.String()
+	var err error
+	page.Next, err = c.nextPage(next, header)
+	return page, err
+}
+
+// checkOwn refuses a URL on another scheme or host than the client's base
+// URL: the token goes with every request.
+func (c *Client) checkOwn(target string) error {
+	if u, err := url.Parse(target); err != nil || u.Scheme != c.base.Scheme || u.Host != c.base.Host {
+		return fmt.Errorf("plantstore: %q is not on %s://%s", target, c.base.Scheme, c.base.Host)
 	}
-	return page, nil
+	return nil
+}
+
+// nextPage resolves the rel="next" Link of the answer to the page at
+// current: "" when there is none.
+func (c *Client) nextPage(current string, header http.Header) (string, error) {
+	link := nextLink(header.Values("Link"))
+	if link == "" {
+		return "", nil
+	}
+	ref, err := url.Parse(link)
+	if err != nil {
+		return "", fmt.Errorf("plantstore: malformed Link %q: %w", link, err)
+	}
+	base, _ := url.Parse(current)
+	resolved := base.ResolveReference(ref)
+	// The token goes with every request: never follow a link elsewhere.
+	if resolved.Scheme != c.base.Scheme || resolved.Host != c.base.Host {
+		return "", fmt.Errorf("plantstore: the next page %q is not on %s://%s; not following it", link, c.base.Scheme, c.base.Host)
+	}
+	return resolved.String(), nil
 }
 
 // All yields every plant opts select, in id order, reading page after
@@ -231,6 +264,7 @@ type request struct {
 	out            any          // a 2xx answer's body is decoded into it when not nil
 	header         *http.Header // a 2xx answer's headers, when not nil
 	ifMatch        string       // the If-Match header, when not empty
+	replay         bool         // a POST that may be sent again (a create): see RetryPolicy
 }
 
 // do sends one request with body as JSON, decodes a 2xx answer into out
@@ -240,7 +274,9 @@ func (c *Client) do(ctx context.Context, method, target string, body, out any, h
 	return c.send(ctx, request{method: method, target: target, body: body, out: out, header: header})
 }
 
-func (c *Client) send(ctx context.Context, r request) error {
+// sendOnce makes one attempt at r; send (retry.go) repeats it as the
+// client's RetryPolicy allows.
+func (c *Client) sendOnce(ctx context.Context, r request) error {
 	var reader io.Reader
 	if r.body != nil {
 		b, err := json.Marshal(r.body)
@@ -271,15 +307,8 @@ func (c *Client) send(ctx context.Context, r request) error {
 		return err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		e := &Error{StatusCode: resp.StatusCode}
-		var decoded struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(data, &decoded) == nil && decoded.Message != "" {
-			e.Message = decoded.Message
-		} else {
-			e.Message = http.StatusText(resp.StatusCode)
-		}
+		e := errorOf(resp.StatusCode, data)
+		e.RetryAfter = retryAfter(resp.Header, time.Now())
 		return e
 	}
 	if r.header != nil {
@@ -291,6 +320,20 @@ func (c *Client) send(ctx context.Context, r request) error {
 		}
 	}
 	return nil
+}
+
+// errorOf is the *Error of a non-2xx answer with body data.
+func errorOf(status int, data []byte) *Error {
+	e := &Error{StatusCode: status}
+	var decoded struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(data, &decoded) == nil && decoded.Message != "" {
+		e.Message = decoded.Message
+	} else {
+		e.Message = http.StatusText(status)
+	}
+	return e
 }
 
 // nextLink finds the target of rel="next" in Link header values (RFC

@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log"
 	"os"
@@ -20,7 +22,8 @@ func Example() {
 	if _, err := c.Create(ctx, client.Plant{ID: 42, Name: "Monstera", Tag: client.Tag("tropical")}); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := c.Update(ctx, client.Plant{ID: 42, Name: "Monstera deliciosa"}); err != nil {
+	// Update replaces the whole plant: give the tag to keep it, as a nil Tag removes it.
+	if _, err := c.Update(ctx, client.Plant{ID: 42, Name: "Monstera deliciosa", Tag: client.Tag("tropical")}); err != nil {
 		log.Fatal(err)
 	}
 
@@ -37,5 +40,27 @@ func Example() {
 	}
 	if err := c.Delete(ctx, 42); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// A client that waits out the service's limits (429, 503, with their
+// Retry-After) and dropped connections, up to three retries, and trusts
+// a private CA.
+func ExampleWithRetries() {
+	pem, err := os.ReadFile("/etc/plantstore/ca.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		log.Fatal("no certificate in /etc/plantstore/ca.pem")
+	}
+	c, err := client.New("https://plants.internal:8443", os.Getenv("PLANTSTORE_TOKEN"),
+		client.WithRetries(3), client.WithTLSConfig(&tls.Config{RootCAs: roots}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := c.Get(context.Background(), 42); client.StatusCode(err) == 429 {
+		fmt.Printf("still limited after 3 retries; the service says to wait %v\n", client.RetryAfter(err))
 	}
 }

@@ -19,7 +19,7 @@ Writes a consistent copy of the SQLite store at --db to FILE, while the
 server goes on serving: every plant acknowledged before the backup began
 is in it. FILE must not exist. The copy holds token hashes and webhook
 secrets: keep it as safe as the store. Restore it with plantstore restore.
-For PostgreSQL, use pg_dump (see the README's Backups section).`, getenv, stdout, stderr)
+For PostgreSQL, use pg_dump (see docs/operations.md, Backups).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	to := fs.FlagSet.String("to", "", "the backup `FILE` to write; it must not exist (required)")
 	if rest, err := fs.parse(args); err != nil {
@@ -28,7 +28,7 @@ For PostgreSQL, use pg_dump (see the README's Backups section).`, getenv, stdout
 		return usageError(fmt.Sprintf("backup takes no arguments, got %q; use --to", rest))
 	}
 	if postgres.IsURL(db.db.raw) {
-		return usageError("backup copies a SQLite store; for PostgreSQL, use pg_dump --format=custom (see the README's Backups section)")
+		return usageError("backup copies a SQLite store; for PostgreSQL, use pg_dump --format=custom (see docs/operations.md, Backups)")
 	}
 	if *to == "" {
 		return usageError("backup needs --to FILE")
@@ -52,7 +52,7 @@ Makes the backup FILE (written by plantstore backup) the SQLite store at
 --db. Stop the server first: restore refuses while one serves the store.
 The backup is checked before anything changes. A store already at --db
 is replaced only with --force, and is then gone: back it up first if you
-may need it. For PostgreSQL, use pg_restore (see the README's Backups
+may need it. For PostgreSQL, use pg_restore (see docs/operations.md, Backups
 section).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	from := fs.FlagSet.String("from", "", "the backup `FILE` to restore (required)")
@@ -63,7 +63,7 @@ section).`, getenv, stdout, stderr)
 		return usageError(fmt.Sprintf("restore takes no arguments, got %q; use --from", rest))
 	}
 	if postgres.IsURL(db.db.raw) {
-		return usageError("restore writes a SQLite store; for PostgreSQL, use pg_restore (or psql for a plain dump) into an empty database (see the README's Backups section)")
+		return usageError("restore writes a SQLite store; for PostgreSQL, use pg_restore (or psql for a plain dump) into an empty database (see docs/operations.md, Backups)")
 	}
 	if *from == "" {
 		return usageError("restore needs --from FILE")

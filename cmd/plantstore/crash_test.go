@@ -147,6 +147,7 @@ func TestCrashKeepsEveryAcknowledgedWrite(t *testing.T) {
 			t.Errorf("plant %d is %v in the file; its acknowledged writes leave it %s", id, got, describe(states))
 		}
 	}
+	checkFeedReplays(t, db)
 	db.Close()
 
 	// And the service, restarted, answers the same.

@@ -14,8 +14,8 @@ import (
 )
 
 // The API reference page, opened in headless Chromium as a reader would
-// open it: it renders POST /plants and the Plant, NewPlant and Error
-// schemas, from this service alone.
+// open it: it renders POST /plants, on this server's URL, and the Plant,
+// NewPlant and Error schemas, from this service alone.
 //
 // It needs Chromium (Debian's chromium package). .ci/run installs it and
 // sets PLANTSTORE_TEST_BROWSER=1, which turns a missing browser into a
@@ -37,6 +37,11 @@ func TestDocsPageInBrowser(t *testing.T) {
 	}
 	if !slices.Contains(operation, "Create a plant") {
 		t.Errorf("the page lacks the operation's summary")
+	}
+	// The Servers panel names where the reader reached the service, not
+	// the document's {base_url} template.
+	if !slices.Contains(operation, s.url+"/plants") || slices.ContainsFunc(operation, func(text string) bool { return strings.Contains(text, "{base_url}") }) {
+		t.Errorf("the Servers panel does not show %s/plants:\n%s", s.url, strings.Join(operation, " | "))
 	}
 	schemas := renderedText(t, browser, s.url+"/docs#/schemas")
 	for _, name := range []string{"Plant", "NewPlant", "Error"} {

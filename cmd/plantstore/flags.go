@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,24 +15,85 @@ import (
 // flagSet is a flag.FlagSet whose every flag also reads an environment
 // variable: PLANTSTORE_ and the flag's name in capitals with _ for -
 // (--max-body-bytes is PLANTSTORE_MAX_BODY_BYTES). A flag on the command
-// line wins over the variable, which wins over the default.
+// line wins over the variable, which wins over the default. Flags declared
+// on the embedded FlagSet directly, and those in commandLineOnly, are read
+// from the command line only.
 type flagSet struct {
 	*flag.FlagSet
-	getenv  func(string) string
-	envErrs map[string]error // by flag name: a malformed variable, unless the flag is given
-	stdout  io.Writer
+	getenv   func(string) string
+	envErrs  map[string]error // by flag name: a malformed variable, unless the flag is given
+	fromVars map[string]bool  // the flags that read a variable
+	usage    string
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+// commandLineOnly are the flags that pick what a command acts on, or what
+// it does to it: never read from a variable, whichever way they are
+// declared, so that a variable left over from another command never picks
+// a plant, lists every page, names a token or overwrites a store. The
+// flags that say where (--db, --server, --addr...), with which
+// credentials (--token) and how to show it (--json) do read one.
+var commandLineOnly = map[string]bool{
+	"id": true, "name": true, "tag": true, "no-tag": true, "limit": true, "after": true, "all": true, "if-match": true,
+	"scope": true, "replace": true, "to": true, "from": true, "force": true, "path": true, "timeout": true,
+	// Shows what webhook list otherwise hides: never by a leftover variable.
+	"full-urls": true,
+	// events: which events, and whether to wait for more (a leftover
+	// PLANTSTORE_FOLLOW would make a script's "events" never return).
+	"type": true, "follow": true,
 }
 
 // newFlagSet makes the flags of "plantstore NAME"; usage is what --help
 // prints above the flags: the synopsis, then what the command does.
 func newFlagSet(name, usage string, getenv func(string) string, stdout, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: plantstore %s\n\nFlags:\n", strings.TrimSpace(usage))
-		fs.PrintDefaults()
+	// The flag package would print its error and the whole usage; parse
+	// says it once, with a hint, instead.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, getenv: getenv, envErrs: map[string]error{}, fromVars: map[string]bool{},
+		usage: usage, stdout: stdout, stderr: stderr}
+}
+
+// printUsage writes the --help text: the synopsis and description, then
+// each flag as it is typed (--name VALUE), with its variable if it has one.
+func (fs *flagSet) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: plantstore %s\n\nFlags:\n", strings.TrimSpace(fs.usage))
+	fs.VisitAll(func(f *flag.Flag) {
+		value, usage := flag.UnquoteUsage(f)
+		switch value {
+		case "value":
+			value = valueName(f.Value)
+		case "duration", "int", "string", "float", "uint":
+			value = strings.ToUpper(value) // the flag package's own types
+		}
+		if isBoolFlag(f) {
+			value = ""
+		}
+		line := "  --" + f.Name
+		if value != "" {
+			line += " " + value
+		}
+		usage = strings.ReplaceAll(usage, "\n", "\n    \t")
+		if fs.fromVars[f.Name] {
+			usage += " (env " + envName(f.Name) + ")"
+		}
+		if d := f.DefValue; d != "" && d != "0" && d != "false" {
+			usage += " (default " + d + ")"
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, usage)
+	})
+}
+
+func valueName(v flag.Value) string {
+	switch v.(type) {
+	case *durationValue:
+		return "DURATION"
+	case *int64Value:
+		return "N"
 	}
-	return &flagSet{FlagSet: fs, getenv: getenv, envErrs: map[string]error{}, stdout: stdout}
+	return "VALUE"
 }
 
 func envName(flagName string) string {
@@ -44,6 +106,10 @@ func envName(flagName string) string {
 // files, and a file keeps them out of the process's environment. A value
 // read from a file is never echoed in an error.
 func (fs *flagSet) fromEnv(name string, v flag.Value) {
+	if commandLineOnly[name] {
+		return
+	}
+	fs.fromVars[name] = true
 	env := envName(name)
 	s, file := fs.getenv(env), fs.getenv(env+"_FILE")
 	switch {
@@ -71,7 +137,7 @@ func (fs *flagSet) String(name, def, usage string) *string {
 	*p = def
 	v := (*stringValue)(p)
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+")")
+	fs.Var(v, name, usage)
 	return p
 }
 
@@ -80,7 +146,7 @@ func (fs *flagSet) String(name, def, usage string) *string {
 func (fs *flagSet) Secret(name, usage string) *string {
 	v := &secretValue{}
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+")")
+	fs.Var(v, name, usage)
 	return &v.s
 }
 
@@ -94,7 +160,7 @@ func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.
 	*p = def
 	v := (*durationValue)(p)
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+")")
+	fs.Var(v, name, usage)
 	return p
 }
 
@@ -103,7 +169,7 @@ func (fs *flagSet) Int64(name string, def int64, usage string) *int64 {
 	*p = def
 	v := (*int64Value)(p)
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+")")
+	fs.Var(v, name, usage)
 	return p
 }
 
@@ -114,18 +180,20 @@ func (fs *flagSet) Bool(name string, def bool, usage string) *bool {
 	*p = def
 	v := (*boolValue)(p)
 	fs.fromEnv(name, v)
-	fs.Var(v, name, usage+" (env "+envName(name)+")")
+	fs.Var(v, name, usage)
 	return p
 }
 
 // parse parses args, allowing flags after positional arguments, and returns
 // the positional ones. -h or --help prints the usage on stdout and returns
-// errHelp.
+// errHelp. A mistake is one line, and a hint where to look.
 func (fs *flagSet) parse(args []string) ([]string, error) {
 	for _, a := range args {
+		if a == "--" {
+			break
+		}
 		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(fs.stdout)
-			fs.Usage()
+			fs.printUsage(fs.stdout)
 			return nil, errHelp
 		}
 	}
@@ -133,7 +201,7 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 	args, negatives := fs.takeNegativeNumbers(args)
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, usageError(err.Error())
+			return nil, fs.flagError(err)
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -151,7 +219,39 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, usageError(err.Error())
 	}
+	fs.noteIgnoredVariables()
 	return append(negatives, positional...), nil
+}
+
+// flagError rewords the flag package's error as one line, with a "did
+// you mean" for a mistyped flag, and points to --help.
+func (fs *flagSet) flagError(err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		msg = fmt.Sprintf("%s: unknown flag --%s%s", fs.Name(), name, didYouMean(name, names, "--"))
+	} else {
+		// "invalid value ... for flag -limit: ...", "flag needs an argument: -name"
+		msg = fs.Name() + ": " + strings.ReplaceAll(msg, " -", " --")
+	}
+	return usageError(fmt.Sprintf("%s\nRun \"plantstore %s --help\" for its flags.", msg, fs.Name()))
+}
+
+// noteIgnoredVariables says, on stderr, when a variable is set that looks
+// like one of this command's flags but is not read, because the flag is
+// read from the command line only: PLANTSTORE_ALL=true does not make
+// "plants list" list every page, and the user should know it.
+func (fs *flagSet) noteIgnoredVariables() {
+	fs.VisitAll(func(f *flag.Flag) {
+		if fs.fromVars[f.Name] || fs.stderr == nil {
+			return
+		}
+		if env := envName(f.Name); fs.getenv(env) != "" || fs.getenv(env+"_FILE") != "" {
+			fmt.Fprintf(fs.stderr, "plantstore: ignoring %s: --%s is read from the command line only\n", env, f.Name)
+		}
+	})
 }
 
 // takeNegativeNumbers takes out arguments such as -5 that are not a flag's
@@ -233,27 +333,93 @@ func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
 func (v *boolValue) IsBoolFlag() bool { return true }
 
 // checkVariables refuses PLANTSTORE_ variables in environ that no flag of
-// this command reads, so a misspelt one (PLANTSTORE_ADRR) stops the start
-// instead of being silently ignored. alsoKnown are variables other
-// commands read, which may well be set in the same environment;
-// PLANTSTORE_TEST_ is the test suites'.
-func (fs *flagSet) checkVariables(environ []string, alsoKnown ...string) error {
-	known := map[string]bool{}
-	for _, name := range alsoKnown {
-		known[name], known[name+"_FILE"] = true, true
-	}
-	fs.VisitAll(func(f *flag.Flag) {
-		known[envName(f.Name)], known[envName(f.Name)+"_FILE"] = true, true
-	})
+// any command reads, so a misspelt one (PLANTSTORE_ADRR) stops the start
+// instead of being silently ignored, naming the closest known variable.
+// Variables other commands read (PLANTSTORE_TOKEN, PLANTSTORE_JSON) may
+// well share serve's environment and pass. Those named after a flag that
+// is read from the command line only (PLANTSTORE_ALL) change nothing: they
+// come back as warnings, for the log. PLANTSTORE_TEST_ is the test
+// suites'.
+func checkVariables(environ []string, known variables) (warnings []string, err error) {
 	var unknown []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "PLANTSTORE_") && !strings.HasPrefix(name, "PLANTSTORE_TEST_") && !known[name] {
-			unknown = append(unknown, name)
+		if !strings.HasPrefix(name, "PLANTSTORE_") || strings.HasPrefix(name, "PLANTSTORE_TEST_") || known.read[name] {
+			continue
+		}
+		if flag, ok := known.commandLineOnly[strings.TrimSuffix(name, "_FILE")]; ok {
+			warnings = append(warnings, fmt.Sprintf("ignoring %s: no command reads it (%s is given on the command line)", name, flag))
+			continue
+		}
+		unknown = append(unknown, name)
+	}
+	if len(unknown) == 0 {
+		return warnings, nil
+	}
+	slices.Sort(unknown)
+	var names []string
+	for name := range known.read {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var msgs []string
+	for _, name := range unknown {
+		msgs = append(msgs, fmt.Sprintf("unknown configuration variable %s%s", name, didYouMean(name, names, "")))
+	}
+	return nil, usageError(strings.Join(msgs, "; ") + "\nRun \"plantstore serve --help\" for the variables it reads.")
+}
+
+// didYouMean is " (did you mean X?)" for the candidate closest to word,
+// when one is close enough to be a slip of the keyboard, else "".
+func didYouMean(word string, candidates []string, prefix string) string {
+	best, bestDist := "", -1
+	for _, c := range candidates {
+		if d := editDistance(word, c); bestDist < 0 || d < bestDist {
+			best, bestDist = c, d
 		}
 	}
-	if len(unknown) > 0 {
-		return usageError(fmt.Sprintf("unknown configuration variable %s: no flag reads it (see --help for the variables)", strings.Join(unknown, ", ")))
+	// The shared PLANTSTORE_ prefix says nothing of closeness.
+	size := len(strings.TrimPrefix(word, "PLANTSTORE_"))
+	if bestDist < 0 || bestDist > max(2, size/3) {
+		return ""
 	}
-	return nil
+	return fmt.Sprintf(" (did you mean %s%s?)", prefix, best)
+}
+
+// editDistance counts the insertions, deletions, substitutions and
+// swaps of neighbours that turn a into b (optimal string alignment).
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// helpFlagNames are the flags a --help text lists.
+func helpFlagNames(help string) []string {
+	var names []string
+	for line := range strings.Lines(help) {
+		if rest, ok := strings.CutPrefix(line, "  --"); ok {
+			name, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+			names = append(names, name)
+		}
+	}
+	return names
 }

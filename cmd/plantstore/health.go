@@ -1,30 +1,37 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
 
 // runHealth asks a running server whether it is up. It exists for
 // container health checks: the image has no shell and no curl, so the
-// binary probes itself. It reads --addr (PLANTSTORE_ADDR) as serve does,
-// so in the image it finds the server without being told where.
+// binary probes itself. It reads --addr (PLANTSTORE_ADDR) and --tls-cert
+// (PLANTSTORE_TLS_CERT) as serve does, so in the image it finds the
+// server, over HTTPS when it serves HTTPS, without being told where.
 func runHealth(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("health", `health [--addr HOST:PORT] [--path /healthz] [--timeout 2s]
+	fs := newFlagSet("health", `health [--addr HOST:PORT] [--tls-cert FILE] [--path /healthz] [--timeout 2s]
 
 Sends GET PATH to the server listening on --addr, the same flag and
 variable as serve's (a wildcard address such as 0.0.0.0 is asked on
-loopback), and exits 0 if it answers 200, 1 otherwise. --path /readyz
-asks whether the server can reach its store. Redirects and proxies are
-not followed.`, getenv, stdout, stderr)
+loopback), and exits 0 if it answers 200, 1 otherwise. With --tls-cert,
+serve's flag and variable too, it asks over HTTPS and trusts exactly that
+certificate, whatever name it carries. --path /readyz asks whether the
+server can reach its store. Redirects and proxies are not followed.`, getenv, stdout, stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` the server listens on")
+	certFile := fs.String("tls-cert", "", "`FILE` with the server's TLS certificate (PEM), as given to serve: ask over HTTPS and trust it")
 	path := fs.FlagSet.String("path", "/healthz", "`PATH` to ask: /healthz (the process is up) or /readyz (it can reach its store)")
 	timeout := fs.FlagSet.Duration("timeout", 2*time.Second, "time the server has to answer")
 	if rest, err := fs.parse(args); err != nil {
@@ -32,7 +39,16 @@ not followed.`, getenv, stdout, stderr)
 	} else if len(rest) > 0 {
 		return usageError(fmt.Sprintf("health takes no arguments, got %q", rest))
 	}
-	target, err := probeURL(*addr, *path)
+	scheme := "http"
+	transport := &http.Transport{Proxy: nil, DisableKeepAlives: true}
+	if *certFile != "" {
+		pinned, err := pinCertificate(*certFile)
+		if err != nil {
+			return usageError(err.Error())
+		}
+		scheme, transport.TLSClientConfig = "https", pinned
+	}
+	target, err := probeURL(scheme, *addr, *path)
 	if err != nil {
 		return usageError(err.Error())
 	}
@@ -42,7 +58,7 @@ not followed.`, getenv, stdout, stderr)
 
 	client := &http.Client{
 		Timeout:   *timeout,
-		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+		Transport: transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
@@ -64,9 +80,43 @@ not followed.`, getenv, stdout, stderr)
 	return nil
 }
 
+// pinCertificate is a TLS client configuration that trusts the server
+// only if it presents the first certificate of certFile (the server's
+// own, as serve reads it). The probe reaches the server on loopback, a
+// name its certificate seldom carries, so the certificate itself is
+// checked instead of a name and a chain.
+func pinCertificate(certFile string) (*tls.Config, error) {
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert: %v", err)
+	}
+	var want []byte
+	for rest := b; want == nil; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			return nil, fmt.Errorf("--tls-cert %s: no PEM certificate in it", certFile)
+		}
+		if block.Type == "CERTIFICATE" {
+			want = block.Bytes
+		}
+	}
+	return &tls.Config{
+		// Replaced by the comparison below, which is stricter: this one
+		// certificate, not any that a CA vouches for.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, want) {
+				return fmt.Errorf("the server's certificate is not the one in %s", certFile)
+			}
+			return nil
+		},
+		MinVersion: tls.VersionTLS12,
+	}, nil
+}
+
 // probeURL is the URL of path on the server listening on addr: a
 // wildcard or empty host is reached on loopback.
-func probeURL(addr, path string) (string, error) {
+func probeURL(scheme, addr, path string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", fmt.Errorf("--addr %q: %v", addr, err)
@@ -83,6 +133,6 @@ func probeURL(addr, path string) (string, error) {
 	if !strings.HasPrefix(path, "/") {
 		return "", errors.New("--path must start with /")
 	}
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: path}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, port), Path: path}
 	return u.String(), nil
 }

@@ -3,12 +3,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -34,9 +36,9 @@ func main() {
 const usage = `plantstore serves the Plant Store API, and is its command line.
 
 Usage:
-  plantstore serve [flags]                          run the HTTP server
-  plantstore token create --name NAME [--scope S]   issue a token; prints it alone on stdout
-  plantstore token list [--all]                     show tokens (never the secrets)
+  plantstore serve [flags]                          run the HTTP server (creates the store if there is none)
+  plantstore token create --name NAME [--replace]   issue a token; prints it alone on stdout
+  plantstore token list [--all] [--json]            show tokens (never the secrets)
   plantstore token revoke NAME                      revoke the active token called NAME
   plantstore webhook add URL                        subscribe URL to new plants; prints its signing secret
   plantstore webhook list [--json]                  show subscribers and their deliveries (never the secrets)
@@ -46,13 +48,15 @@ Usage:
   plantstore plants add --id ID --name NAME [--tag TAG]
   plantstore plants list [--tag TAG] [--limit N] [--after ID] [--all]
   plantstore plants get ID
-  plantstore plants update ID --name NAME [--tag TAG]
+  plantstore plants update ID [--name NAME] [--tag TAG | --no-tag]
   plantstore plants delete ID
+  plantstore events [--follow] [--json]             print the change feed of a running server
   plantstore health [--path /readyz]                exit 0 if the server on --addr answers 200
   plantstore version [--json]                       print the version, the commit and the build date
 
-serve, token, webhook, backup and restore work on the store itself: --db PATH (env PLANTSTORE_DB,
-default ./plantstore.db).
+serve, token, webhook, backup and restore work on the store itself: --db PATH
+(env PLANTSTORE_DB, default ./plantstore.db). Only serve and token create
+make a new store; the others need one.
 plants talks to a running server: --server URL (env PLANTSTORE_SERVER,
 default http://127.0.0.1:8080) and --token TOKEN (env PLANTSTORE_TOKEN);
 it prints a table, or JSON with --json.
@@ -60,39 +64,95 @@ it prints a table, or JSON with --json.
 Run "plantstore COMMAND --help" for a command's flags.
 `
 
+// command is one of plantstore's commands. subcommands are the words
+// that may follow its name, for those that have some.
+type command struct {
+	name        string
+	subcommands []string
+	run         func(ctx context.Context, args []string, env environment, stdout, stderr io.Writer) error
+}
+
+// commands is every command: the dispatch, the "did you mean" of a
+// mistyped name, and the variables serve knows (knownVariables) all come
+// from it. (A function, as serve's knownVariables reads it in turn.)
+func commands() []command {
+	return []command{
+		{"serve", nil, runServe},
+		{"token", []string{"create", "list", "revoke"}, getenvOnly(runToken)},
+		{"webhook", []string{"add", "list", "remove"}, getenvOnly(runWebhook)},
+		{"plants", sortedKeys(plantCommands), getenvOnly(runPlants)},
+		{"events", nil, getenvOnly(runEvents)},
+		{"backup", nil, getenvOnly(runBackup)},
+		{"restore", nil, getenvOnly(runRestore)},
+		{"health", nil, getenvOnly(runHealth)},
+		{"version", nil, getenvOnly(runVersion)},
+	}
+}
+
+// getenvOnly adapts a command that reads the environment only through
+// its flags.
+func getenvOnly(run func(context.Context, []string, func(string) string, io.Writer, io.Writer) error) func(context.Context, []string, environment, io.Writer, io.Writer) error {
+	return func(ctx context.Context, args []string, env environment, stdout, stderr io.Writer) error {
+		return run(ctx, args, env.getenv, stdout, stderr)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // run is the whole program, with its surroundings passed in so tests can
 // run it in-process: environ is the environment ("NAME=value" each), the
 // only one any command reads.
 func run(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	env := newEnvironment(environ)
-	getenv := env.getenv
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errUsageShown
 	}
 	switch args[0] {
-	case "serve":
-		return runServe(ctx, args[1:], env, stdout, stderr)
-	case "token":
-		return runToken(ctx, args[1:], getenv, stdout, stderr)
-	case "webhook":
-		return runWebhook(ctx, args[1:], getenv, stdout, stderr)
-	case "plants":
-		return runPlants(ctx, args[1:], getenv, stdout, stderr)
-	case "backup":
-		return runBackup(ctx, args[1:], getenv, stdout, stderr)
-	case "restore":
-		return runRestore(ctx, args[1:], getenv, stdout, stderr)
-	case "health":
-		return runHealth(ctx, args[1:], getenv, stdout, stderr)
-	case "version", "--version":
-		return runVersion(ctx, args[1:], getenv, stdout, stderr)
+	case "--version":
+		args = append([]string{"version"}, args[1:]...)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return usageError(fmt.Sprintf("unknown command %q", args[0]))
+	all := commands()
+	i := slices.IndexFunc(all, func(c command) bool { return c.name == args[0] })
+	if i < 0 {
+		return usageError(fmt.Sprintf("unknown command %q%s\nRun \"plantstore --help\" for the commands.",
+			args[0], didYouMean(args[0], commandNames(all), "")))
+	}
+	cmd := all[i]
+	// A mistyped subcommand gets the same one-line answer from every
+	// command; the commands themselves handle a missing one, and help.
+	if len(cmd.subcommands) > 0 && len(args) > 1 && !strings.HasPrefix(args[1], "-") &&
+		args[1] != "help" && !slices.Contains(cmd.subcommands, args[1]) {
+		return usageError(fmt.Sprintf("unknown %s subcommand %q%s; want %s\nRun \"plantstore %s --help\" for its subcommands.",
+			cmd.name, args[1], didYouMean(args[1], cmd.subcommands, ""), orList(cmd.subcommands), cmd.name))
+	}
+	return cmd.run(ctx, args[1:], env, stdout, stderr)
+}
+
+func commandNames(all []command) []string {
+	names := make([]string, len(all))
+	for i, c := range all {
+		names[i] = c.name
+	}
+	return names
+}
+
+// orList is "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 // usageError is a mistake in the command line; the process exits 2.
@@ -112,6 +172,9 @@ var errHelp = errors.New("help shown")
 type environment struct {
 	environ []string
 	vars    map[string]string
+	// read, when set, hears every name looked up: knownVariables learns
+	// what each command reads from it.
+	read func(name string)
 }
 
 func newEnvironment(environ []string) environment {
@@ -124,4 +187,53 @@ func newEnvironment(environ []string) environment {
 	return environment{environ: environ, vars: vars}
 }
 
-func (e environment) getenv(name string) string { return e.vars[name] }
+func (e environment) getenv(name string) string {
+	if e.read != nil {
+		e.read(name)
+	}
+	return e.vars[name]
+}
+
+// variables is what the commands read from the environment: every
+// variable some flag of some command reads (with its _FILE form), and
+// the variables named after flags that are read from the command line
+// only, with those flags' names.
+type variables struct {
+	read            map[string]bool
+	commandLineOnly map[string]string // PLANTSTORE_ALL: "--all"
+}
+
+// knownVariables asks every command's flags, as --help declares them,
+// which variables they read: so serve, which refuses unknown ones, never
+// refuses a variable another command documents, however the commands
+// change.
+func knownVariables() variables {
+	v := variables{read: map[string]bool{}, commandLineOnly: map[string]string{}}
+	env := newEnvironment(nil)
+	env.read = func(name string) { v.read[name] = true }
+	var help bytes.Buffer
+	var flags []string
+	for _, c := range commands() {
+		subs := c.subcommands
+		if len(subs) == 0 {
+			subs = []string{""}
+		}
+		for _, sub := range subs {
+			args := []string{"--help"}
+			if sub != "" {
+				args = []string{sub, "--help"}
+			}
+			help.Reset()
+			c.run(context.Background(), args, env, &help, io.Discard)
+			flags = append(flags, helpFlagNames(help.String())...)
+		}
+	}
+	// A flag that one command reads from a variable and another from the
+	// command line only (none today) counts as read.
+	for _, name := range flags {
+		if !v.read[envName(name)] {
+			v.commandLineOnly[envName(name)] = "--" + name
+		}
+	}
+	return v
+}

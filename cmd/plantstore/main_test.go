@@ -306,7 +306,7 @@ func TestTokenCLI(t *testing.T) {
 			t.Errorf("token list has no %s column:\n%s", col, r.stdout)
 		}
 	}
-	if r := cli(t, dir, nil, "token", "create", "--name", "deploy"); r.exit != 1 || !strings.Contains(r.stderr, "already exists") || r.stdout != "" {
+	if r := cli(t, dir, nil, "token", "create", "--name", "deploy"); r.exit != 1 || !strings.Contains(r.stderr, `already named "deploy": add --replace`) || r.stdout != "" {
 		t.Errorf("duplicate name: %+v", r)
 	}
 	if r := cli(t, dir, nil, "token", "revoke", "deploy"); r.exit != 0 {

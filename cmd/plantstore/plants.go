@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode"
 
 	"github.com/plantstore/plantstore/client"
@@ -20,11 +25,13 @@ Works with the plants of a running server, through its API.
   plants add --id ID --name NAME [--tag TAG]
   plants list [--tag TAG] [--limit N] [--after ID] [--all]
   plants get ID
-  plants update ID --name NAME [--tag TAG]
+  plants update ID [--name NAME] [--tag TAG | --no-tag]
   plants delete ID
 Each takes --server URL (env PLANTSTORE_SERVER), --token TOKEN (env
-PLANTSTORE_TOKEN) and --json. Run "plantstore plants SUBCOMMAND --help"
-for its flags.
+PLANTSTORE_TOKEN), --ca-cert FILE (env PLANTSTORE_CA_CERT) and --json.
+A request the server refuses for now (429, 503) or whose connection
+drops is retried up to 3 times, as long as the server asks to wait at
+most 10 s. Run "plantstore plants SUBCOMMAND --help" for its flags.
 `
 
 func runPlants(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -43,6 +50,7 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 	fs := newFlagSet("plants "+args[0], cmd.usage, getenv, stdout, stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "base `URL` of the plantstore server")
 	token := fs.Secret("token", "access `TOKEN`")
+	caCert := fs.String("ca-cert", "", "trust the certificates in this PEM `FILE` (a private CA) instead of the system's, for an https --server")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	run := cmd.flags(fs)
 	positional, err := fs.parse(args[1:])
@@ -52,12 +60,41 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 	if *token == "" {
 		return usageError("no token: pass --token or set PLANTSTORE_TOKEN (plantstore token create makes one)")
 	}
-	c, err := client.New(*server, *token)
+	// A user waits: retry what the server refuses for now, but only while
+	// it asks for short waits (the client's 10 s cap), and say how long
+	// otherwise (apiError).
+	opts := []client.Option{client.WithRetries(plantRetries)}
+	if *caCert != "" {
+		cfg, err := trustOnly(*caCert)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, client.WithTLSConfig(cfg))
+	}
+	c, err := client.New(*server, *token, opts...)
 	if err != nil {
 		return usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
 	}
 	out := plantPrinter{w: stdout, json: *asJSON}
 	return apiError(run(ctx, c, positional, out, stderr), *server)
+}
+
+// plantRetries is how many times the plants commands retry a request.
+const plantRetries = 3
+
+// trustOnly is a TLS configuration that trusts the certificates of the
+// PEM file at path and no others, as curl's --cacert does: a private CA
+// is named so that the server is checked against it.
+func trustOnly(path string) (*tls.Config, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError(fmt.Sprintf("--ca-cert: %v", err))
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, usageError(fmt.Sprintf("--ca-cert %s: no PEM certificate in it", path))
+	}
+	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }
 
 // A plantCommand declares its flags on fs and returns what runs it.
@@ -157,24 +194,33 @@ only if no one else has since.`,
 				return out.tagged(p, etag)
 			}
 		}},
-	"update": {`plants update ID --name NAME [--tag TAG] [--if-match ETAG]
+	"update": {`plants update ID [--name NAME] [--tag TAG | --no-tag] [--if-match ETAG]
 
-Replaces the name and tag of the plant with this id. Without --tag the
-plant's tag is removed. With --if-match, only if the plant still has that
-ETag (from plants get): otherwise nothing changes and the exit status is 1.`,
+Changes the plant with this id: only what you give changes. --name
+renames it, --tag sets its tag, --no-tag removes the tag; at least one.
+Given a name and a tag (or --no-tag), it replaces the plant. Given only
+one, it reads the plant and writes it back with that change, on the
+condition that nobody changed it in between (If-Match with the ETag it
+read), reading again if somebody did. With --if-match, only if the plant
+still has that ETag (from plants get): otherwise nothing changes and the
+exit status is 1.`,
 		func(fs *flagSet) func(context.Context, *client.Client, []string, plantPrinter, io.Writer) error {
-			name := fs.FlagSet.String("name", "", "the new `NAME`, 1 to 200 characters (required)")
-			tag := optionalString(fs, "tag", "the new `TAG`, up to 100 characters (left out: no tag)")
+			name := fs.FlagSet.String("name", "", "the new `NAME`, 1 to 200 characters (left out: the name is kept)")
+			tag := optionalString(fs, "tag", "the new `TAG`, up to 100 characters (left out: the tag is kept)")
+			noTag := fs.FlagSet.Bool("no-tag", false, "remove the plant's tag")
 			ifMatch := fs.FlagSet.String("if-match", "", "change the plant only while it has this `ETAG` (from plants get; * : while it exists)")
 			return func(ctx context.Context, c *client.Client, args []string, out plantPrinter, _ io.Writer) error {
 				id, err := oneID("plants update", args)
 				if err != nil {
 					return err
 				}
-				if *name == "" {
-					return usageError("plants update needs --name")
+				switch {
+				case tag.set && *noTag:
+					return usageError("plants update takes --tag or --no-tag, not both")
+				case *name == "" && !tag.set && !*noTag:
+					return usageError("plants update needs --name, --tag or --no-tag: what to change")
 				}
-				p, etag, err := c.UpdateIf(ctx, client.Plant{ID: id, Name: *name, Tag: tag.value()}, *ifMatch)
+				p, etag, err := updatePlant(ctx, c, id, *name, tag.value(), *noTag, *ifMatch)
 				if err != nil {
 					return err
 				}
@@ -201,13 +247,54 @@ that ETag (from plants get).`,
 		}},
 }
 
+// updateAttempts bounds the reads and writes of an update that changes
+// one field, when other writers keep changing the plant in between.
+const updateAttempts = 3
+
+// updatePlant changes the plant id: its name unless name is "", its tag
+// to tag when not nil, or removes it with noTag. Given both, it replaces
+// the plant; else it reads the plant and writes it back changed, on the
+// condition that it has not changed since (ifMatch, else the ETag read),
+// and reads again when it has.
+func updatePlant(ctx context.Context, c *client.Client, id int64, name string, tag *string, noTag bool, ifMatch string) (client.Plant, string, error) {
+	if name != "" && (tag != nil || noTag) {
+		return c.UpdateIf(ctx, client.Plant{ID: id, Name: name, Tag: tag}, ifMatch)
+	}
+	for attempt := 1; ; attempt++ {
+		p, etag, err := c.GetETag(ctx, id)
+		if err != nil {
+			return client.Plant{}, "", err
+		}
+		if name != "" {
+			p.Name = name
+		}
+		if tag != nil || noTag {
+			p.Tag = tag
+		}
+		ours := ifMatch == "" || ifMatch == "*"
+		if !ours {
+			etag = ifMatch // the caller's condition: a 412 is theirs to see
+		}
+		p, etag, err = c.UpdateIf(ctx, p, etag)
+		if client.StatusCode(err) != http.StatusPreconditionFailed || !ours || attempt == updateAttempts {
+			return p, etag, err
+		}
+	}
+}
+
 // apiError shows the server's message for an answer it refused, and says
-// plainly when the server could not be reached.
+// plainly when the server could not be reached. When the server asked to
+// wait (429, 503 with Retry-After) longer than the retries did, it says
+// how long.
 func apiError(err error, server string) error {
 	if err == nil {
 		return nil
 	}
 	if e, ok := errors.AsType[*client.Error](err); ok {
+		if e.RetryAfter > 0 && (e.StatusCode == http.StatusTooManyRequests || e.StatusCode == http.StatusServiceUnavailable) {
+			secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
+			return fmt.Errorf("%s (HTTP %d); retry after %d s", e.Message, e.StatusCode, secs)
+		}
 		return fmt.Errorf("%s (HTTP %d)", e.Message, e.StatusCode)
 	}
 	if _, ok := errors.AsType[usageError](err); ok {

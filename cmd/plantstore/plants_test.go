@@ -88,7 +88,17 @@ func TestPlantsCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got["etag"] != newTag || got["name"] != "Boston fern" {
 		t.Errorf("get --json: %q %v, want the etag %s", r.stdout, err, newTag)
 	}
-	tagged(plants("update", "7", "--name", "Boston fern"), `7\s+Boston fern\s+-`)
+	// Only what is given changes.
+	tagged(plants("update", "7", "--name", "Fern"), `7\s+Fern\s+hanging`)
+	tagged(plants("update", "7", "--tag", "shade"), `7\s+Fern\s+shade`)
+	tagged(plants("update", "7", "--no-tag"), `7\s+Fern\s+-`)
+	tagged(plants("update", "7", "--tag", ""), `7\s+Fern\s+""`)
+	tagged(plants("update", "7", "--name", "Boston fern", "--no-tag"), `7\s+Boston fern\s+-`)
+	etag = tagged(plants("get", "7"), `7\s+Boston fern\s+-`)
+	tagged(plants("update", "7", "--tag", "hanging", "--if-match", etag), `7\s+Boston fern\s+hanging`)
+	if r := plants("update", "7", "--tag", "lost", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
+		t.Errorf("update --tag with a stale --if-match: %+v", r)
+	}
 	if r := plants("delete", "7"); r.exit != 0 || r.stdout != "" {
 		t.Errorf("delete: %+v", r)
 	}
@@ -117,6 +127,10 @@ func TestPlantsCLI(t *testing.T) {
 		{[]string{"get", "7"}, 1, "plant 7 not found (HTTP 404)"},
 		{[]string{"delete", "7"}, 1, "not found"},
 		{[]string{"update", "7", "--name", "x"}, 1, "not found"},
+		{[]string{"update", "7", "--tag", "x"}, 1, "not found"},
+		{[]string{"update", "3"}, 2, "needs --name, --tag or --no-tag"},
+		{[]string{"update", "3", "--tag", "x", "--no-tag"}, 2, "not both"},
+		{[]string{"get", "3", "--ca-cert", "/nonexistent.pem"}, 2, "--ca-cert"},
 		{[]string{"add", "--id", "3", "--name", "Other"}, 1, "already exists with other content (HTTP 409)"},
 		{[]string{"add", "--id", "4", "--name", strings.Repeat("n", 201)}, 1, "name: must be 1 to 200 characters"},
 		{[]string{"list", "--limit", "5000"}, 1, "limit: must be an integer from 1 to 1000"},
@@ -166,7 +180,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"plants", "add"}, []string{"-id", "-name", "-tag", "-server", "-token", "-json", "PLANTSTORE_TOKEN"}},
 		{[]string{"plants", "list"}, []string{"-tag", "-limit", "-after", "-all", "-json"}},
 		{[]string{"plants", "get"}, []string{"-server", "-token"}},
-		{[]string{"plants", "update"}, []string{"-name", "-tag"}},
+		{[]string{"plants", "update"}, []string{"-name", "-tag", "-no-tag", "-ca-cert", "PLANTSTORE_CA_CERT"}},
 		{[]string{"plants", "delete"}, []string{"-server"}},
 	} {
 		r := cli(t, dir, nil, append(tc.args, "--help")...)

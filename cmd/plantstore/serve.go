@@ -29,8 +29,8 @@ shown beside it.`, env.getenv, stdout, stderr)
 	} else if len(rest) > 0 {
 		return usageError(fmt.Sprintf("serve takes no arguments, got %q", rest))
 	}
-	// The plants commands' variables may share serve's environment.
-	if err := fs.checkVariables(env.environ, "PLANTSTORE_SERVER", "PLANTSTORE_TOKEN"); err != nil {
+	warnings, err := checkVariables(env.environ, knownVariables())
+	if err != nil {
 		return err
 	}
 	logs := newBufferedLog(stderr)
@@ -38,6 +38,9 @@ shown beside it.`, env.getenv, stdout, stderr)
 	log, err := newLogger(logs, *flags.logFormat, *flags.logLevel)
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		log.Warn(w)
 	}
 	cfg, err := flags.config(ctx, log, logs)
 	if err != nil {
@@ -71,15 +74,44 @@ type serveFlags struct {
 	limits                                  limitFlags
 	metricsAddr, pprofAddr                  *string
 	hooks                                   webhookFlags
+	events                                  eventFlags
 	logFormat, logLevel                     *string
+}
+
+// eventFlags tune the change feed, GET /events.
+type eventFlags struct {
+	retention                   *time.Duration
+	maxStreams, streamsPerToken *int64
+}
+
+func addEventFlags(fs *flagSet) eventFlags {
+	return eventFlags{
+		retention:       fs.Duration("event-retention", app.DefaultEventRetention, "how long the change feed keeps events; a client asking for older ones gets 410 and resyncs (at least 1m)"),
+		maxStreams:      fs.Int64("max-streams", httpapi.DefaultMaxStreams, "event streams (GET /events as Server-Sent Events) open at once; more get 503"),
+		streamsPerToken: fs.Int64("max-streams-per-token", httpapi.DefaultMaxStreamsPerToken, "event streams of one token open at once; more get 429"),
+	}
+}
+
+// apply sets the feed's settings in cfg, or refuses them.
+func (f eventFlags) apply(cfg *app.Config) error {
+	if *f.retention < time.Minute {
+		return usageError(fmt.Sprintf("--event-retention %s: want 1m or more", *f.retention))
+	}
+	if *f.maxStreams < 1 || *f.streamsPerToken < 1 {
+		return usageError("--max-streams and --max-streams-per-token must be 1 or more")
+	}
+	cfg.EventRetention = *f.retention
+	cfg.API.MaxStreams = int(*f.maxStreams)
+	cfg.API.MaxStreamsPerToken = int(*f.streamsPerToken)
+	return nil
 }
 
 func addServeFlags(fs *flagSet) serveFlags {
 	return serveFlags{
 		addr:              fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on"),
-		db:                addDBFlags(fs),
+		db:                addServeDBFlags(fs),
 		maxBody:           fs.Int64("max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted, in `BYTES`; larger gets 413"),
-		maxHeader:         fs.Int64("max-header-bytes", 16<<10, "largest request header block accepted, in `BYTES`; larger gets 431"),
+		maxHeader:         fs.Int64("max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block accepted, in `BYTES`; larger gets 431"),
 		readHeaderTimeout: fs.Duration("read-header-timeout", 5*time.Second, "time a client has to send the request headers"),
 		readTimeout:       fs.Duration("read-timeout", 30*time.Second, "time a client has to send the whole request"),
 		writeTimeout:      fs.Duration("write-timeout", 30*time.Second, "time to write the answer, from the end of the headers"),
@@ -94,6 +126,7 @@ func addServeFlags(fs *flagSet) serveFlags {
 		metricsAddr:       fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty"),
 		pprofAddr:         fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback"),
 		hooks:             addWebhookFlags(fs),
+		events:            addEventFlags(fs),
 		logFormat:         fs.String("log-format", "json", "log format: json or text"),
 		logLevel:          fs.String("log-level", "info", "least severe log level: debug, info, warn or error"),
 	}
@@ -127,6 +160,9 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		return cfg, err
 	}
 	if err := f.limits.apply(&cfg.API); err != nil {
+		return cfg, err
+	}
+	if err := f.events.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	var err error

@@ -2,14 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"time"
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/app"
 	"github.com/plantstore/plantstore/internal/postgres"
+	"github.com/plantstore/plantstore/internal/sqlite"
 )
 
-// dbFlags are the flags every command shares to reach the store.
+// dbFlags are the flags every command shares to reach the store. The
+// size cap and the pool size are serve's alone (nil for the others).
 type dbFlags struct {
 	db          *dbValue
 	busyTimeout *time.Duration
@@ -17,16 +22,26 @@ type dbFlags struct {
 	maxConns    *int64
 }
 
+// addDBFlags declares the store flags of a command-line tool: where the
+// store is, and how long a write waits for a lock.
 func addDBFlags(fs *flagSet) dbFlags {
 	db := &dbValue{raw: "./plantstore.db"}
 	fs.fromEnv("db", db)
-	fs.Var(db, "db", "the store: the `PATH` of a SQLite file, created if missing, or a postgres:// URL (env "+envName("db")+")")
+	fs.Var(db, "db", "the store: the `PATH` of a SQLite file, or a postgres:// URL")
 	return dbFlags{
 		db:          db,
 		busyTimeout: fs.Duration("busy-timeout", 5*time.Second, "how long a write waits for a lock another process holds on the store (SQLite's busy timeout, PostgreSQL's lock_timeout)"),
-		maxBytes:    fs.Int64("max-db-bytes", 0, "SQLite only: cap on the database file's size; writes beyond it get 507 (0: no cap)"),
-		maxConns:    fs.Int64("db-max-conns", 0, "PostgreSQL only: connections in this process's pool (0: the URL's pool_max_conns, else 16)"),
 	}
+}
+
+// addServeDBFlags declares serve's store flags: a tool's, and the size
+// cap and the pool size.
+func addServeDBFlags(fs *flagSet) dbFlags {
+	f := addDBFlags(fs)
+	fs.Lookup("db").Usage = "the store: the `PATH` of a SQLite file, created if missing, or a postgres:// URL"
+	f.maxBytes = fs.Int64("max-db-bytes", 0, "SQLite only: cap on the database file's size; writes beyond it get 507 (0: no cap)")
+	f.maxConns = fs.Int64("db-max-conns", 0, "PostgreSQL only: connections in this process's pool (0: the URL's pool_max_conns, else 16)")
+	return f
 }
 
 // dbValue is the --db flag. It may be a URL holding a password, so it
@@ -47,22 +62,48 @@ func (v *dbValue) String() string {
 
 // storeConfig is the store the flags name.
 func (f dbFlags) storeConfig() app.StoreConfig {
-	return app.StoreConfig{DB: f.db.raw, BusyTimeout: *f.busyTimeout, MaxDBBytes: *f.maxBytes, DBMaxConns: int32(*f.maxConns)}
+	cfg := app.StoreConfig{DB: f.db.raw, BusyTimeout: *f.busyTimeout}
+	if f.maxBytes != nil {
+		cfg.MaxDBBytes = *f.maxBytes
+	}
+	if f.maxConns != nil {
+		cfg.DBMaxConns = int32(*f.maxConns)
+	}
+	return cfg
 }
 
 // check refuses flag values no store accepts.
 func (f dbFlags) check() error {
-	if *f.maxConns < 0 || *f.maxConns > 1<<16 {
+	if f.maxConns != nil && (*f.maxConns < 0 || *f.maxConns > 1<<16) {
 		return usageError("--db-max-conns must be between 0 and 65536")
 	}
 	return nil
 }
 
 // open opens the store for a command-line tool: PostgreSQL for a
-// postgres:// URL, else a SQLite file.
+// postgres:// URL, else a SQLite file, which must exist: a command that
+// reads or changes what is in a store never makes an empty one, which
+// would hide a mistyped --db or the wrong directory.
 func (f dbFlags) open(ctx context.Context) (plantstore.Store, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return app.OpenStore(ctx, f.storeConfig(), false, app.StoreHooks{})
+	cfg := f.storeConfig()
+	cfg.MustExist = true
+	store, err := app.OpenStore(ctx, cfg, false, app.StoreHooks{})
+	if errors.Is(err, sqlite.ErrNoStore) {
+		return nil, fmt.Errorf("%w; plantstore serve or plantstore token create makes one, and --db (PLANTSTORE_DB) names another", err)
+	}
+	return store, err
+}
+
+// create opens the store as open does, making a SQLite store if there is
+// none, and says on stderr which file it made.
+func (f dbFlags) create(ctx context.Context, stderr io.Writer) (plantstore.Store, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return app.OpenStore(ctx, f.storeConfig(), false, app.StoreHooks{Created: func(path string) {
+		fmt.Fprintf(stderr, "created a new store: %s\n", path)
+	}})
 }

@@ -96,13 +96,42 @@ func TestTLS(t *testing.T) {
 			t.Errorf("%s: the handshake succeeded", name)
 		}
 	}
-	// Plain HTTP to the HTTPS port gets no plant.
-	if resp, err := http.Get(s.url + "/healthz"); err == nil {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == 200 {
-			t.Errorf("plain HTTP to the TLS port answered 200 %s", b)
-		}
+	// Plain HTTP to the HTTPS port gets 400 and the Error body, which
+	// says what to do, instead of an empty reply.
+	resp, err = http.Get(s.url + "/healthz")
+	if err != nil {
+		t.Fatalf("plain HTTP to the TLS port: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/json" ||
+		string(b) != `{"error":400,"message":"the client sent an HTTP request to an HTTPS server: use https://"}` {
+		t.Errorf("plain HTTP to the TLS port: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	if !s.logged(`"msg":"request rejected before routing","status":400`, 5*time.Second) {
+		t.Errorf("the plain HTTP request is not logged:\n%s", s.logs)
+	}
+	// And HTTPS still works after it.
+	if status, body := create(t, client, base, token, plantBody(1)); status != 200 {
+		t.Fatalf("create over HTTPS after a plain request: %d %s", status, body)
+	}
+
+	// health finds the server where serve's variables say it is, over
+	// HTTPS, trusting the certificate they name, and no other.
+	addr := strings.TrimPrefix(base, "https://")
+	env := []string{"PLANTSTORE_ADDR=" + addr, "PLANTSTORE_TLS_CERT=" + certFile, "PLANTSTORE_TLS_KEY=" + keyFile}
+	if r := cli(t, dir, env, "health"); r.exit != 0 || r.stdout != base+"/healthz: 200 OK\n" {
+		t.Errorf("health with serve's TLS variables: %+v", r)
+	}
+	if r := cli(t, dir, env, "health", "--path", "/readyz"); r.exit != 0 {
+		t.Errorf("health --path /readyz over HTTPS: %+v", r)
+	}
+	otherCert, _, _ := selfSigned(t)
+	if r := cli(t, dir, []string{"PLANTSTORE_ADDR=" + addr, "PLANTSTORE_TLS_CERT=" + otherCert}, "health"); r.exit != 1 || !strings.Contains(r.stderr, "not the one in "+otherCert) {
+		t.Errorf("health trusting another certificate: %+v", r)
+	}
+	if r := cli(t, dir, []string{"PLANTSTORE_ADDR=" + addr}, "health"); r.exit != 1 || !strings.Contains(r.stderr, "400 Bad Request") {
+		t.Errorf("health over plain HTTP to the TLS port: %+v", r)
 	}
 
 	for _, args := range [][]string{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -14,15 +15,15 @@ import (
 const tokenUsage = `Usage: plantstore token create|list|revoke [flags]
 
 Issues, shows and revokes the access tokens of the store at --db.
-  token create --name NAME [--scope plants:read,plants:write]
-  token list [--all]
+  token create --name NAME [--scope plants:read,plants:write] [--replace]
+  token list [--all] [--json]
   token revoke NAME
 Run "plantstore token SUBCOMMAND --help" for its flags.
 `
 
 func runToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError("token needs a subcommand: create, list or revoke")
+		return usageError("token needs a subcommand: create, list or revoke\nRun \"plantstore token --help\" for its subcommands.")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -40,16 +41,18 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 
 // tokenCreate prints the new token alone on stdout, so that
 // TOKEN=$(plantstore token create --name x) captures it; the note that it
-// is shown only once goes to stderr.
+// is shown only once goes to stderr. It may make the store, and says so.
 func tokenCreate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("token create", `token create --name NAME [--scope SCOPES] [--db PATH]
+	fs := newFlagSet("token create", `token create --name NAME [--scope SCOPES] [--replace] [--db PATH]
 
 Issues a token and prints it alone on standard output, once; only its
 SHA-256 is stored. Scopes: plants:read (list and read plants),
-plants:write (create, update and delete them).`, getenv, stdout, stderr)
+plants:write (create, update and delete them). Makes the store at --db if
+there is none, and says so on standard error.`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	name := fs.FlagSet.String("name", "", "the token's `NAME`, unique among active tokens (required)")
 	scopeList := fs.FlagSet.String("scope", strings.Join(plantstore.KnownScopes, ","), "comma-separated `SCOPES`")
+	replace := fs.FlagSet.Bool("replace", false, "if an active token has this name, revoke it and issue the new one in its place (its clients stop working)")
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {
@@ -65,14 +68,29 @@ plants:write (create, update and delete them).`, getenv, stdout, stderr)
 	if err != nil {
 		return usageError(plantstore.ErrorMessage(err))
 	}
-	store, err := db.open(ctx)
+	store, err := db.create(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 
 	secret := plantstore.NewToken()
-	if _, err := store.CreateToken(ctx, plantstore.Token{Name: *name, Scopes: scopes}, plantstore.HashToken(secret)); err != nil {
+	token := plantstore.Token{Name: *name, Scopes: scopes}
+	_, err = store.CreateToken(ctx, token, plantstore.HashToken(secret))
+	if plantstore.ErrorCode(err) == plantstore.ECONFLICT && *replace {
+		// Revoke, then issue: the name is unique among active tokens only.
+		// Another "token create" between the two gets the name, and this
+		// one says so.
+		if err := store.RevokeToken(ctx, *name, time.Now()); err != nil && plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+			return cliError(err)
+		}
+		fmt.Fprintf(stderr, "revoked the token %q it replaces; running servers refuse it within 2 seconds\n", *name)
+		_, err = store.CreateToken(ctx, token, plantstore.HashToken(secret))
+	}
+	if plantstore.ErrorCode(err) == plantstore.ECONFLICT {
+		return fmt.Errorf("an active token is already named %q: add --replace to revoke it and issue a new one, or choose another --name (plantstore token list shows the names)", *name)
+	}
+	if err != nil {
 		return cliError(err)
 	}
 	fmt.Fprintln(stdout, secret)
@@ -80,12 +98,23 @@ plants:write (create, update and delete them).`, getenv, stdout, stderr)
 	return nil
 }
 
+// tokenJSON is a token as token list --json shows it: never a secret or
+// a hash.
+type tokenJSON struct {
+	Name       string     `json:"name"`
+	Scopes     []string   `json:"scopes"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+}
+
 func tokenList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("token list", `token list [--all] [--db PATH]
+	fs := newFlagSet("token list", `token list [--all] [--json] [--db PATH]
 
 Shows each token's name, scopes, creation and last use; never a secret.`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
-	all := fs.Bool("all", false, "include revoked tokens")
+	all := fs.FlagSet.Bool("all", false, "include revoked tokens")
+	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {
@@ -99,6 +128,16 @@ Shows each token's name, scopes, creation and last use; never a secret.`, getenv
 	tokens, err := store.ListTokens(ctx, *all)
 	if err != nil {
 		return cliError(err)
+	}
+	if *asJSON {
+		out := make([]tokenJSON, 0, len(tokens))
+		for _, t := range tokens {
+			out = append(out, tokenJSON{Name: t.Name, Scopes: t.Scopes, CreatedAt: t.CreatedAt.UTC(),
+				LastUsedAt: timeOrNull(t.LastUsedAt), RevokedAt: timeOrNull(t.RevokedAt)})
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	header := "NAME\tSCOPES\tCREATED\tLAST USED"
@@ -114,6 +153,14 @@ Shows each token's name, scopes, creation and last use; never a secret.`, getenv
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 func tokenRevoke(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -137,7 +184,7 @@ seconds.`, getenv, stdout, stderr)
 	if err := store.RevokeToken(ctx, rest[0], time.Now()); err != nil {
 		return cliError(err)
 	}
-	fmt.Fprintf(stderr, "revoked token %q; running servers refuse it within seconds\n", rest[0])
+	fmt.Fprintf(stderr, "revoked token %q; running servers refuse it within 2 seconds\n", rest[0])
 	return nil
 }
 

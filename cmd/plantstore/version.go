@@ -109,7 +109,7 @@ func runVersion(_ context.Context, args []string, getenv func(string) string, st
 Prints the version, the commit it was built from (+dirty when the tree
 had uncommitted changes), when that commit was made and when the binary
 was built, and the Go release and platform.`, getenv, stdout, stderr)
-	asJSON := fs.FlagSet.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON")
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {

@@ -199,13 +199,15 @@ func subscribe(t *testing.T, dir, db string, r *receiver) string {
 }
 
 type subscriberJSON struct {
-	ID         int64      `json:"id"`
-	URL        string     `json:"url"`
-	DisabledAt *time.Time `json:"disabled_at"`
-	Pending    int64      `json:"pending"`
-	Delivered  int64      `json:"delivered"`
-	Failed     int64      `json:"failed"`
-	LastError  string     `json:"last_error"`
+	ID          int64      `json:"id"`
+	URL         string     `json:"url"`
+	State       string     `json:"state"`
+	DisabledAt  *time.Time `json:"disabled_at"`
+	Pending     int64      `json:"pending"`
+	Delivered   int64      `json:"delivered"`
+	Failed      int64      `json:"failed"`
+	LastError   string     `json:"last_error"`
+	LastErrorAt *time.Time `json:"last_error_at"`
 }
 
 func listSubscribers(t *testing.T, dir, db string) []subscriberJSON {
@@ -227,6 +229,7 @@ var testWebhookFlags = []string{"--allow-private-webhooks", "--webhook-retry-sch
 
 func TestWebhookCLI(t *testing.T) {
 	dir := t.TempDir()
+	mustToken(t, dir, "--name", "me") // makes the store: webhook add makes none
 	for _, bad := range []string{"ftp://example.com/hook", "example.com/hook", "http://user:pw@example.com/hook", "https:///nohost", ""} {
 		if res := cli(t, dir, nil, "webhook", "add", bad); res.exit != 2 || res.stdout != "" {
 			t.Errorf("webhook add %q: exit %d, stdout %q; want 2 and nothing", bad, res.exit, res.stdout)
@@ -260,7 +263,8 @@ func TestWebhookCLI(t *testing.T) {
 		t.Errorf("webhook list shows a path or query:\n%s", table.stdout)
 	}
 	subs := listSubscribers(t, dir, "plantstore.db")
-	if len(subs) != 2 || subs[0].URL != webhook.RedactURL("https://hooks.example.com/plants?team=7") || subs[0].DisabledAt != nil {
+	if len(subs) != 2 || subs[0].URL != webhook.RedactURL("https://hooks.example.com/plants?team=7") || subs[0].DisabledAt != nil ||
+		subs[0].State != "active" || subs[0].LastError != "" || subs[0].LastErrorAt != nil {
 		t.Fatalf("webhook list --json: %+v", subs)
 	}
 	full := cli(t, dir, nil, "webhook", "list", "--full-urls")
@@ -475,8 +479,9 @@ func TestWebhookRetriesUntilDelivered(t *testing.T) {
 	if !strings.Contains(s.logs.String(), `"next_attempt":`) {
 		t.Errorf("a failed attempt's log does not say when it is retried:\n%s", s.logs)
 	}
+	// The delivery cleared the failed attempts' error.
 	subs := listSubscribers(t, dir, "plantstore.db")
-	if subs[0].Delivered != 1 || subs[0].Pending != 0 {
+	if subs[0].Delivered != 1 || subs[0].Pending != 0 || subs[0].State != "active" || subs[0].LastError != "" || subs[0].LastErrorAt != nil {
 		t.Errorf("webhook list: %+v", subs[0])
 	}
 }
@@ -537,7 +542,8 @@ func TestWebhookGoneDisablesSubscriber(t *testing.T) {
 		t.Errorf("%d requests reached a subscriber that answered 410, want 1", n)
 	}
 	subs := listSubscribers(t, dir, "plantstore.db")
-	if subs[0].DisabledAt == nil || subs[0].Failed != 1 || subs[0].Pending != 0 || !strings.Contains(subs[0].LastError, "410") {
+	if subs[0].DisabledAt == nil || subs[0].Failed != 1 || subs[0].Pending != 0 || !strings.Contains(subs[0].LastError, "410") ||
+		subs[0].State != "disabled" || subs[0].LastErrorAt == nil {
 		t.Errorf("after 410: %+v", subs[0])
 	}
 	if table := cli(t, dir, nil, "webhook", "list"); !strings.Contains(table.stdout, "disabled") {
@@ -558,9 +564,15 @@ func TestWebhookToPrivateAddressRefused(t *testing.T) {
 	if n := len(r.events()); n != 0 {
 		t.Errorf("%d requests reached a loopback receiver without --allow-private-webhooks", n)
 	}
+	// The subscriber shows why, when, and the flag that would allow it.
 	subs := listSubscribers(t, dir, "plantstore.db")
-	if !strings.Contains(subs[0].LastError, "not allowed") || subs[0].Pending != 1 {
+	if !strings.Contains(subs[0].LastError, "not allowed") || !strings.Contains(subs[0].LastError, "--allow-private-webhooks") ||
+		subs[0].Pending != 1 || subs[0].State != "failing" || subs[0].LastErrorAt == nil || time.Since(*subs[0].LastErrorAt) > time.Minute {
 		t.Errorf("subscriber after a refused attempt: %+v", subs[0])
+	}
+	table := cli(t, dir, nil, "webhook", "list")
+	if !regexp.MustCompile(`failing .* \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\s+.*--allow-private-webhooks`).MatchString(table.stdout) {
+		t.Errorf("webhook list does not show the state, the error's time and the error:\n%s", table.stdout)
 	}
 }
 

@@ -62,6 +62,7 @@ func Parse(doc []byte) (*Contract, error) {
 	registerDecoders.Do(func() {
 		openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 		openapi3filter.RegisterBodyDecoder("text/javascript", openapi3filter.PlainBodyDecoder)
+		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 	})
 	loader := openapi3.NewLoader()
 	parsed, err := loader.LoadFromData(doc)

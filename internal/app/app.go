@@ -58,6 +58,10 @@ type Config struct {
 	// where: a log that buffers its lines can flush them, so scripts
 	// waiting for the "listening" line see it at once.
 	OnListening func()
+	// EventRetention is how long the change feed keeps events; older
+	// ones are pruned, and a client asking for them gets 410. Default
+	// DefaultEventRetention.
+	EventRetention time.Duration
 	// TokenCacheTTL bounds how long a checked token is trusted without
 	// asking the store again (auth.Options.CacheTTL); 0 for its default.
 	TokenCacheTTL time.Duration
@@ -83,6 +87,12 @@ type WebhookConfig struct {
 // DefaultShutdownTimeout is Config.ShutdownTimeout's default.
 const DefaultShutdownTimeout = 30 * time.Second
 
+// DefaultEventRetention is Config.EventRetention's default: a client that
+// was away for up to a week resumes the feed where it left it. Webhook
+// deliveries keep their own copy of their event, so retention never cuts
+// one short.
+const DefaultEventRetention = 7 * 24 * time.Hour
+
 // App is a serving plantstore: its store and everything around it.
 type App struct {
 	cfg        Config
@@ -94,6 +104,9 @@ type App struct {
 	dispatcher *webhook.Dispatcher
 	server     *http.Server
 	wake       chan struct{}
+	// eventsWritten wakes the event streams' reader; a pending wake-up
+	// covers any number of writes.
+	eventsWritten chan struct{}
 	// metricsAddr and pprofAddr are where the side listeners bound, once
 	// Serve has started them.
 	mu                     sync.Mutex
@@ -109,7 +122,10 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1)}
+	if cfg.EventRetention <= 0 {
+		cfg.EventRetention = DefaultEventRetention
+	}
+	a := &App{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), eventsWritten: make(chan struct{}, 1)}
 	// A write that enqueued deliveries wakes the dispatcher; a wake already
 	// pending covers it.
 	hooks := StoreHooks{Enqueued: func() {
@@ -117,7 +133,16 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		case a.wake <- struct{}{}:
 		default:
 		}
-	}}
+	}, Created: func(path string) {
+		// A new, empty store is worth a line: a mistyped --db, or a
+		// directory other than the one meant, shows here.
+		a.log.Info("created a new store", "path", path)
+	}, EventsWritten: func() {
+		select {
+		case a.eventsWritten <- struct{}{}:
+		default:
+		}
+	}, Logger: a.log}
 	// Metrics, when asked for, watch the transport, the store and the
 	// dispatcher through hooks; when not, nothing is wrapped.
 	if cfg.MetricsAddr != "" {
@@ -168,6 +193,12 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	api := cfg.API
 	api.Logger, api.AccessLog = a.log, cfg.AccessLog
 	api.TLS = cfg.TLS != nil
+	// The transport keeps the header limit exactly; Go's server, with its
+	// slack, only beyond it.
+	api.MaxHeaderBytes = cfg.Server.MaxHeaderBytes
+	if api.MaxHeaderBytes <= 0 {
+		api.MaxHeaderBytes = httpapi.DefaultMaxHeaderBytes
+	}
 	// A body's own deadline shortens the connection's read timeout, never
 	// extends it.
 	if api.BodyReadTimeout <= 0 {
@@ -179,7 +210,18 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	if a.metrics != nil {
 		api.Observer = a.metrics
 	}
-	a.server = httpapi.NewHTTPServer(httpapi.NewServer(a.store, a.authn, api), cfg.Server)
+	// The streams' reader looks for events no signal reported (say, with
+	// LISTEN unavailable through a pooler) as often as the dispatcher
+	// looks for deliveries.
+	api.EventsWritten = a.eventsWritten
+	if api.EventPoll <= 0 {
+		api.EventPoll = cfg.Webhooks.Poll
+	}
+	handler := httpapi.NewServer(a.store, a.authn, api)
+	a.server = httpapi.NewHTTPServer(handler, cfg.Server)
+	// Event streams never end by themselves: at shutdown they are closed,
+	// and their clients reconnect and resume.
+	a.server.RegisterOnShutdown(handler.CloseStreams)
 	a.server.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
 	return a, nil
 }
@@ -192,10 +234,11 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	scheme := "http"
 	if a.cfg.TLS != nil {
-		ln = tls.NewListener(ln, a.cfg.TLS)
+		ln = httpapi.TLSListener(ln, a.cfg.TLS, a.log)
 		scheme = "https"
 	}
-	a.log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", storeName(a.cfg.Store.DB))
+	a.log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", storeName(a.cfg.Store.DB),
+		"docs", a.docsURL(scheme, ln.Addr()))
 	if a.cfg.OnListening != nil {
 		a.cfg.OnListening()
 	}
@@ -224,6 +267,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	var background sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() { a.authn.Run(bgCtx) })
+	background.Go(func() { a.pruneEvents(bgCtx) })
 	dispatchCtx, stopDispatch := context.WithCancel(context.WithoutCancel(ctx))
 	var dispatching sync.WaitGroup
 	dispatching.Go(func() { a.dispatcher.Run(dispatchCtx) })
@@ -253,6 +297,27 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		a.log.Info("stopped")
 	}
 	return err
+}
+
+// pruneEvents deletes the events older than the retention, now and then
+// every tenth of it (at most hourly), until ctx ends. With several
+// instances on one database each prunes; they take turns on the store.
+func (a *App) pruneEvents(ctx context.Context) {
+	every := min(a.cfg.EventRetention/10, time.Hour)
+	for {
+		n, err := a.store.PruneEvents(ctx, time.Now().Add(-a.cfg.EventRetention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.log.Warn("pruning old events failed; trying again later", "err", err)
+		case n > 0:
+			a.log.Info("pruned old events", "events", n, "retention", a.cfg.EventRetention.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }
 
 // Close releases the store; call it once Serve has returned (or instead
@@ -288,6 +353,26 @@ func (a *App) startSide(addr, name string, bound *string, routes func(*http.Serv
 	a.mu.Unlock()
 	a.log.Info(name+" listening", "addr", ln.Addr().String())
 	return srv, nil
+}
+
+// docsURL is where a person finds the API reference, for the listening
+// line: under the public URL when there is one, else on the bound
+// address, a wildcard one asked on loopback.
+func (a *App) docsURL(scheme string, addr net.Addr) string {
+	if a.cfg.API.PublicURL != "" {
+		return a.cfg.API.PublicURL + "/docs"
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/docs"
 }
 
 // storeName is the store as logs show it: a URL's password masked.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -16,6 +17,11 @@ type StoreConfig struct {
 	BusyTimeout time.Duration // SQLite's busy timeout, PostgreSQL's lock_timeout
 	MaxDBBytes  int64         // SQLite only: 0 for no cap
 	DBMaxConns  int32         // PostgreSQL only: 0 for the URL's or the default
+	// MustExist refuses to make a new SQLite store (sqlite.ErrNoStore):
+	// the commands that only read or change what is there set it. A
+	// PostgreSQL database always exists already; its tables are made by
+	// whichever command opens it first.
+	MustExist bool
 }
 
 // StoreHooks are what a server wants to hear from its store; either may
@@ -25,6 +31,14 @@ type StoreHooks struct {
 	Enqueued func()
 	// ObserveBatch is told the size of each group commit.
 	ObserveBatch func(creates int)
+	// Created is told the absolute path of a SQLite store just made.
+	Created func(path string)
+	// EventsWritten is called when events were recorded: by this process
+	// or, on PostgreSQL, by any (sqlite.Options.EventsWritten,
+	// postgres.Options.EventsWritten).
+	EventsWritten func()
+	// Logger receives what the store has to say in the background.
+	Logger *slog.Logger
 }
 
 // OpenStore opens the store for a command-line tool (soleServer false) or
@@ -34,18 +48,23 @@ type StoreHooks struct {
 func OpenStore(ctx context.Context, cfg StoreConfig, soleServer bool, hooks StoreHooks) (plantstore.Store, error) {
 	if postgres.IsURL(cfg.DB) {
 		return postgres.Open(ctx, cfg.DB, postgres.Options{
-			MaxConns:     cfg.DBMaxConns,
-			LockTimeout:  cfg.BusyTimeout,
-			Enqueued:     hooks.Enqueued,
-			ObserveBatch: hooks.ObserveBatch,
+			MaxConns:      cfg.DBMaxConns,
+			LockTimeout:   cfg.BusyTimeout,
+			Enqueued:      hooks.Enqueued,
+			ObserveBatch:  hooks.ObserveBatch,
+			EventsWritten: hooks.EventsWritten,
+			Logger:        hooks.Logger,
 		})
 	}
 	return sqlite.Open(ctx, cfg.DB, sqlite.Options{
-		BusyTimeout:  cfg.BusyTimeout,
-		MaxBytes:     cfg.MaxDBBytes,
-		SoleServer:   soleServer,
-		Enqueued:     hooks.Enqueued,
-		ObserveBatch: hooks.ObserveBatch,
+		BusyTimeout:   cfg.BusyTimeout,
+		MaxBytes:      cfg.MaxDBBytes,
+		SoleServer:    soleServer,
+		MustExist:     cfg.MustExist,
+		Created:       hooks.Created,
+		Enqueued:      hooks.Enqueued,
+		ObserveBatch:  hooks.ObserveBatch,
+		EventsWritten: hooks.EventsWritten,
 	})
 }
 

@@ -116,3 +116,40 @@ func acceptsGzip(header string) bool {
 	}
 	return false
 }
+
+// index is the page a browser gets at GET /: where the reference and the
+// document are, linked relatively so it works under a path prefix too.
+var index = template.Must(template.New("index").Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.}}</title>
+</head>
+<body>
+<h1>{{.}}</h1>
+<p>This is an API: its plants are at <code>/plants</code>, for a bearer token.</p>
+<ul>
+<li><a href="docs">The API reference</a></li>
+<li><a href="openapi.json">The OpenAPI document</a> (also <a href="openapi.yaml">as YAML</a>)</li>
+</ul>
+</body>
+</html>
+`))
+
+// Index serves the page a browser gets at the service's root.
+func Index(title string) http.Handler {
+	var b bytes.Buffer
+	if err := index.Execute(&b, title); err != nil {
+		panic(err) // a constant template and a string
+	}
+	html := b.Bytes()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Content-Security-Policy", "default-src 'none'")
+		h.Set("Content-Length", strconv.Itoa(len(html)))
+		w.Write(html)
+	})
+}

@@ -17,8 +17,8 @@ import (
 // it may read of an answer besides the simple headers.
 const (
 	corsMethods = "GET, HEAD, POST, PUT, DELETE"
-	corsHeaders = "Authorization, Content-Type, If-Match, If-None-Match, X-Request-Id"
-	corsExposed = "ETag, Link, Retry-After, X-Request-Id"
+	corsHeaders = "Authorization, Content-Type, If-Match, If-None-Match, Last-Event-ID, X-Request-Id"
+	corsExposed = "ETag, Latest-Event-Id, Link, Retry-After, X-Request-Id"
 	// corsMaxAge is how long a browser may keep a preflight's answer, in
 	// seconds: ten minutes, under every browser's own cap.
 	corsMaxAge = "600"

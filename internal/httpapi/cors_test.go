@@ -58,7 +58,7 @@ func TestCORS(t *testing.T) {
 		if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != app {
 			t.Errorf("a request from an allowed origin: %d, Allow-Origin %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
 		}
-		for _, h := range []string{"Link", "ETag", "Retry-After", "X-Request-Id"} {
+		for _, h := range []string{"Link", "ETag", "Latest-Event-Id", "Retry-After", "X-Request-Id"} {
 			if !slices.Contains(listHeader(resp.Header, "Access-Control-Expose-Headers"), h) {
 				t.Errorf("%s is not exposed: %q", h, resp.Header.Get("Access-Control-Expose-Headers"))
 			}

@@ -35,6 +35,9 @@ func (panickingStore) UpdatePlant(context.Context, plantstore.Plant, plantstore.
 func (panickingStore) DeletePlant(context.Context, int64, plantstore.Precondition) error {
 	panic("a bug in the store")
 }
+func (panickingStore) Events(context.Context, plantstore.EventQuery) ([]plantstore.Event, error) {
+	panic("a bug in the store")
+}
 
 // everyOperation is one well-formed request per plant operation.
 var everyOperation = []struct{ method, path, body string }{
@@ -43,6 +46,7 @@ var everyOperation = []struct{ method, path, body string }{
 	{"GET", "/plants/1", ""},
 	{"PUT", "/plants/1", `{"name":"b"}`},
 	{"DELETE", "/plants/1", ""},
+	{"GET", "/events", ""},
 }
 
 func (e *env) send(method, path, body string, extra map[string]string) (*http.Response, []byte) {
@@ -176,6 +180,11 @@ func (s stallingReads) GetPlant(ctx context.Context, id int64) (plantstore.Plant
 func (s stallingReads) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
 	<-ctx.Done()
 	return s.Store.ListPlants(ctx, opts)
+}
+
+func (s stallingReads) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore.Event, error) {
+	<-ctx.Done()
+	return s.Store.Events(ctx, q)
 }
 
 // Past the request timeout every plant operation answers 503, soon: the

@@ -15,7 +15,11 @@ import (
 
 // getPaths are the paths served with GET, and so with HEAD (ServeMux
 // answers HEAD with the GET handler, discarding the body).
-var getPaths = []string{"/plants", "/plants/1", "/healthz", "/readyz", "/openapi.json", "/openapi.yaml", "/docs", docs.BundlePath}
+var getPaths = []string{"/plants", "/plants/1", "/events", "/healthz", "/readyz", "/openapi.json", "/openapi.yaml", "/docs", docs.BundlePath, "/"}
+
+// tokenPaths are the GET paths that need a token; getPaths[len(tokenPaths)+1:]
+// (after /healthz) are limited per client address.
+var tokenPaths = getPaths[:3]
 
 // headLikeGet sends GET, then HEAD, to path with header, and checks that
 // HEAD answered as GET did, without a body: the same status and the same
@@ -63,7 +67,7 @@ func TestHeadAnswersAsGet(t *testing.T) {
 		for _, path := range []string{"/openapi.json", "/openapi.yaml", docs.BundlePath} {
 			e.headLikeGet(path, map[string]string{"Accept-Encoding": "gzip"})
 		}
-		for _, path := range []string{"/plants", "/plants/1"} {
+		for _, path := range tokenPaths {
 			got, _ := e.do("GET", path, map[string]string{"Authorization": read}, nil)
 			cases := []struct {
 				header map[string]string
@@ -85,6 +89,8 @@ func TestHeadAnswersAsGet(t *testing.T) {
 			"/plants?after=x":     http.StatusBadRequest,
 			"/plants/abc":         http.StatusBadRequest,
 			"/plants/99999999999": http.StatusNotFound,
+			"/events?limit=0":     http.StatusBadRequest,
+			"/events?type=x":      http.StatusBadRequest,
 		} {
 			if got := e.headLikeGet(path, map[string]string{"Authorization": read}); got != status {
 				t.Errorf("HEAD %s: %d, want %d", path, got, status)
@@ -112,13 +118,13 @@ func TestHeadRefusedByLimits(t *testing.T) {
 		e := start(t, options{cfg: httpapi.Config{TokenRate: 0.01, TokenBurst: 1, AddressRate: 0.01}}) // address bursts of 1
 		auth := map[string]string{"Authorization": "Bearer " + e.readToken}
 		e.do("GET", "/plants", auth, nil) // the token's burst
-		for _, path := range []string{"/plants", "/plants/1"} {
+		for _, path := range tokenPaths {
 			if status := e.headLikeGet(path, auth); status != http.StatusTooManyRequests {
 				t.Errorf("HEAD %s past the token's rate: %d, want 429", path, status)
 			}
 		}
 		e.do("GET", "/readyz", nil, nil) // the address's burst
-		for _, path := range getPaths[3:] {
+		for _, path := range getPaths[len(tokenPaths)+1:] {
 			if status := e.headLikeGet(path, nil); status != http.StatusTooManyRequests {
 				t.Errorf("HEAD %s past the address's rate: %d, want 429", path, status)
 			}
@@ -135,7 +141,7 @@ func TestHeadWhenTheStoreFails(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		auth := func(e *env) map[string]string { return map[string]string{"Authorization": "Bearer " + e.readToken} }
 		buggy := start(t, options{wrap: func(s plantstore.Store) plantstore.Store { return panickingStore{s} }})
-		for _, path := range []string{"/plants", "/plants/1"} {
+		for _, path := range tokenPaths {
 			if status := buggy.headLikeGet(path, auth(buggy)); status != http.StatusInternalServerError {
 				t.Errorf("HEAD %s on a panicking store: %d, want 500", path, status)
 			}
@@ -145,7 +151,7 @@ func TestHeadWhenTheStoreFails(t *testing.T) {
 			cfg:    httpapi.Config{RequestTimeout: 300 * time.Millisecond},
 			wrap:   func(s plantstore.Store) plantstore.Store { return stallingReads{s} },
 		})
-		for _, path := range []string{"/plants", "/plants/1"} {
+		for _, path := range tokenPaths {
 			if status := stalled.headLikeGet(path, auth(stalled)); status != http.StatusServiceUnavailable {
 				t.Errorf("HEAD %s on a stalled store: %d, want 503", path, status)
 			}
@@ -154,6 +160,23 @@ func TestHeadWhenTheStoreFails(t *testing.T) {
 		gone.db.Close()
 		if status := gone.headLikeGet("/readyz", nil); status != http.StatusServiceUnavailable {
 			t.Errorf("HEAD /readyz with the store gone: %d, want 503", status)
+		}
+	})
+}
+
+// HEAD of a stream answers the status and headers the stream would begin
+// with, and ends: it does not stay open. Refusals are as for GET.
+func TestHeadOfAStream(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		stream := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept": "text/event-stream"}
+		resp, body := e.do("HEAD", "/events", stream, nil)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || len(body) != 0 {
+			t.Errorf("HEAD of a stream: %d %q, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+		}
+		stream["Last-Event-ID"] = "x"
+		if resp, _ := e.do("HEAD", "/events", stream, nil); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("HEAD of a stream with a bad Last-Event-ID: %d, want 400", resp.StatusCode)
 		}
 	})
 }

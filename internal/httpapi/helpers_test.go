@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,6 +140,11 @@ type options struct {
 	sqlite  sqlite.Options
 	wrap    func(plantstore.Store) plantstore.Store
 	authTTL time.Duration
+	// dbURL, under a "postgres" subtest, is the database to serve instead
+	// of a fresh one: another instance's.
+	dbURL string
+	// eventRetention is app.Config.EventRetention.
+	eventRetention time.Duration
 }
 
 type env struct {
@@ -153,6 +159,8 @@ type env struct {
 	logs       *apitest.Buffer
 	writeToken string // plants:read and plants:write
 	readToken  string // plants:read only
+	// stop shuts the service down as a signal would, and waits for it.
+	stop func()
 }
 
 // start runs the service as serve does, through internal/app, on a real
@@ -170,10 +178,14 @@ func start(t *testing.T, opts options) *env {
 		TokenCacheTTL:   opts.authTTL,
 		WrapStore:       opts.wrap,
 		ShutdownTimeout: 100 * time.Millisecond, // a test's slow clients need not be waited for
+		EventRetention:  opts.eventRetention,
 	}
 	var dbPath, dbURL string
 	if engineOf(t) == onPostgres {
-		dbURL = pgtest.NewDatabase(t)
+		dbURL = opts.dbURL
+		if dbURL == "" {
+			dbURL = pgtest.NewDatabase(t)
+		}
 		cfg.Store.DB = dbURL
 	} else {
 		dbPath = filepath.Join(t.TempDir(), "plants.db")
@@ -191,14 +203,25 @@ func start(t *testing.T, opts options) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx, ln) }()
+	var stopOnce sync.Once
+	stop := func() {
+		stopOnce.Do(func() {
+			cancel()
+			<-served
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		<-served
+		stop()
 		a.Close()
 	})
-	e := &env{t: t, url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), db: a.Store(), dbPath: dbPath, dbURL: dbURL, client: apitest.Client(t), logs: logs}
-	e.writeToken = e.issue("writer", plantstore.KnownScopes...)
-	e.readToken = e.issue("reader", plantstore.ScopePlantsRead)
+	e := &env{t: t, url: "http://" + ln.Addr().String(), addr: ln.Addr().String(), db: a.Store(), dbPath: dbPath, dbURL: dbURL, client: apitest.Client(t), logs: logs, stop: stop}
+	// Another instance's database has its "writer" and "reader" already.
+	suffix := ""
+	if opts.dbURL != "" {
+		suffix = "-" + ln.Addr().String()
+	}
+	e.writeToken = e.issue("writer"+suffix, plantstore.KnownScopes...)
+	e.readToken = e.issue("reader"+suffix, plantstore.ScopePlantsRead)
 	e.api = e.clientWith(e.writeToken)
 	return e
 }

@@ -144,10 +144,11 @@ func (s *memStore) DeletePlant(context.Context, int64, plantstore.Precondition) 
 func (s *memStore) Ping(context.Context) error                                        { return nil }
 func (s *memStore) Close() error                                                      { return nil }
 
-// memTokens is an in-memory token store; the webhook methods of
+// memTokens is an in-memory token store; the webhook and event methods of
 // plantstore.Store come with it, unused.
 type memTokens struct {
 	plantstore.WebhookStore
+	plantstore.EventStore
 	tokens map[plantstore.TokenHash]plantstore.Token
 }
 

@@ -1,15 +1,18 @@
 package httpapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -41,7 +44,7 @@ func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
 		l.IdleTimeout = 120 * time.Second
 	}
 	if l.MaxHeaderBytes <= 0 {
-		l.MaxHeaderBytes = 16 << 10
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	return &http.Server{
 		Handler:           handler,
@@ -166,4 +169,147 @@ func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
 		},
 		NextProtos: []string{"http/1.1"},
 	}, nil
+}
+
+// TLSListener serves TLS with cfg on the connections ln accepts, and
+// answers a client that speaks plain HTTP to it with 400 and the Error
+// body, as net/http does by itself when it does the TLS (the JSON error
+// wrappers stand between it and the TLS connection here, so it cannot
+// tell): without it such a client gets an empty reply, and no clue. The
+// first bytes decide: a TLS handshake begins with a record of type 22, an
+// HTTP request with a method's capital letters.
+func TLSListener(ln net.Listener, cfg *tls.Config, log *slog.Logger) net.Listener {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return tlsListener{ln, cfg, log}
+}
+
+type tlsListener struct {
+	net.Listener
+	cfg *tls.Config
+	log *slog.Logger
+}
+
+// Accept returns at once: the first bytes are read by the connection's
+// first Read, in the connection's own goroutine and under its deadline.
+func (l tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &sniffedConn{Conn: c, cfg: l.cfg, log: l.log}, nil
+}
+
+// sniffedConn is a connection that becomes TLS, or refuses plain HTTP,
+// on its first use.
+type sniffedConn struct {
+	net.Conn
+	cfg  *tls.Config
+	log  *slog.Logger
+	once sync.Once
+	err  error
+	mu   sync.Mutex // guards tls: Close may come from another goroutine
+	tls  *tls.Conn  // nil until the first use, and when the client spoke plain HTTP
+}
+
+func (c *sniffedConn) start() error {
+	c.once.Do(func() {
+		br := bufio.NewReaderSize(c.Conn, 512)
+		first, err := br.Peek(1)
+		if err != nil {
+			c.err = err
+			return
+		}
+		if b := first[0]; b >= 'A' && b <= 'Z' {
+			c.refusePlainHTTP()
+			c.err = io.EOF
+			return
+		}
+		c.mu.Lock()
+		c.tls = tls.Server(&peekedConn{Conn: c.Conn, r: br}, c.cfg)
+		c.mu.Unlock()
+	})
+	return c.err
+}
+
+// refusePlainHTTP answers the plain HTTP request begun on c (without
+// reading the rest of it) and closes the connection.
+func (c *sniffedConn) refusePlainHTTP() {
+	const message = "the client sent an HTTP request to an HTTPS server: use https://"
+	c.log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
+		slog.Int("status", http.StatusBadRequest), slog.String("message", message), slog.String("remote", c.RemoteAddr().String()))
+	body, _ := json.Marshal(errorBody{Error: http.StatusBadRequest, Message: message})
+	c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c.Conn, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+	c.Conn.Close()
+}
+
+func (c *sniffedConn) Read(p []byte) (int, error) {
+	if err := c.start(); err != nil {
+		return 0, err
+	}
+	return c.tls.Read(p)
+}
+
+func (c *sniffedConn) Write(p []byte) (int, error) {
+	if err := c.start(); err != nil {
+		return 0, err
+	}
+	return c.tls.Write(p)
+}
+
+func (c *sniffedConn) Close() error {
+	c.mu.Lock()
+	t := c.tls
+	c.mu.Unlock()
+	if t != nil {
+		return t.Close()
+	}
+	return c.Conn.Close()
+}
+
+// peekedConn reads what was peeked at before the rest of the connection.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// headerBytesExceeded answers 431, and reports true, when r's line and
+// header fields, counted as sent, exceed MaxHeaderBytes: Go's own limit
+// has slack (see Config.MaxHeaderBytes), and a limit should mean what it
+// says. observe asks it first, before CORS and routing.
+func (s *Server) headerBytesExceeded(w http.ResponseWriter, r *http.Request) bool {
+	limit := s.cfg.MaxHeaderBytes
+	if limit <= 0 {
+		return false
+	}
+	n := headerBytes(r)
+	if n <= limit {
+		return false
+	}
+	w.Header().Set("Connection", "close")
+	s.writeError(w, r, errorStatus(http.StatusRequestHeaderFieldsTooLarge,
+		"the request's header fields are too large: %d bytes, over the limit of %d", n, limit))
+	return true
+}
+
+// headerBytes is the size of r's request line and header fields as a
+// client sends them: "METHOD target HTTP/1.1", each field as
+// "Name: value", each line ended by CRLF, and the empty line. Go's server
+// keeps the Host field apart, and trims the spaces around values; a
+// client that sends more or fewer spaces differs from this by as many.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	if r.Host != "" {
+		n += len("Host: ") + len(r.Host) + 2
+	}
+	for name, values := range r.Header {
+		for _, v := range values {
+			n += len(name) + 2 + len(v) + 2
+		}
+	}
+	return n + 2
 }

@@ -27,12 +27,15 @@ type requestInfo struct {
 	tokenID int64  // its id, for the limits per token
 	limit   string // the limit that refused the request, if one did
 	route   string // the pattern that matched, "" when none did
+	// conn is the request's own context, which ends when its client goes
+	// away; the handlers' context is the shared deadline's (deadlines).
+	conn context.Context
 }
 
 func infoFrom(ctx context.Context) *requestInfo {
 	info, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
 	if info == nil {
-		return &requestInfo{}
+		return &requestInfo{conn: ctx}
 	}
 	return info
 }
@@ -50,7 +53,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.RequestStarted()
 		}
-		info := &requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id"))}
+		info := &requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id")), conn: r.Context()}
 		h := w.Header()
 		h["X-Request-Id"] = []string{info.id}
 		h["X-Content-Type-Options"] = nosniff
@@ -60,7 +63,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		rec := &recorder{ResponseWriter: w, r: r}
 		ctx := context.WithValue(s.deadlines.context(start), requestInfoKey{}, info)
 		r = r.WithContext(ctx)
-		if !s.cors(rec, r) {
+		switch {
+		case s.headerBytesExceeded(rec, r), s.cors(rec, r):
+			// answered
+		default:
 			next.ServeHTTP(rec, r)
 		}
 		if rec.status == 0 {

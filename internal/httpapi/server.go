@@ -83,6 +83,23 @@ type Config struct {
 	// cors.go): "*" alone for any, or exact origins; none when empty.
 	// Checked by ParseCORSOrigins.
 	CORSOrigins []string
+	// MaxHeaderBytes caps the request line and header fields, counted as
+	// sent ("Name: value" and CRLF each); larger gets 431. Go's server
+	// reads up to 4 KiB beyond its own MaxHeaderBytes (8 KiB on a reused
+	// connection), so the exact limit is kept here. 0: Go's alone.
+	MaxHeaderBytes int
+	// EventsWritten wakes the event streams' reader (feed.go) when the
+	// store has recorded events; EventPoll is how often it looks anyway
+	// (default 1 s), for writes no signal reported.
+	EventsWritten <-chan struct{}
+	EventPoll     time.Duration
+	// MaxStreams caps the event streams open at once (beyond it, 503),
+	// MaxStreamsPerToken those of one token (beyond it, 429). Defaults
+	// DefaultMaxStreams and DefaultMaxStreamsPerToken.
+	MaxStreams, MaxStreamsPerToken int
+	// StreamKeepAlive is how often an idle stream sends a comment, so
+	// that proxies keep it open and a dead client is found. Default 15 s.
+	StreamKeepAlive time.Duration
 	// PublicURL is the base URL clients reach the API at, when a proxy or
 	// a path prefix stands between them ("https://api.example.com/store").
 	// When set, Link headers are absolute URLs under it and the served
@@ -117,6 +134,7 @@ type Observer interface {
 // Defaults of Config.
 const (
 	DefaultMaxBodyBytes      = 64 << 10
+	DefaultMaxHeaderBytes    = 16 << 10
 	DefaultRequestTimeout    = 10 * time.Second
 	DefaultBodyReadTimeout   = 5 * time.Second
 	DefaultAuthFailureWindow = time.Minute
@@ -135,6 +153,7 @@ type Authenticator interface {
 // Store is what the handlers need of a storage engine.
 type Store interface {
 	plantstore.PlantStore
+	plantstore.EventStore
 	Ping(ctx context.Context) error
 }
 
@@ -152,6 +171,10 @@ type Server struct {
 	tokenRate    *tokenBuckets[int64]      // by token ID; nil when off
 	authFailures *tokenBuckets[netip.Addr] // by clientAddr; nil when off
 	addressRate  *tokenBuckets[netip.Addr] // by clientAddr; nil when off
+
+	feed            *feed
+	streams         atomic.Int64 // event streams open
+	streamsPerToken *tokenSlots
 }
 
 // NewServer returns the API's handler over store, checking tokens with
@@ -172,6 +195,18 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.EventPoll <= 0 {
+		cfg.EventPoll = DefaultEventPoll
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxStreamsPerToken <= 0 {
+		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	if cfg.StreamKeepAlive <= 0 {
+		cfg.StreamKeepAlive = DefaultStreamKeepAlive
+	}
 	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg, deadlines: newDeadlines(cfg.RequestTimeout)}
 	if cfg.TokenRate > 0 {
 		burst := cfg.TokenBurst
@@ -190,6 +225,8 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	if cfg.AddressRate > 0 {
 		s.addressRate = newTokenBuckets[netip.Addr](cfg.AddressRate, max(1, int(2*cfg.AddressRate)), maxBucketKeys)
 	}
+	s.feed = newFeed(store, cfg.EventsWritten, cfg.EventPoll, cfg.Logger)
+	s.streamsPerToken = &tokenSlots{max: cfg.MaxStreamsPerToken, held: map[int64]int{}}
 	if cfg.MaxInFlightPerToken > 0 {
 		s.perToken = &tokenSlots{max: cfg.MaxInFlightPerToken, held: map[int64]int{}}
 	}
@@ -222,13 +259,18 @@ func (s *Server) routes(mux *http.ServeMux) {
 	handle("GET /plants/{id}", plants(read, s.handleGetPlant()))
 	handle("PUT /plants/{id}", plants(write, s.handleUpdatePlant()))
 	handle("DELETE /plants/{id}", plants(write, s.handleDeletePlant()))
+	// A page of events is like a plant operation; a stream holds a stream
+	// slot instead of one in flight (handleEvents).
+	handle("GET /events", queryToken(s.requireScope(read, s.handleEvents())))
 
 	handle("GET /healthz", s.handleHealth())
 	handle("GET /readyz", public(s.handleReady()))
 	handle("GET /openapi.json", public(s.serveDocument("application/json", api.JSON, withServer)))
 	handle("GET /openapi.yaml", public(s.serveDocument("application/yaml", api.YAML, withServerYAML)))
 	handle("GET /docs", public(docs.Page("Plant Store API reference")))
+	handle("GET /docs/{$}", s.redirectToDocs())
 	handle("GET "+docs.BundlePath, public(docs.Bundle()))
+	handle("GET /{$}", public(s.handleRoot()))
 }
 
 // withRoute notes the pattern that matched, for metrics: the mux sets it
@@ -237,6 +279,58 @@ func withRoute(pattern string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		infoFrom(r.Context()).route = pattern
 		h.ServeHTTP(w, r)
+	})
+}
+
+// rootBody is what GET / answers a program: where the API is described.
+type rootBody struct {
+	Name    string `json:"name"`
+	Docs    string `json:"docs"`
+	OpenAPI string `json:"openapi"`
+}
+
+// handleRoot answers GET /, which a person trying the service opens
+// first: a pointer to the reference page and the document, as JSON, or
+// as a small page for a browser. The API itself is under /plants.
+func (s *Server) handleRoot() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Accept")
+		if prefersHTML(r.Header.Get("Accept")) {
+			docs.Index("Plant Store API").ServeHTTP(w, r)
+			return
+		}
+		base := s.baseURL(r) + "/"
+		if base == "/" {
+			base = "" // no usable host: relative to the request
+		}
+		writeJSON(w, http.StatusOK, rootBody{Name: "Plant Store API", Docs: base + "docs", OpenAPI: base + "openapi.json"})
+	})
+}
+
+// prefersHTML says whether an Accept header asks for HTML before JSON, as
+// a browser's does (text/html first, */* last); curl's */* gets JSON.
+func prefersHTML(accept string) bool {
+	for part := range strings.SplitSeq(accept, ",") {
+		media, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+		switch strings.ToLower(strings.TrimSpace(media)) {
+		case "text/html", "application/xhtml+xml":
+			return true
+		case "application/json", "*/*":
+			return false
+		}
+	}
+	return false
+}
+
+// redirectToDocs sends /docs/ to /docs, where the page's relative links
+// (openapi.json, its script) resolve.
+func (s *Server) redirectToDocs() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		target := "../docs"
+		if base := s.baseURL(r); base != "" {
+			target = base + "/docs"
+		}
+		http.Redirect(w, r, target, http.StatusMovedPermanently)
 	})
 }
 

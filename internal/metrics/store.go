@@ -58,6 +58,11 @@ func (s *instrumented) DeletePlant(ctx context.Context, id int64, cond plantstor
 	return s.Store.DeletePlant(ctx, id, cond)
 }
 
+func (s *instrumented) Events(ctx context.Context, q plantstore.EventQuery) (es []plantstore.Event, err error) {
+	defer s.observe("events", time.Now(), &err)
+	return s.Store.Events(ctx, q)
+}
+
 func (s *instrumented) TokenByHash(ctx context.Context, hash plantstore.TokenHash) (t plantstore.Token, err error) {
 	defer s.observe("token_by_hash", time.Now(), &err)
 	return s.Store.TokenByHash(ctx, hash)

@@ -258,8 +258,9 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant) (map[
 	}
 	var inserted []int64
 	var enqueued int
+	var event *int64
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, insertPlantsSQL, ids, names, tags, events, db.now()).Scan(&inserted, &enqueued)
+		return db.pool.QueryRow(ctx, insertPlantsSQL, ids, names, tags, events, db.now()).Scan(&inserted, &enqueued, &event)
 	})
 	if err != nil {
 		return nil, err
@@ -267,6 +268,7 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant) (map[
 	if enqueued > 0 && db.enqueued != nil {
 		db.enqueued()
 	}
+	db.recorded(event)
 	set := make(map[int64]struct{}, len(inserted))
 	for _, id := range inserted {
 		set[id] = struct{}{}
@@ -276,13 +278,14 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant) (map[
 
 // insertPlantsSQL is insertPlantSQL for many plants: it inserts each plant
 // of the arrays ($1 ids, distinct and ascending, $2 names, $3 tags, $4
-// event ids) whose id is free and, for each plant it inserted, one webhook
-// delivery per active subscriber with that plant's event id. One statement,
-// so one transaction, holds all of them or none. It returns the ids
-// inserted and the number of deliveries written.
+// webhook event ids) whose id is free and, for each plant it inserted, its
+// event, with ids in the order of the plants', and one webhook delivery per
+// active subscriber. One statement, so one transaction, holds all of them
+// or none. It returns the ids inserted, the number of deliveries written
+// and the id of the last event recorded (NULL when none).
 const insertPlantsSQL = `WITH input AS (
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u (id, name, tag, event_id)
-	), inserted AS (
+	), changed AS (
 		INSERT INTO plants (id, name, tag, created_at)
 		SELECT id, name, tag, $5::timestamptz FROM input ORDER BY id
 		ON CONFLICT (id) DO NOTHING
@@ -290,12 +293,18 @@ const insertPlantsSQL = `WITH input AS (
 	), enqueued AS (
 		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at)
 		SELECT s.id, u.event_id, i.id, i.name, i.tag, i.created_at, i.created_at
-		FROM inserted i JOIN input u ON u.id = i.id CROSS JOIN webhook_subscribers s
+		FROM changed i JOIN input u ON u.id = i.id CROSS JOIN webhook_subscribers s
 		WHERE s.disabled_at IS NULL
 		ORDER BY i.id, s.id
 		RETURNING 1
+	), ` + takeEventIDs + `, recorded AS (
+		INSERT INTO events (id, type, plant_id, name, tag, at)
+		SELECT c.last - (SELECT count(*) FROM changed) + row_number() OVER (ORDER BY i.id),
+			'plant.created', i.id, i.name, i.tag, i.created_at
+		FROM changed i CROSS JOIN counter c
+		RETURNING id
 	)
-	SELECT coalesce(array_agg(id), '{}'), (SELECT count(*) FROM enqueued)::int FROM inserted`
+	SELECT (SELECT coalesce(array_agg(id), '{}') FROM changed), (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
 
 // readPlants adds the plants stored under ids to into. Under READ
 // COMMITTED it is a new snapshot, which sees the rows that made the insert

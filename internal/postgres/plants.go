@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/plantstore/plantstore"
 )
@@ -20,18 +19,20 @@ const insertAttempts = 3
 // concurrent transaction that holds the same id, and does nothing once
 // that one commits; the read that follows is a new statement with a new
 // snapshot, so it sees the row that won. Each statement commits on its
-// own: the insert, which also writes the webhook outbox rows of a new
-// plant, is the only write.
+// own: the insert, which also records the event of a new plant and writes
+// its webhook outbox rows, is the only write.
 func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error) {
 	for range insertAttempts {
 		var inserted, enqueued int
-		err := db.pool.QueryRow(ctx, insertPlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&inserted, &enqueued)
+		var event *int64
+		err := db.pool.QueryRow(ctx, insertPlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&inserted, &enqueued, &event)
 		if err != nil {
 			return false, err
 		}
 		if enqueued > 0 && db.enqueued != nil {
 			db.enqueued()
 		}
+		db.recorded(event)
 		if inserted == 1 {
 			return true, nil
 		}
@@ -51,22 +52,29 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 }
 
 // insertPlantSQL inserts a plant unless its id is taken and, only when it
-// did, one webhook delivery per active subscriber: one statement, so one
-// transaction, holds both or neither. Data-modifying WITH clauses run
-// whether or not the outer query reads them.
-const insertPlantSQL = `WITH inserted AS (
+// did, its event and one webhook delivery per active subscriber: one
+// statement, so one transaction, holds all of them or none. Data-modifying
+// WITH clauses run whether or not the outer query reads them. It returns
+// whether it inserted, the number of deliveries written and the id of the
+// event recorded (NULL when none).
+const insertPlantSQL = `WITH changed AS (
 		INSERT INTO plants (id, name, tag, created_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id, name, tag, created_at
 	), enqueued AS (
 		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at)
 		SELECT s.id, $5, i.id, i.name, i.tag, i.created_at, i.created_at
-		FROM inserted i CROSS JOIN webhook_subscribers s
+		FROM changed i CROSS JOIN webhook_subscribers s
 		WHERE s.disabled_at IS NULL
 		ORDER BY s.id
 		RETURNING 1
+	), ` + takeEventIDs + `, recorded AS (
+		INSERT INTO events (id, type, plant_id, name, tag, at)
+		SELECT c.last, 'plant.created', i.id, i.name, i.tag, i.created_at
+		FROM changed i CROSS JOIN counter c
+		RETURNING id
 	)
-	SELECT (SELECT count(*) FROM inserted)::int, (SELECT count(*) FROM enqueued)::int`
+	SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
 
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
 	p, err := getPlant(ctx, db.pool, id)
@@ -127,45 +135,107 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantstore.Precondition) error {
 	op := fmt.Sprintf("update plant %d", p.ID)
 	if cond != nil {
-		return db.storeError(op, db.conditionally(ctx, p.ID, cond, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE plants SET name = $2, tag = $3 WHERE id = $1`, p.ID, p.Name, p.Tag)
-			return err
+		return db.storeError(op, db.conditionally(ctx, p.ID, cond, func(tx pgx.Tx, stored plantstore.Plant) (*int64, error) {
+			if stored.SameContent(p) {
+				return nil, nil // no change, no event
+			}
+			var event *int64
+			err := tx.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now()).Scan(&event)
+			return event, err
 		}))
 	}
-	var tag pgconn.CommandTag
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		tag, err = db.pool.Exec(ctx, `UPDATE plants SET name = $2, tag = $3 WHERE id = $1`, p.ID, p.Name, p.Tag)
-		return err
-	})
-	return db.changedOrNotFound(op, p.ID, tag, err)
+	for range insertAttempts {
+		var event *int64
+		err := retry(ctx, func(ctx context.Context) error {
+			return db.pool.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now()).Scan(&event)
+		})
+		if err != nil {
+			return db.storeError(op, err)
+		}
+		if event != nil {
+			db.recorded(event)
+			return nil
+		}
+		// Nothing updated: the plant is missing, or has this content
+		// already. A new statement, so a new snapshot, tells which.
+		stored, err := getPlant(ctx, db.pool, p.ID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", p.ID)
+		}
+		if err != nil {
+			return db.storeError(op, err)
+		}
+		if stored.SameContent(p) {
+			return nil
+		}
+		// Changed since the update looked: go round again.
+	}
+	return plantstore.Errorf(plantstore.EUNAVAILABLE, "plant %d is being changed concurrently; retry", p.ID)
 }
+
+// updatePlantSQL gives plant $1 the name $2 and tag $3 unless it has them
+// already, and records the change's event at $4: an update that changes
+// nothing records none. It returns the event's id, NULL when it changed
+// nothing (the plant is missing, or already so).
+const updatePlantSQL = `WITH changed AS (
+		UPDATE plants SET name = $2, tag = $3
+		WHERE id = $1 AND (name IS DISTINCT FROM $2 OR tag IS DISTINCT FROM $3)
+		RETURNING id, name, tag
+	), ` + takeEventIDs + `, recorded AS (
+		INSERT INTO events (id, type, plant_id, name, tag, at)
+		SELECT c.last, 'plant.updated', u.id, u.name, u.tag, $4
+		FROM changed u CROSS JOIN counter c
+		RETURNING id
+	)
+	SELECT ` + notifyEvents
 
 func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) error {
 	op := fmt.Sprintf("delete plant %d", id)
 	if cond != nil {
-		return db.storeError(op, db.conditionally(ctx, id, cond, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `DELETE FROM plants WHERE id = $1`, id)
-			return err
+		return db.storeError(op, db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
+			var event *int64
+			err := tx.QueryRow(ctx, deletePlantSQL, id, db.now()).Scan(&event)
+			return event, err
 		}))
 	}
-	var tag pgconn.CommandTag
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		tag, err = db.pool.Exec(ctx, `DELETE FROM plants WHERE id = $1`, id)
-		return err
+	var event *int64
+	err := retry(ctx, func(ctx context.Context) error {
+		return db.pool.QueryRow(ctx, deletePlantSQL, id, db.now()).Scan(&event)
 	})
-	return db.changedOrNotFound(op, id, tag, err)
+	if err != nil {
+		return db.storeError(op, err)
+	}
+	if event == nil {
+		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+	}
+	db.recorded(event)
+	return nil
 }
+
+// deletePlantSQL deletes plant $1 and records the event, at $2, with the
+// content it had. It returns the event's id, NULL when there was no plant.
+const deletePlantSQL = `WITH changed AS (
+		DELETE FROM plants WHERE id = $1
+		RETURNING id, name, tag
+	), ` + takeEventIDs + `, recorded AS (
+		INSERT INTO events (id, type, plant_id, name, tag, at)
+		SELECT c.last, 'plant.deleted', d.id, d.name, d.tag, $2
+		FROM changed d CROSS JOIN counter c
+		RETURNING id
+	)
+	SELECT ` + notifyEvents
 
 // conditionally runs write in a transaction that first locks the plant
 // with id and checks cond against it: ENOTFOUND without the plant,
 // EPRECONDITION when cond does not hold, and no write either way. The row
 // lock keeps any other writer from coming between the check and the
-// change.
-func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Precondition, write func(pgx.Tx) error) error {
-	return retry(ctx, func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+// change. write returns the id of the event it recorded, nil for none.
+func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Precondition, write func(pgx.Tx, plantstore.Plant) (*int64, error)) error {
+	var event *int64
+	err := retry(ctx, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) (err error) {
 			stored := plantstore.Plant{ID: id}
-			err := tx.QueryRow(ctx, `SELECT name, tag FROM plants WHERE id = $1 FOR UPDATE`, id).Scan(&stored.Name, &stored.Tag)
+			err = tx.QueryRow(ctx, `SELECT name, tag FROM plants WHERE id = $1 FOR UPDATE`, id).Scan(&stored.Name, &stored.Tag)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
 			}
@@ -175,19 +245,12 @@ func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Preco
 			if !cond(stored) {
 				return plantstore.Errorf(plantstore.EPRECONDITION, "plant %d is not in the state the write was conditioned on", id)
 			}
-			return write(tx)
+			event, err = write(tx, stored)
+			return err
 		})
 	})
-}
-
-// changedOrNotFound turns a statement's outcome into nil when it changed a
-// row and ENOTFOUND when there was none.
-func (db *DB) changedOrNotFound(op string, id int64, tag pgconn.CommandTag, err error) error {
-	if err != nil {
-		return db.storeError(op, err)
+	if err == nil {
+		db.recorded(event)
 	}
-	if tag.RowsAffected() == 0 {
-		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
-	}
-	return nil
+	return err
 }

@@ -10,6 +10,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
 	"strconv"
 	"strings"
@@ -49,6 +50,14 @@ type Options struct {
 	// ObserveBatch, when set, is told the size of each batch of creates
 	// (for metrics). It must not block.
 	ObserveBatch func(creates int)
+	// EventsWritten, when set, is called after each write of this process
+	// that recorded events and, through LISTEN on a connection of its own,
+	// whenever another process on the database records some, so that
+	// followers of the feed read them at once. It must not block.
+	EventsWritten func()
+	// Logger receives what goes wrong in the background (the listener);
+	// nil discards it.
+	Logger *slog.Logger
 }
 
 // DefaultMaxConns is the pool size when neither Options nor the URL sets
@@ -76,10 +85,14 @@ type DB struct {
 	enqueued func()
 
 	// creates feeds the committers (batch.go); nil with Options.NoBatch.
-	creates      chan createRequest
-	committers   sync.WaitGroup
-	closeMu      sync.RWMutex // held for reading while sending on creates
-	observeBatch func(int)
+	creates       chan createRequest
+	committers    sync.WaitGroup
+	closeMu       sync.RWMutex // held for reading while sending on creates
+	observeBatch  func(int)
+	eventsWritten func()
+	log           *slog.Logger
+	stopListening context.CancelFunc
+	listening     sync.WaitGroup
 	// afterInsert, when set (by tests), runs after each batch's insert.
 	afterInsert func(candidates []plantstore.Plant)
 }
@@ -102,7 +115,11 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	// server stops the statement rather than run it on, holding locks or
 	// even committing, after its caller was told it failed. pgx's default
 	// is what we want.
-	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch,
+		eventsWritten: opts.EventsWritten, log: opts.Logger}
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		// NewWithConfig connects nothing unless MinConns asks it to; its
@@ -123,6 +140,11 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		for range committers {
 			db.committers.Go(db.committer)
 		}
+	}
+	listenCtx, stop := context.WithCancel(context.Background())
+	db.stopListening = stop
+	if db.eventsWritten != nil {
+		db.listening.Go(func() { db.listen(listenCtx) })
 	}
 	return db, nil
 }
@@ -208,6 +230,10 @@ func (db *DB) Close() error {
 		close(db.creates) // no sender holds closeMu now, and none will send
 	}
 	db.committers.Wait()
+	if db.stopListening != nil {
+		db.stopListening()
+		db.listening.Wait()
+	}
 	db.pool.Close()
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/plantstore/plantstore"
 )
@@ -26,22 +27,27 @@ func (db *DB) AddSubscriber(ctx context.Context, url, secret string) (plantstore
 
 func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) {
 	rows, err := db.pool.Query(ctx, `SELECT s.id, s.url, s.created_at, s.disabled_at, coalesce(s.disabled_reason, ''), s.delivered, coalesce(s.last_error, ''),
+			CASE WHEN s.last_error IS NOT NULL THEN e.last_error_at END,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL),
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL)
-		FROM webhook_subscribers s ORDER BY s.id`)
+		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id ORDER BY s.id`)
 	if err != nil {
 		return nil, db.storeError("list webhook subscribers", err)
 	}
 	var subs []plantstore.Subscriber
 	var s plantstore.Subscriber
-	_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.URL, &s.CreatedAt, &s.DisabledAt, &s.DisabledReason, &s.Delivered, &s.LastError, &s.Pending, &s.Failed}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.URL, &s.CreatedAt, &s.DisabledAt, &s.DisabledReason, &s.Delivered, &s.LastError, &s.LastErrorAt, &s.Pending, &s.Failed}, func() error {
 		s.CreatedAt = s.CreatedAt.UTC()
 		if s.DisabledAt != nil {
 			at := s.DisabledAt.UTC()
 			s.DisabledAt = &at
 		}
+		if s.LastErrorAt != nil {
+			at := s.LastErrorAt.UTC()
+			s.LastErrorAt = &at
+		}
 		subs = append(subs, s)
-		s.DisabledAt = nil // a fresh pointer for the next row
+		s.DisabledAt, s.LastErrorAt = nil, nil // fresh pointers for the next row
 		return nil
 	})
 	if err != nil {
@@ -131,30 +137,45 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 			now := db.now()
 			var delivered int64
-			for _, r := range results {
+			var last *plantstore.AttemptResult // the newest result that changed a delivery
+			for i, r := range results {
+				var tag pgconn.CommandTag
+				var err error
 				if r.Delivered {
-					tag, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id = $1 AND subscriber_id = $2`, r.DeliveryID, subscriberID)
-					if err != nil {
-						return err
+					tag, err = tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id = $1 AND subscriber_id = $2`, r.DeliveryID, subscriberID)
+				} else {
+					var failedAt *time.Time
+					if r.GiveUp {
+						failedAt = &now
 					}
-					delivered += tag.RowsAffected()
-					continue
+					var status *int
+					if r.Status != 0 {
+						status = &r.Status
+					}
+					tag, err = tx.Exec(ctx, `UPDATE webhook_deliveries
+						SET attempts = attempts + 1, next_attempt_at = $1, last_status = $2, last_error = $3, failed_at = $4
+						WHERE id = $5 AND subscriber_id = $6 AND failed_at IS NULL`,
+						r.NextAttempt, status, r.Error, failedAt, r.DeliveryID, subscriberID)
 				}
-				var failedAt *time.Time
-				if r.GiveUp {
-					failedAt = &now
-				}
-				var status *int
-				if r.Status != 0 {
-					status = &r.Status
-				}
-				if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries
-					SET attempts = attempts + 1, next_attempt_at = $1, last_status = $2, last_error = $3, failed_at = $4
-					WHERE id = $5 AND subscriber_id = $6 AND failed_at IS NULL`,
-					r.NextAttempt, status, r.Error, failedAt, r.DeliveryID, subscriberID); err != nil {
+				if err != nil {
 					return err
 				}
-				if _, err := tx.Exec(ctx, `UPDATE webhook_subscribers SET last_error = $1 WHERE id = $2`, r.Error, subscriberID); err != nil {
+				if n := tag.RowsAffected(); n > 0 {
+					last = &results[i]
+					if r.Delivered {
+						delivered += n
+					}
+				}
+			}
+			// The newest attempt says whether the subscriber is failing.
+			if last != nil {
+				var err error
+				if last.Delivered {
+					err = clearLastError(ctx, tx, subscriberID)
+				} else {
+					err = setLastError(ctx, tx, subscriberID, last.Error, now)
+				}
+				if err != nil {
 					return err
 				}
 			}
@@ -190,13 +211,16 @@ func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) er
 		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 			now := db.now()
 			tag, err := tx.Exec(ctx, `UPDATE webhook_subscribers
-				SET disabled_at = coalesce(disabled_at, $1), disabled_reason = $2, last_error = $2, lease_owner = NULL, lease_until = NULL
+				SET disabled_at = coalesce(disabled_at, $1), disabled_reason = $2, lease_owner = NULL, lease_until = NULL
 				WHERE id = $3`, now, reason, id)
 			if err != nil {
 				return err
 			}
 			if found = tag.RowsAffected() == 1; !found {
 				return nil
+			}
+			if err := setLastError(ctx, tx, id, reason, now); err != nil {
+				return err
 			}
 			_, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET failed_at = $1, last_error = $2
 				WHERE subscriber_id = $3 AND failed_at IS NULL`, now, reason, id)
@@ -210,6 +234,30 @@ func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) er
 		return plantstore.Errorf(plantstore.ENOTFOUND, "webhook subscriber %d not found", id)
 	}
 	return nil
+}
+
+// setLastError records reason, at at, as the subscriber's last error.
+func setLastError(ctx context.Context, tx pgx.Tx, subscriberID int64, reason string, at time.Time) error {
+	if _, err := tx.Exec(ctx, `UPDATE webhook_subscribers SET last_error = $1 WHERE id = $2`, reason, subscriberID); err != nil {
+		return err
+	}
+	// From the subscriber's row, so a subscriber removed meanwhile gets none.
+	_, err := tx.Exec(ctx, `INSERT INTO webhook_subscriber_errors (subscriber_id, last_error_at)
+		SELECT id, $2::timestamptz FROM webhook_subscribers WHERE id = $1
+		ON CONFLICT (subscriber_id) DO UPDATE SET last_error_at = excluded.last_error_at`, subscriberID, at)
+	return err
+}
+
+// clearLastError forgets the last error of a subscriber that delivered,
+// unless it is disabled: then its last error is why.
+func clearLastError(ctx context.Context, tx pgx.Tx, subscriberID int64) error {
+	tag, err := tx.Exec(ctx, `UPDATE webhook_subscribers SET last_error = NULL
+		WHERE id = $1 AND disabled_at IS NULL AND last_error IS NOT NULL`, subscriberID)
+	if err != nil || tag.RowsAffected() == 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM webhook_subscriber_errors WHERE subscriber_id = $1`, subscriberID)
+	return err
 }
 
 func (db *DB) CountDeliveries(ctx context.Context) (plantstore.DeliveryCounts, error) {

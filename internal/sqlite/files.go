@@ -19,29 +19,90 @@ import (
 // sidecars are the suffixes of the files SQLite keeps beside a store.
 var sidecars = []string{"-wal", "-shm", "-journal"}
 
-// prepareFiles makes the store's main file at abs, 0600, if there is none,
-// and refuses a symbolic link where SQLite would create a file: a link
-// planted beside the store would make plantstore create, or write its
-// log into, the link's target. A store that is itself a link to an
-// existing file is accepted (an operator's choice); SQLite then keeps its
-// log beside the target, where the check is made.
-func prepareFiles(abs string) error {
-	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+// ErrNoStore is the error of Open with MustExist when there is no store
+// at the path.
+var ErrNoStore = errors.New("there is no store")
+
+// checkDirectory fails at once, naming the directory and the cause, when
+// the store's directory is missing or this process may not create files
+// in it: SQLite creates its log (-wal, -shm) there, and would otherwise
+// fail later with "unable to open database file", or "attempt to write a
+// readonly database" after the busy timeout. A probe file tells, where
+// permission bits would not (a read-only file system, ACLs, root).
+func checkDirectory(abs string) error {
+	dir := filepath.Dir(abs)
+	if target, err := filepath.EvalSymlinks(abs); err == nil {
+		dir = filepath.Dir(target)
+	}
+	fi, err := os.Stat(dir)
 	switch {
-	case err == nil:
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("the store %s is in a directory that does not exist (%s): create it first", abs, dir)
+	case err != nil:
+		return fmt.Errorf("the store %s: its directory: %w", abs, err)
+	case !fi.IsDir():
+		return fmt.Errorf("the store %s: %s is not a directory", abs, dir)
+	}
+	probe, err := os.CreateTemp(dir, ".plantstore-probe-*")
+	if err != nil {
+		return fmt.Errorf("the store %s: cannot create files in its directory %s (SQLite keeps its log there): %w", abs, dir, unwrapPath(err))
+	}
+	return errors.Join(probe.Close(), os.Remove(probe.Name()))
+}
+
+// unwrapPath is the cause of a file error without the path, which the
+// message around it names already.
+func unwrapPath(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// prepareFiles makes the store's main file at abs, 0600, if there is none
+// (unless mustExist: then it fails with ErrNoStore), checks that this
+// process may write it, and refuses a symbolic link where SQLite would
+// create a file: a link planted beside the store would make plantstore
+// create, or write its log into, the link's target. A store that is itself
+// a link to an existing file is accepted (an operator's choice); SQLite
+// then keeps its log beside the target, where the check is made. created
+// says whether the file is new.
+func prepareFiles(abs string, mustExist bool) (created bool, err error) {
+	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	if mustExist {
+		flags = os.O_RDWR
+	}
+	f, err := os.OpenFile(abs, flags, 0o600)
+	switch {
+	case err == nil && !mustExist:
+		created = true
 		// The umask may have taken bits off; it never adds any, but make
 		// sure the owner can read and write.
 		err = errors.Join(f.Chmod(0o600), f.Close())
 		if err != nil {
-			return fmt.Errorf("create %s: %w", abs, err)
+			return created, fmt.Errorf("create %s: %w", abs, err)
 		}
+	case err == nil:
+		f.Close()
 	case errors.Is(err, fs.ErrExist):
 		// O_EXCL does not follow a link: a dangling one lands here too.
 		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s is a symbolic link to a file that does not exist; refusing to create its target (remove the link, or point it at an existing store)", abs)
+			return false, fmt.Errorf("%s is a symbolic link to a file that does not exist; refusing to create its target (remove the link, or point it at an existing store)", abs)
 		}
+		// Every command writes (SQLite's log, if nothing else): a store
+		// this process may not write is refused now, not at its first
+		// write.
+		f, err := os.OpenFile(abs, os.O_RDWR, 0)
+		if err != nil {
+			return false, fmt.Errorf("the store %s cannot be opened for writing: %w", abs, unwrapPath(err))
+		}
+		f.Close()
+	case mustExist && errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("%w at %s", ErrNoStore, abs)
+	case mustExist:
+		return false, fmt.Errorf("the store %s cannot be opened for writing: %w", abs, unwrapPath(err))
 	default:
-		return fmt.Errorf("create %s: %w", abs, err)
+		return false, fmt.Errorf("create the store %s: %w", abs, unwrapPath(err))
 	}
 	dir := abs
 	if target, err := filepath.EvalSymlinks(abs); err == nil {
@@ -49,10 +110,10 @@ func prepareFiles(abs string) error {
 	}
 	for _, suffix := range sidecars {
 		if fi, err := os.Lstat(dir + suffix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			return fmt.Errorf("%s%s is a symbolic link; refusing to open the store, as SQLite would write into its target (remove it)", dir, suffix)
+			return created, fmt.Errorf("%s%s is a symbolic link; refusing to open the store, as SQLite would write into its target (remove it)", dir, suffix)
 		}
 	}
-	return nil
+	return created, nil
 }
 
 // Warnings returns, one sentence each, what about the store at path

@@ -47,6 +47,17 @@ type Options struct {
 	// ObserveBatch, when set, is told the size of each group commit's
 	// batch (for metrics). It must not block.
 	ObserveBatch func(creates int)
+	// MustExist makes Open fail with ErrNoStore, creating nothing, when
+	// there is no store at the path: for the commands that only read or
+	// change what is there.
+	MustExist bool
+	// Created, when set, is told the absolute path of the store Open has
+	// just made, so that a new, empty store is never a silent surprise.
+	Created func(path string)
+	// EventsWritten, when set, is called after each commit that recorded
+	// events, so followers of the feed can read them at once. It must not
+	// block.
+	EventsWritten func()
 }
 
 // cachedPlants bounds the plant cache: about 10 MB at most.
@@ -74,6 +85,7 @@ type DB struct {
 	tokenByHashStmt *sql.Stmt
 	enqueued        func()
 	observeBatch    func(int)
+	eventsWritten   func()
 	// life ends at Close; the writer's transactions run in it.
 	life     context.Context
 	stopLife context.CancelFunc
@@ -102,22 +114,34 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	if err := checkDirectory(abs); err != nil {
+		return nil, err
+	}
 	var soleLock *os.File
 	if opts.SoleServer {
 		if soleLock, err = lockSoleServer(abs); err != nil {
 			return nil, err
 		}
 	}
-	err = prepareFiles(abs)
+	created, err := prepareFiles(abs, opts.MustExist)
 	var db *DB
 	if err == nil {
 		db, err = open(ctx, path, abs, opts)
 	}
 	if err != nil {
+		if created {
+			// A store that failed to open is not left behind, empty.
+			for _, suffix := range append([]string{""}, sidecars...) {
+				os.Remove(abs + suffix)
+			}
+		}
 		if soleLock != nil {
 			soleLock.Close()
 		}
 		return nil, err
+	}
+	if created && opts.Created != nil {
+		opts.Created(abs)
 	}
 	if soleLock != nil {
 		db.soleLock = soleLock
@@ -155,7 +179,7 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	}
 	write.SetMaxOpenConns(1)
 	write.SetConnMaxIdleTime(0)
-	db := &DB{write: write, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch}
+	db := &DB{write: write, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch, eventsWritten: opts.EventsWritten}
 	// The first connection sets WAL mode, which needs the file to be
 	// writable; open the readers only after it. When processes start
 	// together on a new file, switching it to WAL and creating the schema
@@ -204,7 +228,9 @@ func retryBusy(ctx context.Context, timeout time.Duration, fn func(context.Conte
 	deadline := time.Now().Add(timeout)
 	for {
 		err := fn(ctx)
-		if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || time.Now().After(deadline) || ctx.Err() != nil {
+		// Only contention passes: a file SQLite cannot open or write
+		// stays so, and is said at once.
+		if !isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
@@ -313,6 +339,13 @@ func storeError(op string, err error) error {
 		}
 	}
 	return plantstore.WrapError(plantstore.EINTERNAL, "internal error", wrapped)
+}
+
+// isBusy tells lock contention, which waiting may end, from the other
+// faults storeError calls unavailable.
+func isBusy(err error) bool {
+	e, ok := errors.AsType[*sqlite.Error](err)
+	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
 func isUniqueViolation(err error) bool {

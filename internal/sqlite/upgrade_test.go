@@ -56,6 +56,24 @@ func (f upgradeFixture) plants() []plantstore.Plant {
 	return ps
 }
 
+// neverNewest are the schema versions no commit on main ended at: each
+// arrived in one commit with the version after it, so no binary ever ran
+// at it, no store can be at it, and it has no fixture. (4, the change
+// feed, came with 5, the webhook subscribers' last error.)
+var neverNewest = map[int]bool{4: true}
+
+// earlierVersions are the schema versions before current that a binary
+// ran at: each has its fixture.
+func earlierVersions(current int) []int {
+	var vs []int
+	for v := 1; v < current; v++ {
+		if !neverNewest[v] {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
 // TestUpgradeFromEarlierSchemas opens each store an earlier plantstore
 // wrote, as serve does, and checks that it migrates to the current schema
 // with its tokens and plants intact, and takes every kind of write.
@@ -66,7 +84,7 @@ func TestUpgradeFromEarlierSchemas(t *testing.T) {
 	}
 	// Every earlier version needs its fixture: a new migration makes the
 	// current version an earlier one (make.sh adds its fixture).
-	for v := 1; v < len(ms); v++ {
+	for _, v := range earlierVersions(len(ms)) {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { testUpgrade(t, v, len(ms)) })
 	}
 }
@@ -364,6 +382,12 @@ var downMigrations = map[int]string{
 	3: `DROP TABLE webhook_deliveries;
 		DROP TABLE webhook_subscribers;
 		DELETE FROM schema_migrations WHERE version = 3;`,
+	4: `DROP TABLE events;
+		DROP TABLE event_horizon;
+		DELETE FROM sqlite_sequence WHERE name = 'events';
+		DELETE FROM schema_migrations WHERE version = 4;`,
+	5: `DROP TABLE webhook_subscriber_errors;
+		DELETE FROM schema_migrations WHERE version = 5;`,
 }
 
 // TestMigrationsReversibleByHand upgrades each fixture, writes to it, then
@@ -377,7 +401,7 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for v := 1; v < len(ms); v++ {
+	for _, v := range earlierVersions(len(ms)) {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
 			ctx := context.Background()
 			// Copies, the one to migrate and one to compare with: even

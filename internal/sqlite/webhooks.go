@@ -53,10 +53,10 @@ func (db *DB) AddSubscriber(ctx context.Context, url, secret string) (plantstore
 }
 
 func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT s.id, s.url, s.created_at, s.disabled_at, s.disabled_reason, s.delivered, s.last_error,
+	rows, err := db.read.QueryContext(ctx, `SELECT s.id, s.url, s.created_at, s.disabled_at, s.disabled_reason, s.delivered, s.last_error, e.last_error_at,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL),
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL)
-		FROM webhook_subscribers s ORDER BY s.id`)
+		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id ORDER BY s.id`)
 	if err != nil {
 		return nil, storeError("list webhook subscribers", err)
 	}
@@ -65,9 +65,9 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 	for rows.Next() {
 		var s plantstore.Subscriber
 		var created int64
-		var disabled sql.NullInt64
+		var disabled, lastErrorAt sql.NullInt64
 		var reason, lastError sql.NullString
-		if err := rows.Scan(&s.ID, &s.URL, &created, &disabled, &reason, &s.Delivered, &lastError, &s.Pending, &s.Failed); err != nil {
+		if err := rows.Scan(&s.ID, &s.URL, &created, &disabled, &reason, &s.Delivered, &lastError, &lastErrorAt, &s.Pending, &s.Failed); err != nil {
 			return nil, storeError("list webhook subscribers", err)
 		}
 		s.CreatedAt = time.UnixMilli(created).UTC()
@@ -76,6 +76,10 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 			s.DisabledAt = &at
 		}
 		s.DisabledReason, s.LastError = reason.String, lastError.String
+		if lastErrorAt.Valid && s.LastError != "" {
+			at := fromMillis(lastErrorAt)
+			s.LastErrorAt = &at
+		}
 		subs = append(subs, s)
 	}
 	return subs, storeError("list webhook subscribers", rows.Err())
@@ -152,28 +156,39 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 	defer tx.Rollback()
 	now := db.now()
 	var delivered int64
-	for _, r := range results {
+	var last *plantstore.AttemptResult // the newest result that changed a delivery
+	for i, r := range results {
+		var res sql.Result
 		var err error
 		switch {
 		case r.Delivered:
-			var res sql.Result
 			res, err = tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id = ? AND subscriber_id = ?`, r.DeliveryID, subscriberID)
-			if err == nil {
-				n, _ := res.RowsAffected()
-				delivered += n
-			}
 		default:
 			var failedAt sql.NullInt64
 			if r.GiveUp {
 				failedAt = sql.NullInt64{Int64: millis(now), Valid: true}
 			}
-			_, err = tx.ExecContext(ctx, `UPDATE webhook_deliveries
+			res, err = tx.ExecContext(ctx, `UPDATE webhook_deliveries
 				SET attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?, failed_at = ?
 				WHERE id = ? AND subscriber_id = ? AND failed_at IS NULL`,
 				millis(r.NextAttempt), nullInt(r.Status), r.Error, failedAt, r.DeliveryID, subscriberID)
-			if err == nil {
-				_, err = tx.ExecContext(ctx, `UPDATE webhook_subscribers SET last_error = ? WHERE id = ?`, r.Error, subscriberID)
+		}
+		if err != nil {
+			return false, storeError(op, err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			last = &results[i]
+			if r.Delivered {
+				delivered += n
 			}
+		}
+	}
+	// The newest attempt says whether the subscriber is failing.
+	if last != nil {
+		if last.Delivered {
+			err = clearLastError(ctx, tx, subscriberID)
+		} else {
+			err = setLastError(ctx, tx, subscriberID, last.Error, now)
 		}
 		if err != nil {
 			return false, storeError(op, err)
@@ -214,7 +229,7 @@ func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) er
 	defer tx.Rollback()
 	now := millis(db.now())
 	res, err := tx.ExecContext(ctx, `UPDATE webhook_subscribers
-		SET disabled_at = coalesce(disabled_at, ?1), disabled_reason = ?2, last_error = ?2, lease_owner = NULL, lease_until = NULL
+		SET disabled_at = coalesce(disabled_at, ?1), disabled_reason = ?2, lease_owner = NULL, lease_until = NULL
 		WHERE id = ?3`, now, reason, id)
 	if err != nil {
 		return storeError(op, err)
@@ -222,11 +237,41 @@ func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) er
 	if err := mustHaveAffected(res, "webhook subscriber %d not found", id); err != nil {
 		return err
 	}
+	if err := setLastError(ctx, tx, id, reason, time.UnixMilli(now)); err != nil {
+		return storeError(op, err)
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries SET failed_at = ?, last_error = ?
 		WHERE subscriber_id = ? AND failed_at IS NULL`, now, reason, id); err != nil {
 		return storeError(op, err)
 	}
 	return storeError(op, tx.Commit())
+}
+
+// setLastError records reason, at at, as the subscriber's last error.
+func setLastError(ctx context.Context, tx *sql.Tx, subscriberID int64, reason string, at time.Time) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_subscribers SET last_error = ? WHERE id = ?`, reason, subscriberID); err != nil {
+		return err
+	}
+	// From the subscriber's row, so a subscriber removed meanwhile gets none.
+	_, err := tx.ExecContext(ctx, `INSERT INTO webhook_subscriber_errors (subscriber_id, last_error_at)
+		SELECT id, ?2 FROM webhook_subscribers WHERE id = ?1
+		ON CONFLICT (subscriber_id) DO UPDATE SET last_error_at = excluded.last_error_at`, subscriberID, millis(at))
+	return err
+}
+
+// clearLastError forgets the last error of a subscriber that delivered,
+// unless it is disabled: then its last error is why.
+func clearLastError(ctx context.Context, tx *sql.Tx, subscriberID int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE webhook_subscribers SET last_error = NULL
+		WHERE id = ? AND disabled_at IS NULL AND last_error IS NOT NULL`, subscriberID)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `DELETE FROM webhook_subscriber_errors WHERE subscriber_id = ?`, subscriberID)
+	return err
 }
 
 func (db *DB) CountDeliveries(ctx context.Context) (plantstore.DeliveryCounts, error) {

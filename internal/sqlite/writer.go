@@ -202,16 +202,20 @@ func (db *DB) commitBatch(batch []*writeRequest) (results []writeResult, err err
 	var forget []int64
 	err = conn.Raw(func(dc any) error {
 		c := db.writerConn(dc.(driver.Conn))
-		var enqueued bool
-		results, forget, enqueued, err = db.runBatch(c, batch)
+		var out batchOutcome
+		out, err = db.runBatch(c, batch)
+		results, forget = out.results, out.forget
 		if err != nil {
 			// A failed statement may have rolled the transaction back
 			// already; then this fails too, harmlessly.
 			c.exec(`ROLLBACK`)
 			return err
 		}
-		if enqueued && db.enqueued != nil {
+		if out.enqueued && db.enqueued != nil {
 			defer db.enqueued()
+		}
+		if out.events > 0 && db.eventsWritten != nil {
+			defer db.eventsWritten()
 		}
 		return nil
 	})
@@ -237,15 +241,28 @@ func (db *DB) writerConn(dc driver.Conn) *rawConn {
 	return db.writerRaw
 }
 
-// runBatch writes batch in one transaction and commits it. It returns
-// each request's result, the ids whose cached plants the batch changed,
-// and whether it wrote webhook deliveries.
-func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (results []writeResult, forget []int64, enqueued bool, err error) {
+// batchOutcome is what a batch did: each request's result, the ids whose
+// cached plants it changed, whether it wrote webhook deliveries, and how
+// many events it recorded.
+type batchOutcome struct {
+	results  []writeResult
+	forget   []int64
+	enqueued bool
+	events   int
+}
+
+// runBatch writes batch, and the event of every change it makes, in one
+// transaction and commits it.
+func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err error) {
 	if _, err := c.exec(`BEGIN IMMEDIATE`); err != nil {
-		return nil, nil, false, err
+		return out, err
 	}
 	now := millis(db.now())
-	results = make([]writeResult, len(batch))
+	out.results = make([]writeResult, len(batch))
+	results := out.results
+	// The batch's changes, in the order they are made: their events get
+	// ids in that order.
+	var events []plantstore.Event
 	creates := make([]int, 0, len(batch)) // indexes in batch
 	for i, req := range batch {
 		if req.kind == writeCreate {
@@ -259,16 +276,21 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (results []writeResult
 				results[i] = writeResult{created: true}
 			}
 		} else if !isUniqueViolation(err) {
-			return nil, nil, false, err
+			return out, err
 		} else {
 			// An id is taken (or twice in the chunk). The failed statement
 			// changed nothing; sort the chunk out one create at a time.
 			for _, i := range chunk {
 				created, err := insertOrCompare(c, batch[i].plant, now)
 				if err != nil && plantstore.ErrorCode(err) != plantstore.ECONFLICT {
-					return nil, nil, false, err
+					return out, err
 				}
 				results[i] = writeResult{created: created, err: err}
+			}
+		}
+		for _, i := range chunk {
+			if results[i].created {
+				events = append(events, plantstore.Event{Type: plantstore.EventCreated, Plant: batch[i].plant})
 			}
 		}
 		start += len(chunk)
@@ -277,44 +299,89 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (results []writeResult
 		if req.kind == writeCreate {
 			continue
 		}
-		if req.cond != nil {
-			// Judged here, in the transaction that writes: nothing can come
-			// between the check and the change.
-			stored, err := readPlant(c, req.plant.ID)
-			if plantstore.ErrorCode(err) == plantstore.ENOTFOUND {
-				results[i].err = err
-				continue
-			}
-			if err != nil {
-				return nil, forget, false, err
-			}
-			if !req.cond(stored) {
-				results[i].err = plantstore.Errorf(plantstore.EPRECONDITION, "plant %d is not in the state the write was conditioned on", req.plant.ID)
-				continue
-			}
+		ev, err := writeOne(c, req)
+		if err != nil && plantstore.ErrorCode(err) != plantstore.ENOTFOUND && plantstore.ErrorCode(err) != plantstore.EPRECONDITION {
+			return out, err
 		}
-		var n int64
-		if req.kind == writeUpdate {
-			n, err = c.exec(`UPDATE plants SET name = ?, tag = ? WHERE id = ?`, req.plant.Name, req.plant.Tag, req.plant.ID)
-		} else {
-			n, err = c.exec(`DELETE FROM plants WHERE id = ?`, req.plant.ID)
-		}
-		if err != nil {
-			return nil, forget, false, err
-		}
-		forget = append(forget, req.plant.ID)
-		if n == 0 {
-			results[i].err = plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", req.plant.ID)
+		results[i].err = err
+		if ev != nil {
+			out.forget = append(out.forget, req.plant.ID)
+			events = append(events, *ev)
 		}
 	}
+	if err := recordEvents(c, events, now); err != nil {
+		return out, err
+	}
+	out.events = len(events)
 	// The outbox rows commit with the plants, or neither does.
-	if enqueued, err = enqueueEvents(c, batch, results, now); err != nil {
-		return nil, forget, false, err
+	if out.enqueued, err = enqueueEvents(c, batch, results, now); err != nil {
+		return out, err
 	}
 	if _, err := c.exec(`COMMIT`); err != nil {
-		return nil, forget, false, err
+		return out, err
 	}
-	return results, forget, enqueued, nil
+	return out, nil
+}
+
+// writeOne runs an update or a delete of the batch and returns the event
+// of the change it made, nil when it changed nothing: the plant is
+// missing (ENOTFOUND), the precondition does not hold (EPRECONDITION), or
+// an update gives the plant the content it has.
+func writeOne(c *rawConn, req *writeRequest) (*plantstore.Event, error) {
+	id := req.plant.ID
+	if req.cond != nil {
+		// Judged here, in the transaction that writes: nothing can come
+		// between the check and the change.
+		stored, err := readPlant(c, id)
+		if err != nil {
+			return nil, err
+		}
+		if !req.cond(stored) {
+			return nil, plantstore.Errorf(plantstore.EPRECONDITION, "plant %d is not in the state the write was conditioned on", id)
+		}
+	}
+	if req.kind == writeUpdate {
+		// Only a plant whose content differs is written: the same content
+		// again changes nothing and records no event.
+		n, err := c.exec(`UPDATE plants SET name = ?1, tag = ?2 WHERE id = ?3 AND (name IS NOT ?1 OR tag IS NOT ?2)`,
+			req.plant.Name, req.plant.Tag, id)
+		if err != nil || n == 1 {
+			return &plantstore.Event{Type: plantstore.EventUpdated, Plant: req.plant}, err
+		}
+		if _, err := readPlant(c, id); err != nil {
+			return nil, err // ENOTFOUND, or a fault
+		}
+		return nil, nil // there, and already so
+	}
+	var deleted *plantstore.Plant
+	err := c.query(`DELETE FROM plants WHERE id = ? RETURNING name, tag`, []any{id}, func(v []driver.Value) bool {
+		deleted = &plantstore.Plant{ID: id, Name: v[0].(string), Tag: optionalText(v[1])}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	if deleted == nil {
+		return nil, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+	}
+	return &plantstore.Event{Type: plantstore.EventDeleted, Plant: *deleted}, nil
+}
+
+// recordEvents inserts events, in order, in multi-row INSERTs of
+// power-of-two sizes, as the plants are.
+func recordEvents(c *rawConn, events []plantstore.Event, now int64) error {
+	for start := 0; start < len(events); {
+		chunk := events[start : start+prevPowerOfTwo(len(events)-start)]
+		args := make([]any, 0, 5*len(chunk))
+		for _, e := range chunk {
+			args = append(args, e.Type, e.Plant.ID, e.Plant.Name, e.Plant.Tag, now)
+		}
+		if _, err := c.exec(multiEventSQL[bits.TrailingZeros(uint(len(chunk)))], args...); err != nil {
+			return err
+		}
+		start += len(chunk)
+	}
+	return nil
 }
 
 // insertChunk inserts the plants of the creates chunk (indexes in batch)
@@ -331,22 +398,27 @@ func insertChunk(c *rawConn, batch []*writeRequest, chunk []int, now int64) erro
 	return err
 }
 
-// multiInsertSQL holds the statements inserting 1, 2, 4, ... maxBatch
-// plants, by log2 of their row count.
-var multiInsertSQL = func() (stmts [maxBatchLog2 + 1]string) {
+// multiInsertSQL and multiEventSQL hold the statements inserting 1, 2, 4,
+// ... maxBatch plants or events, by log2 of their row count.
+var (
+	multiInsertSQL = multiRowSQL("INSERT INTO plants (id, name, tag, created_at) VALUES ", "(?, ?, ?, ?)")
+	multiEventSQL  = multiRowSQL("INSERT INTO events (type, plant_id, name, tag, at) VALUES ", "(?, ?, ?, ?, ?)")
+)
+
+func multiRowSQL(insert, row string) (stmts [maxBatchLog2 + 1]string) {
 	for i := range stmts {
 		var q strings.Builder
-		q.WriteString("INSERT INTO plants (id, name, tag, created_at) VALUES ")
-		for row := range 1 << i {
-			if row > 0 {
+		q.WriteString(insert)
+		for n := range 1 << i {
+			if n > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(?, ?, ?, ?)")
+			q.WriteString(row)
 		}
 		stmts[i] = q.String()
 	}
 	return stmts
-}()
+}
 
 // prevPowerOfTwo returns the largest power of two not above n (n >= 1).
 func prevPowerOfTwo(n int) int { return 1 << (bits.Len(uint(n)) - 1) }

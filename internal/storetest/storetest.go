@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("TokenRevocation", func(t *testing.T) { testTokenRevocation(t, open(t)) })
 	t.Run("TokenUse", func(t *testing.T) { testTokenUse(t, open(t)) })
 	runWebhooks(t, open)
+	runEvents(t, open)
 	t.Run("Ping", func(t *testing.T) {
 		if err := open(t).Ping(context.Background()); err != nil {
 			t.Fatal(err)

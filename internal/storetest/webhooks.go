@@ -16,6 +16,7 @@ func runWebhooks(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("LeaseIsExclusive", func(t *testing.T) { testLeaseIsExclusive(t, open(t)) })
 	t.Run("DeliveryLifecycle", func(t *testing.T) { testDeliveryLifecycle(t, open(t)) })
 	t.Run("DisableAndRemove", func(t *testing.T) { testDisableAndRemove(t, open(t)) })
+	t.Run("LastError", func(t *testing.T) { testLastError(t, open(t)) })
 }
 
 const testSecret = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q="
@@ -335,5 +336,100 @@ func testDisableAndRemove(t *testing.T, s plantstore.Store) {
 	c, err := s.CountDeliveries(ctx)
 	if err != nil || c != (plantstore.DeliveryCounts{Failed: 2}) {
 		t.Errorf("CountDeliveries = %+v, %v; want the 2 failed of the disabled subscriber", c, err)
+	}
+}
+
+// testLastError follows a subscriber's last error and its time: set by a
+// failed attempt, replaced by the next, cleared by a delivery, set by
+// disabling; a result for a delivery that is gone changes neither.
+func testLastError(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	sub := mustAddSubscriber(t, s, "https://a.example/hook")
+	for id := int64(1); id <= 4; id++ {
+		mustCreate(t, s, plantstore.Plant{ID: id, Name: "p"})
+	}
+	if got := subscriberByID(t, s, sub.ID); got.LastError != "" || got.LastErrorAt != nil || got.State() != plantstore.SubscriberActive {
+		t.Fatalf("a new subscriber: %+v, state %s", got, got.State())
+	}
+	claimOne(t, s, "A", time.Minute, sub.ID)
+	ds := due(t, s, sub.ID)
+	record := func(results ...plantstore.AttemptResult) {
+		t.Helper()
+		if _, err := s.RecordAttempts(ctx, "A", sub.ID, results, time.Minute, false); err != nil {
+			t.Fatalf("RecordAttempts(%+v): %v", results, err)
+		}
+	}
+	// failing checks the last error and that its time is between from and
+	// now (the stores keep milliseconds or microseconds).
+	failing := func(from time.Time, want string) time.Time {
+		t.Helper()
+		got := subscriberByID(t, s, sub.ID)
+		if got.LastError != want || got.State() != plantstore.SubscriberFailing {
+			t.Fatalf("last error %q, state %s; want %q, failing", got.LastError, got.State(), want)
+		}
+		if at := got.LastErrorAt; at == nil || at.Before(from.Add(-time.Millisecond)) || at.After(time.Now()) || at.Location() != time.UTC {
+			t.Fatalf("last error at %v, want a UTC time between %v and now", at, from)
+		}
+		return *got.LastErrorAt
+	}
+	active := func(what string) {
+		t.Helper()
+		if got := subscriberByID(t, s, sub.ID); got.LastError != "" || got.LastErrorAt != nil || got.State() != plantstore.SubscriberActive {
+			t.Fatalf("%s: last error %q at %v, state %s; want none, active", what, got.LastError, got.LastErrorAt, got.State())
+		}
+	}
+	retry := func(d plantstore.Delivery, reason string) plantstore.AttemptResult {
+		return plantstore.AttemptResult{DeliveryID: d.ID, Status: 503, Error: reason, NextAttempt: time.Now().Add(-time.Second)}
+	}
+
+	start := time.Now()
+	record(retry(ds[0], "503 Service Unavailable"))
+	first := failing(start, "503 Service Unavailable")
+	time.Sleep(5 * time.Millisecond)
+	record(retry(ds[0], "connection refused"))
+	if second := failing(start, "connection refused"); !second.After(first) {
+		t.Errorf("the second error's time %v is not after the first's %v", second, first)
+	}
+	record(plantstore.AttemptResult{DeliveryID: ds[0].ID, Delivered: true})
+	active("after a delivery")
+
+	// A failure, then a result for a delivery that is gone (delivered by
+	// another instance, say): the error stays.
+	record(retry(ds[1], "timeout"))
+	record(plantstore.AttemptResult{DeliveryID: ds[0].ID, Delivered: true})
+	failing(start, "timeout")
+
+	// In one call, the last result decides: a delivery after a failure
+	// given up on clears it; a failure after a delivery sets it.
+	record(plantstore.AttemptResult{DeliveryID: ds[1].ID, Error: "500 Internal Server Error", GiveUp: true},
+		plantstore.AttemptResult{DeliveryID: ds[2].ID, Delivered: true})
+	active("after a give-up then a delivery")
+	now := time.Now()
+	record(plantstore.AttemptResult{DeliveryID: ds[3].ID, Delivered: true}, retry(plantstore.Delivery{ID: -1}, "ignored"))
+	active("after a delivery and a result for no delivery")
+
+	mustCreate(t, s, plantstore.Plant{ID: 5, Name: "p"})
+	next := due(t, s, sub.ID)
+	record(retry(next[0], "502 Bad Gateway"))
+	failing(now, "502 Bad Gateway")
+
+	// Disabled: the reason is the last error, and a delivery recorded
+	// after (a race with the 410) does not hide it.
+	now = time.Now()
+	if err := s.DisableSubscriber(ctx, sub.ID, "410 Gone on event msg_x"); err != nil {
+		t.Fatal(err)
+	}
+	got := subscriberByID(t, s, sub.ID)
+	if got.State() != plantstore.SubscriberDisabled || got.LastError != "410 Gone on event msg_x" || got.LastErrorAt == nil || got.LastErrorAt.Before(now.Add(-time.Millisecond)) {
+		t.Errorf("disabled: %+v, state %s", got, got.State())
+	}
+
+	// Removing the subscriber removes its error with it: a new one starts clean.
+	if err := s.RemoveSubscriber(ctx, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	again := mustAddSubscriber(t, s, "https://a.example/hook")
+	if got := subscriberByID(t, s, again.ID); got.LastError != "" || got.LastErrorAt != nil {
+		t.Errorf("a subscriber added again: %+v", got)
 	}
 }

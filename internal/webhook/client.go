@@ -101,14 +101,23 @@ func (g guard) control(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("%w: cannot parse %q", ErrForbiddenAddress, address)
 	}
-	switch classify(ap.Addr()) {
+	return CheckAddress(ap.Addr(), ClientOptions{AllowPrivate: g.allowPrivate, AllowMetadata: g.allowMetadata})
+}
+
+// CheckAddress says whether a client made with opts may connect to ip:
+// nil, or an error wrapping ErrForbiddenAddress that names the serve flag
+// which would allow it, so that the operator reading it in webhook list
+// or a log knows what to change (or that they must not). The client
+// checks every address it dials with it; webhook add uses it to warn.
+func CheckAddress(ip netip.Addr, opts ClientOptions) error {
+	switch classify(ip) {
 	case classMetadata:
-		if !g.allowMetadata {
-			return fmt.Errorf("%w: %s is a cloud metadata address", ErrForbiddenAddress, ap.Addr())
+		if !opts.AllowMetadata {
+			return fmt.Errorf("%w: %s is a cloud metadata address (only serve --allow-metadata-webhooks allows it)", ErrForbiddenAddress, ip)
 		}
 	case classPrivate:
-		if !g.allowPrivate {
-			return fmt.Errorf("%w: %s", ErrForbiddenAddress, ap.Addr())
+		if !opts.AllowPrivate {
+			return fmt.Errorf("%w: %s (serve --allow-private-webhooks allows it)", ErrForbiddenAddress, ip)
 		}
 	}
 	return nil

@@ -38,6 +38,10 @@ func TestClientRefusesInternalAddresses(t *testing.T) {
 			if r.Outcome != Retry || r.Status != 0 || !errors.Is(r.Err, ErrForbiddenAddress) {
 				t.Fatalf("Send = %+v, want Retry with ErrForbiddenAddress", r)
 			}
+			// What the operator reads in webhook list names the way out.
+			if !strings.Contains(r.Err.Error(), "serve --allow-private-webhooks allows it") {
+				t.Errorf("the refusal %q does not name --allow-private-webhooks", r.Err)
+			}
 		})
 	}
 	if n := hits.Load(); n != 0 {
@@ -235,8 +239,8 @@ func TestGuard(t *testing.T) {
 		check(public, tc.public)
 	}
 	err := newDialer(ClientOptions{AllowPrivate: true}, time.Second).Control("tcp4", "169.254.169.254:80", nil)
-	if err == nil || !strings.Contains(err.Error(), "metadata") {
-		t.Errorf("refusing the metadata address: %v, want an error that says why", err)
+	if err == nil || !strings.Contains(err.Error(), "metadata") || !strings.Contains(err.Error(), "--allow-metadata-webhooks") {
+		t.Errorf("refusing the metadata address: %v, want an error that says why, naming --allow-metadata-webhooks", err)
 	}
 }
 

@@ -1,62 +1,9 @@
 package webhook
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"errors"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
-
-// The example published by the Standard Webhooks specification. Its id is
-// the full "msg_p5jXN8AQM9LWM0D4loKWxJek": shortened, the signature differs.
-const (
-	specSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	specMsgID     = "msg_p5jXN8AQM9LWM0D4loKWxJek"
-	specTimestamp = 1614265330
-	specBody      = `{"test": 2432232314}`
-	specSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
-)
-
-func specKey(t *testing.T) []byte {
-	t.Helper()
-	key, err := ParseSecret(specSecret)
-	if err != nil {
-		t.Fatalf("ParseSecret(spec secret): %v", err)
-	}
-	return key
-}
-
-func TestSignMatchesSpecificationExample(t *testing.T) {
-	key := specKey(t)
-	got := Sign(key, specMsgID, time.Unix(specTimestamp, 0), []byte(specBody))
-	if got != specSignature {
-		t.Errorf("Sign = %q, want the specification's %q", got, specSignature)
-	}
-
-	// The same, from the documented formula, without our code.
-	raw, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(specSecret, "whsec_"))
-	m := hmac.New(sha256.New, raw)
-	m.Write([]byte("msg_p5jXN8AQM9LWM0D4loKWxJek.1614265330." + specBody))
-	byHand := "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
-	if byHand != specSignature {
-		t.Errorf("formula by hand = %q, want %q", byHand, specSignature)
-	}
-}
-
-func TestVerifyAcceptsSpecificationExample(t *testing.T) {
-	h := http.Header{}
-	h.Set("webhook-id", specMsgID)
-	h.Set("webhook-timestamp", "1614265330")
-	h.Set("webhook-signature", specSignature)
-	now := time.Unix(specTimestamp+10, 0)
-	if err := Verify(specKey(t), h, []byte(specBody), now, time.Minute); err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
-}
 
 func TestNewSecretRoundTrip(t *testing.T) {
 	s1, err := NewSecret()
@@ -86,38 +33,20 @@ func TestNewSecretRoundTrip(t *testing.T) {
 	}
 }
 
-func TestParseSecretRejects(t *testing.T) {
-	for _, tc := range []struct{ name, secret, wantInErr string }{
-		{"empty", "", "whsec_"},
-		{"no prefix", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_"},
-		{"other prefix", "whsk_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_"},
-		{"prefix only", "whsec_", "0 bytes"},
-		{"not base64", "whsec_not*base64!", "base64"},
-		{"url-safe base64", "whsec_____________________________________________8=", "base64"},
-		{"short key", "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 23)), "23 bytes"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			key, err := ParseSecret(tc.secret)
-			if err == nil {
-				t.Fatalf("ParseSecret(%q) = %d bytes, want an error", tc.secret, len(key))
-			}
-			if !strings.Contains(err.Error(), tc.wantInErr) {
-				t.Errorf("error %q does not mention %q", err, tc.wantInErr)
-			}
-		})
-	}
-	if _, err := ParseSecret("whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 24))); err != nil {
-		t.Errorf("a 24-byte key: %v", err)
-	}
-}
-
+// Headers carries what Send sends: the id, the timestamp, a signature
+// that verifies (the signing itself is tested in webhook/verify) and the
+// content type.
 func TestHeaders(t *testing.T) {
-	key := specKey(t)
-	h := Headers(key, specMsgID, time.Unix(specTimestamp, 0), []byte(specBody))
+	key, err := ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, body := time.Unix(1614265330, 0), []byte(`{"id":7}`)
+	h := Headers(key, "msg_7", at, body)
 	want := map[string]string{
-		"webhook-id":        specMsgID,
+		"webhook-id":        "msg_7",
 		"webhook-timestamp": "1614265330",
-		"webhook-signature": specSignature,
+		"webhook-signature": Sign(key, "msg_7", at, body),
 		"Content-Type":      "application/json",
 	}
 	for name, v := range want {
@@ -125,83 +54,7 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("%s = %q, want %q", name, got, v)
 		}
 	}
-}
-
-func TestVerifyRejects(t *testing.T) {
-	key := specKey(t)
-	otherKey := []byte("another key of at least 24 bytes")
-	now := time.Unix(1_700_000_000, 0)
-	body := []byte(`{"id":7}`)
-	signed := func(ts time.Time) http.Header { return Headers(key, "msg_7", ts, body) }
-	without := func(name string) http.Header {
-		h := signed(now)
-		h.Del(name)
-		return h
-	}
-	withSignature := func(v string) http.Header {
-		h := signed(now)
-		h.Set("webhook-signature", v)
-		return h
-	}
-
-	for _, tc := range []struct {
-		name   string
-		key    []byte
-		header http.Header
-		body   []byte
-		want   error // nil: any error
-	}{
-		{"tampered body", key, signed(now), []byte(`{"id":8}`), errNoMatch},
-		{"wrong key", otherKey, signed(now), body, errNoMatch},
-		{"other id", key, func() http.Header { h := signed(now); h.Set("webhook-id", "msg_8"); return h }(), body, errNoMatch},
-		{"stale", key, signed(now.Add(-6 * time.Minute)), body, errStale},
-		{"future", key, signed(now.Add(6 * time.Minute)), body, errFuture},
-		{"no id", key, without("webhook-id"), body, errMissingHeader},
-		{"no timestamp", key, without("webhook-timestamp"), body, errMissingHeader},
-		{"no signature", key, without("webhook-signature"), body, errMissingHeader},
-		{"timestamp not a number", key, func() http.Header { h := signed(now); h.Set("webhook-timestamp", "1.7e9"); return h }(), body, nil},
-		{"most negative timestamp", key, func() http.Header { h := signed(now); h.Set("webhook-timestamp", "-9223372036854775808"); return h }(), body, errStale},
-		{"huge timestamp", key, func() http.Header { h := signed(now); h.Set("webhook-timestamp", "9223372036854775807"); return h }(), body, errFuture},
-		{"only other schemes", key, withSignature("v1a,abc v2," + strings.TrimPrefix(Sign(key, "msg_7", now, body), "v1,")), body, errNoMatch},
-		{"garbage signatures", key, withSignature("v1,!!! v1, ,,,"), body, errNoMatch},
-		{"empty key", nil, signed(now), body, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := Verify(tc.key, tc.header, tc.body, now, 5*time.Minute)
-			if err == nil {
-				t.Fatal("Verify accepted it")
-			}
-			if tc.want != nil && !errors.Is(err, tc.want) {
-				t.Errorf("Verify = %v, want %v", err, tc.want)
-			}
-		})
-	}
-}
-
-func TestVerifyAcceptsAnyMatchingSignature(t *testing.T) {
-	key := specKey(t)
-	now := time.Unix(1_700_000_000, 0)
-	body := []byte(`{"id":7}`)
-	good := Sign(key, "msg_7", now, body)
-	old := Sign([]byte("the previous key, before rotation"), "msg_7", now, body)
-
-	for _, sigs := range []string{
-		good,
-		old + " " + good,
-		"v1a,c29tZXRoaW5n " + old + "  " + good + " v1,bm90IGl0",
-	} {
-		h := Headers(key, "msg_7", now, body)
-		h.Set("webhook-signature", sigs)
-		if err := Verify(key, h, body, now, time.Minute); err != nil {
-			t.Errorf("signatures %q: %v", sigs, err)
-		}
-	}
-
-	// At the edge of the tolerance, both ways.
-	for _, skew := range []time.Duration{-time.Minute, time.Minute} {
-		h := Headers(key, "msg_7", now.Add(skew), body)
-		if err := Verify(key, h, body, now, time.Minute); err != nil {
-			t.Errorf("timestamp %s from now: %v", skew, err)
-		}
+	if err := Verify(key, h, body, at, 0); err != nil {
+		t.Errorf("Verify: %v", err)
 	}
 }

@@ -6,7 +6,7 @@
 # open them with the current code. README.md beside this script says what
 # each fixture holds.
 #
-#   bash internal/sqlite/testdata/upgrade/make.sh sqlite-v1 sqlite-v2 postgres-v1
+#   bash internal/sqlite/testdata/upgrade/make.sh sqlite-v1 sqlite-v2 sqlite-v3 postgres-v1 postgres-v2
 #
 # postgres-* needs a server where databases may be created: run
 #   eval "$(bash .ci/postgres.sh)"
@@ -170,8 +170,16 @@ sqlite_v1() {
 
 # sqlite-v2: schema version 2 (0002_tag_index.sql). 7436aa0 is the last
 # commit before 0003_webhooks.sql (a88642e).
-sqlite_v2() {
-	local commit=7436aa0 bin db=$work/v2.db
+sqlite_v2() { sqlite_fixture 7436aa0 2; }
+
+# sqlite-v3: schema version 3 (0003_webhooks.sql). 60b2988 is the last
+# commit whose newest migration is 0003_webhooks.sql.
+sqlite_v3() { sqlite_fixture 60b2988 3; }
+
+# sqlite_fixture COMMIT VERSION: the store the binary of COMMIT wrote
+# through the API of version 2 and up (creates, updates, a delete, reads).
+sqlite_fixture() {
+	local commit=$1 version=$2 bin db=$work/v$2.db
 	bin=$(build "$commit")
 	make_tokens "$bin" "$db"
 	start "$bin" "$db"
@@ -180,8 +188,8 @@ sqlite_v2() {
 	# What the old binary itself lists is the fixture's expected content.
 	"$bin" plants list --all --json --server "$url" --token "$(cat "$work/admin")" >"$work/plants.json"
 	stop
-	finish_sqlite "$db" "$sqlite_out/v2.db"
-	manifest "$(git -C "$repo" rev-parse "$commit")" 2 "$work/plants.json" "$sqlite_out/v2.json"
+	finish_sqlite "$db" "$sqlite_out/v$version.db"
+	manifest "$(git -C "$repo" rev-parse "$commit")" "$version" "$work/plants.json" "$sqlite_out/v$version.json"
 }
 
 # finish_sqlite DB OUT: one file is the fixture. The old binary's last
@@ -197,14 +205,21 @@ finish_sqlite() {
 }
 
 # postgres-v1: schema version 1 of PostgreSQL (0001_init.sql, 274809a).
-# 7436aa0 is the last commit before 0002_webhooks.sql (a88642e). The
-# fixture is pg_dump's plain SQL of the database the old binary wrote.
-postgres_v1() {
-	local commit=7436aa0 bin name admin_url db
-	: "${PLANTSTORE_TEST_POSTGRES:?postgres-v1 needs a server: eval \"\$(bash .ci/postgres.sh)\"}"
+# 7436aa0 is the last commit before 0002_webhooks.sql (a88642e).
+postgres_v1() { postgres_fixture 7436aa0 1; }
+
+# postgres-v2: schema version 2 of PostgreSQL (0002_webhooks.sql, a88642e).
+# 60b2988 is the last commit whose newest migration is 0002_webhooks.sql.
+postgres_v2() { postgres_fixture 60b2988 2; }
+
+# postgres_fixture COMMIT VERSION: the fixture is pg_dump's plain SQL of
+# the database the binary of COMMIT wrote.
+postgres_fixture() {
+	local commit=$1 version=$2 bin name admin_url db
+	: "${PLANTSTORE_TEST_POSTGRES:?postgres fixtures need a server: eval \"\$(bash .ci/postgres.sh)\"}"
 	admin_url=$PLANTSTORE_TEST_POSTGRES
 	bin=$(build "$commit")
-	name=plantstore_fixture_v1
+	name=plantstore_fixture_v$version
 	psql -q "$admin_url" -c "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name TEMPLATE template0 ENCODING 'UTF8'"
 	# The admin URL with the database's name for its path.
 	db=$(sed -E "s#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/$name#" <<<"$admin_url")
@@ -218,13 +233,13 @@ postgres_v1() {
 	# --column-inserts: plain INSERTs, which a test can run through pgx (COPY
 	# FROM stdin needs psql); no owners or grants, which name this server's
 	# roles.
-	pg_dump --column-inserts --no-owner --no-privileges --file "$postgres_out/v1.sql" "$db"
+	pg_dump --column-inserts --no-owner --no-privileges --file "$postgres_out/v$version.sql" "$db"
 	psql -q "$admin_url" -c "DROP DATABASE $name"
-	manifest "$(git -C "$repo" rev-parse "$commit")" 1 "$work/plants.json" "$postgres_out/v1.json"
+	manifest "$(git -C "$repo" rev-parse "$commit")" "$version" "$work/plants.json" "$postgres_out/v$version.json"
 }
 
 if [ $# -eq 0 ]; then
-	echo "usage: make.sh FIXTURE... (sqlite-v1, sqlite-v2, postgres-v1)" >&2
+	echo "usage: make.sh FIXTURE... (sqlite-v1, sqlite-v2, sqlite-v3, postgres-v1, postgres-v2)" >&2
 	exit 2
 fi
 for fixture in "$@"; do
@@ -232,9 +247,11 @@ for fixture in "$@"; do
 	case $fixture in
 	sqlite-v1) sqlite_v1 ;;
 	sqlite-v2) sqlite_v2 ;;
+	sqlite-v3) sqlite_v3 ;;
 	postgres-v1) postgres_v1 ;;
+	postgres-v2) postgres_v2 ;;
 	*)
-		echo "unknown fixture $fixture: want sqlite-v1, sqlite-v2 or postgres-v1" >&2
+		echo "unknown fixture $fixture: want sqlite-v1, sqlite-v2, sqlite-v3, postgres-v1 or postgres-v2" >&2
 		exit 2
 		;;
 	esac

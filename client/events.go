@@ -1,0 +1,222 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Event is one change of one plant, from the change feed (GET /events).
+// Plant is the plant as the change left it; for a delete, as it was.
+type Event struct {
+	ID    int64     `json:"id"`
+	Type  string    `json:"type"`
+	Time  time.Time `json:"time"`
+	Plant Plant     `json:"plant"`
+}
+
+// The event types.
+const (
+	EventCreated = "plant.created"
+	EventUpdated = "plant.updated"
+	EventDeleted = "plant.deleted"
+)
+
+// FromNow, as Events' after, follows the feed from the newest event on:
+// only what happens from now.
+const FromNow int64 = -1
+
+// EventOptions select a page of events. The zero value asks for the
+// oldest events kept, in pages of the server's default size.
+type EventOptions struct {
+	After *int64   // the events after this id; nil for the oldest kept
+	Limit int      // 1 to 1000; 0 for the server's default (100)
+	Types []string // only these types; all when empty
+}
+
+// EventPage is one page of events.
+type EventPage struct {
+	Events []Event
+	// Next is the URL of the next page, "" on the last one.
+	Next string
+	// Latest is the newest event id when the page was read: where a
+	// client that resyncs from the plants picks the feed up.
+	Latest int64
+}
+
+// ListEvents reads the first page of events opts select. Follow
+// EventPage.Next with ListEventsNext. An After whose events are no longer
+// all kept is a 410 *Error: resync from the plants (All), then follow
+// the feed after the Latest read before.
+func (c *Client) ListEvents(ctx context.Context, opts EventOptions) (EventPage, error) {
+	return c.ListEventsNext(ctx, c.url("/events", eventQuery(opts.After, opts.Limit, opts.Types)))
+}
+
+// ListEventsNext reads the page of events at next, an EventPage.Next.
+func (c *Client) ListEventsNext(ctx context.Context, next string) (EventPage, error) {
+	if err := c.checkOwn(next); err != nil {
+		return EventPage{}, err
+	}
+	var page EventPage
+	var header http.Header
+	if err := c.do(ctx, http.MethodGet, next, nil, &page.Events, &header); err != nil {
+		return EventPage{}, err
+	}
+	page.Latest, _ = strconv.ParseInt(header.Get("Latest-Event-Id"), 10, 64)
+	var err error
+	page.Next, err = c.nextPage(next, header)
+	return page, err
+}
+
+func eventQuery(after *int64, limit int, types []string) url.Values {
+	q := url.Values{}
+	if after != nil {
+		q.Set("after", strconv.FormatInt(*after, 10))
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if len(types) > 0 {
+		q.Set("type", strings.Join(types, ","))
+	}
+	return q
+}
+
+// Reconnection pauses of Events: doubling from the first to the last.
+const (
+	firstReconnectPause = 500 * time.Millisecond
+	lastReconnectPause  = 30 * time.Second
+)
+
+// Events follows the change feed as a stream: it yields each event after
+// the one with id after (0 for every event since the first, FromNow for
+// only those to come), of types when given, in order, as it happens,
+// until ctx ends or the loop stops.
+//
+// When the connection breaks, or the service shuts down, it yields the
+// error and, if the loop goes on, reconnects after a pause with the id of
+// the last event yielded (Last-Event-ID), so it neither misses an event
+// nor repeats one. An answer reconnecting cannot change ends it after it
+// is yielded: a 410 *Error when the events after the position are no
+// longer kept (resync from the plants, then follow after the Latest of
+// ListEvents read before), 400, 401 or 403.
+func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		pause := firstReconnectPause
+		for ctx.Err() == nil {
+			received, err := c.follow(ctx, &after, types, yield)
+			if err == nil {
+				return // the loop stopped
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if !yield(Event{}, err) || final(err) {
+				return
+			}
+			if received {
+				pause = firstReconnectPause
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, lastReconnectPause)
+		}
+	}
+}
+
+// final says whether an error of the stream is one reconnecting cannot
+// mend.
+func final(err error) bool {
+	switch StatusCode(err) {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusGone, http.StatusNotFound:
+		return true
+	}
+	return false
+}
+
+// errStreamEnded is a stream the service closed, at shutdown say.
+var errStreamEnded = errors.New("plantstore: the event stream ended; reconnecting")
+
+// follow reads one stream, yielding its events and moving *after past
+// each. It returns nil when yield asked to stop, else why the stream
+// ended, and whether it yielded any event.
+func (c *Client) follow(ctx context.Context, after *int64, types []string, yield func(Event, error) bool) (received bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/events", eventQuery(nil, 0, types)), nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "text/event-stream")
+	if *after != FromNow {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(*after, 10))
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return false, errorOf(resp.StatusCode, data)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		return false, fmt.Errorf("plantstore: GET /events answered %q, not an event stream", ct)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var data strings.Builder
+	for lines.Scan() {
+		line := lines.Text()
+		if line != "" {
+			// Only data matters: the id and type are in it too.
+			if value, ok := strings.CutPrefix(line, "data:"); ok {
+				data.WriteString(strings.TrimPrefix(value, " "))
+			}
+			// A stream from now names where now is, so that a
+			// reconnection misses nothing in between.
+			if value, ok := strings.CutPrefix(line, streamStart); ok && *after == FromNow {
+				if id, err := strconv.ParseInt(value, 10, 64); err == nil {
+					*after = id
+				}
+			}
+			continue
+		}
+		if data.Len() == 0 {
+			continue // a comment, or the retry field
+		}
+		var e Event
+		if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
+			return received, fmt.Errorf("plantstore: malformed event: %w", err)
+		}
+		data.Reset()
+		if e.ID <= *after && *after != FromNow {
+			continue // never twice
+		}
+		*after, received = e.ID, true
+		if !yield(e, nil) {
+			return received, nil
+		}
+	}
+	if err := lines.Err(); err != nil {
+		return received, err
+	}
+	return received, errStreamEnded
+}
+
+// streamStart begins the comment with which a stream names the id it
+// follows after.
+const streamStart = ": events after "

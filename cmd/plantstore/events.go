@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/plantstore/plantstore/client"
+)
+
+const eventsUsage = `Usage: plantstore events [--after ID] [--type TYPES] [--follow] [--json]
+
+Prints the change feed of a running server: one line per change of a
+plant (id, time, type, plant id, name, tag), oldest first.
+
+Without --follow it prints the events kept (or those after --after) and
+exits. With --follow it goes on printing each change as it happens, from
+now (or after --after), until interrupted; when the connection breaks it
+says so on standard error, reconnects, and resumes where it was, missing
+nothing. If the events after --after are no longer kept, it fails with
+HTTP 410: read the plants again (plants list --all), then follow from the
+newest event.
+
+Flags:
+`
+
+func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("events", eventsUsage, getenv, stdout, stderr)
+	server := fs.String("server", "http://127.0.0.1:8080", "base `URL` of the plantstore server")
+	token := fs.Secret("token", "access `TOKEN` with plants:read")
+	asJSON := fs.Bool("json", false, "print each event as a line of JSON")
+	follow := fs.Bool("follow", false, "go on printing changes as they happen")
+	after := fs.FlagSet.String("after", "", "only events after the one with this `ID`")
+	types := fs.FlagSet.String("type", "", "only events of these `TYPES`, comma-separated: plant.created, plant.updated, plant.deleted")
+	positional, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := noArguments("events", positional); err != nil {
+		return err
+	}
+	if *token == "" {
+		return usageError("no token: pass --token or set PLANTSTORE_TOKEN (plantstore token create makes one)")
+	}
+	var from *int64
+	if *after != "" {
+		n, err := strconv.ParseInt(*after, 10, 64)
+		if err != nil || n < 0 {
+			return usageError(fmt.Sprintf("--after %q: want an event id, an integer 0 or more", *after))
+		}
+		from = &n
+	}
+	var only []string
+	for t := range strings.SplitSeq(*types, ",") {
+		switch t = strings.TrimSpace(t); t {
+		case "":
+		case client.EventCreated, client.EventUpdated, client.EventDeleted:
+			only = append(only, t)
+		default:
+			return usageError(fmt.Sprintf("--type %q: the types are plant.created, plant.updated and plant.deleted", t))
+		}
+	}
+	c, err := client.New(*server, *token)
+	if err != nil {
+		return usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
+	}
+	out := eventPrinter{w: stdout, json: *asJSON}
+	if !*follow {
+		return apiError(printEvents(ctx, c, from, only, out), *server)
+	}
+	start := client.FromNow
+	if from != nil {
+		start = *from
+	}
+	for ev, err := range c.Events(ctx, start, only...) {
+		if err != nil {
+			if client.StatusCode(err) != 0 {
+				return apiError(err, *server) // final: Events ends after it
+			}
+			fmt.Fprintf(stderr, "plantstore: the stream broke (%v); reconnecting\n", err)
+			continue
+		}
+		if err := out.print(ev); err != nil {
+			return err
+		}
+	}
+	return nil // interrupted
+}
+
+// printEvents prints every page of events after from (the oldest kept
+// when nil).
+func printEvents(ctx context.Context, c *client.Client, from *int64, only []string, out eventPrinter) error {
+	page, err := c.ListEvents(ctx, client.EventOptions{After: from, Limit: 1000, Types: only})
+	for {
+		if err != nil {
+			return err
+		}
+		for _, ev := range page.Events {
+			if err := out.print(ev); err != nil {
+				return err
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		page, err = c.ListEventsNext(ctx, page.Next)
+	}
+}
+
+// eventPrinter writes events one line each, as they come: columns
+// separated by two spaces (a table cannot be aligned before its last
+// row arrives), or JSON.
+type eventPrinter struct {
+	w    io.Writer
+	json bool
+}
+
+func (p eventPrinter) print(ev client.Event) error {
+	var err error
+	if p.json {
+		var b []byte
+		if b, err = json.Marshal(ev); err == nil {
+			_, err = fmt.Fprintf(p.w, "%s\n", b)
+		}
+	} else {
+		_, err = fmt.Fprintf(p.w, "%d  %s  %s  %d  %s  %s\n", ev.ID, ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
+			ev.Type, ev.Plant.ID, tableCell(ev.Plant.Name), tagCell(ev.Plant.Tag))
+	}
+	return err
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// plantstore events prints the feed a page at a time, filters it, and
+// with --follow prints changes as they happen until interrupted.
+func TestEventsCLI(t *testing.T) {
+	dir := t.TempDir()
+	s := serve(t, dir)
+	token := mustToken(t, dir, "--name", "cli")
+	env := []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}
+	run := func(args ...string) result {
+		t.Helper()
+		return cli(t, dir, env, args...)
+	}
+	ok := func(r result) string {
+		t.Helper()
+		if r.exit != 0 {
+			t.Fatalf("exit %d: %s", r.exit, r.stderr)
+		}
+		return r.stdout
+	}
+	ok(run("plants", "add", "--id", "7", "--name", "Fern", "--tag", "indoor"))
+	ok(run("plants", "update", "7", "--name", "Boston fern"))
+	ok(run("plants", "delete", "7"))
+
+	lines := strings.Split(strings.TrimRight(ok(run("events")), "\n"), "\n")
+	want := []string{
+		`^1  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z  plant\.created  7  Fern  indoor$`,
+		`^2  \S+  plant\.updated  7  Boston fern  indoor$`,
+		`^3  \S+  plant\.deleted  7  Boston fern  indoor$`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("events printed %q", lines)
+	}
+	for i, w := range want {
+		if !regexp.MustCompile(w).MatchString(lines[i]) {
+			t.Errorf("line %d %q, want %s", i, lines[i], w)
+		}
+	}
+	var ev struct {
+		ID    int64  `json:"id"`
+		Type  string `json:"type"`
+		Plant struct {
+			ID   int64  `json:"id"`
+			Name string `json:"name"`
+		} `json:"plant"`
+	}
+	out := ok(run("events", "--json", "--type", "plant.deleted"))
+	if err := json.Unmarshal([]byte(out), &ev); err != nil || ev.ID != 3 || ev.Type != "plant.deleted" || ev.Plant.ID != 7 {
+		t.Errorf("events --json --type plant.deleted: %q (%v)", out, err)
+	}
+	if out := ok(run("events", "--after", "2")); !strings.HasPrefix(out, "3  ") || strings.Count(out, "\n") != 1 {
+		t.Errorf("events --after 2: %q", out)
+	}
+	for _, bad := range [][]string{{"--after", "x"}, {"--type", "plant.eaten"}, {"extra"}} {
+		if r := run(append([]string{"events"}, bad...)...); r.exit != 2 || r.stdout != "" {
+			t.Errorf("events %q: exit %d, stdout %q; want 2 and nothing", bad, r.exit, r.stdout)
+		}
+	}
+	if r := cli(t, dir, []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=pst_unknown"}, "events"); r.exit != 1 || !strings.Contains(r.stderr, "401") {
+		t.Errorf("events with an unknown token: exit %d, %q", r.exit, r.stderr)
+	}
+
+	// --follow, from now: the changes made while it runs, as they happen.
+	follow := exec.Command(binary, "events", "--follow")
+	follow.Dir = dir
+	follow.Env = append(os.Environ(), env...)
+	stdout, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	follow.Stderr = &stderr
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Process.Kill()
+	printed := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			printed <- sc.Text()
+		}
+		close(printed)
+	}()
+	// It may not be connected yet: create until the first line shows.
+	// Each create is a new plant, so each has its own event.
+	var first string
+	for id := 100; first == ""; id++ {
+		ok(run("plants", "add", "--id", strconv.Itoa(id), "--name", "Cactus"))
+		select {
+		case first = <-printed:
+		case <-time.After(500 * time.Millisecond):
+			if id > 140 {
+				t.Fatalf("events --follow printed nothing in 20 s: %s", stderr.String())
+			}
+		}
+	}
+	if !regexp.MustCompile(`^\d+  \S+  plant\.created  1\d\d  Cactus  -$`).MatchString(first) {
+		t.Errorf("events --follow printed %q", first)
+	}
+	ok(run("plants", "add", "--id", "8", "--name", "Aloe"))
+	select {
+	case line := <-printed:
+		for strings.Contains(line, "Cactus") { // creates that raced the connection
+			line = <-printed
+		}
+		if !regexp.MustCompile(`^\d+  \S+  plant\.created  8  Aloe  -$`).MatchString(line) {
+			t.Errorf("events --follow then printed %q", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("events --follow did not print a new change within 10 s")
+	}
+	follow.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- follow.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("events --follow on SIGINT: %v, %s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("events --follow did not stop on SIGINT")
+	}
+}
+
+// serve's flags for the feed: out of range is a usage error; the stream
+// caps reach the server.
+func TestEventFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range [][]string{{"--event-retention", "10s"}, {"--max-streams", "0"}, {"--max-streams-per-token", "0"}} {
+		if r := cli(t, dir, nil, append([]string{"serve", "--addr", "127.0.0.1:0"}, bad...)...); r.exit != 2 || !strings.Contains(r.stderr, bad[0]) {
+			t.Errorf("serve %q: exit %d, %q; want 2 naming the flag", bad, r.exit, r.stderr)
+		}
+	}
+	s := serve(t, dir, "--max-streams-per-token", "1", "--event-retention", "1h")
+	token := mustToken(t, dir, "--name", "follower", "--scope", "plants:read")
+	open := func() *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.url+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	if first := open(); first.StatusCode != 200 {
+		t.Fatalf("a first stream: %d", first.StatusCode)
+	}
+	if second := open(); second.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a second stream of the token with --max-streams-per-token 1: %d, want 429", second.StatusCode)
+	}
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore/client"
+)
+
+// The plants commands wait out a 429 whose Retry-After is short, and
+// retry: against the real server, with a rate limit of one request a
+// second.
+func TestPlantsRetryThrottled(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "cli")
+	s := serve(t, dir, "--rate-limit", "1", "--rate-burst", "1")
+	env := []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}
+	if r := cli(t, dir, env, "plants", "add", "--id", "1", "--name", "Fern"); r.exit != 0 {
+		t.Fatalf("add: exit %d, %s", r.exit, r.stderr)
+	}
+	// At once: the token's bucket is empty, the server answers 429 with
+	// Retry-After: 1, and the command waits and gets the plant.
+	start := time.Now()
+	if r := cli(t, dir, env, "plants", "get", "1"); r.exit != 0 || !strings.Contains(r.stdout, "Fern") {
+		t.Fatalf("get right after: exit %d, %q, %s", r.exit, r.stdout, r.stderr)
+	}
+	awaitLog(t, s, `"status":429`)
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("the get took %v: it did not wait for the Retry-After", took)
+	}
+}
+
+// A 429 that outlasts the retries (or asks for longer than the command
+// waits) says how many seconds to wait.
+func TestPlantsSayRetryAfter(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Retry-After", "30")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"error":429,"message":"rate limit reached for this token"}`)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	r := cli(t, dir, []string{"PLANTSTORE_TOKEN=pst_x"}, "plants", "list", "--server", srv.URL)
+	if r.exit != 1 || !strings.Contains(r.stderr, "rate limit reached for this token (HTTP 429); retry after 30 s") {
+		t.Errorf("exit %d, stderr %q; want the message and \"retry after 30 s\"", r.exit, r.stderr)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests: a Retry-After of 30 s is beyond what the command waits, want 1", n)
+	}
+}
+
+// The plants commands retry a dropped connection (here a create: sent
+// again, it is a replay) and give up after 3 retries.
+func TestPlantsRetryDroppedConnection(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "cli")
+	s := serve(t, dir)
+	var drops atomic.Int32
+	drops.Store(2)
+	front := inFront(t, s.url, func(w http.ResponseWriter, _ *http.Request) bool {
+		if drops.Add(-1) < 0 {
+			return false
+		}
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+		return true
+	})
+	env := []string{"PLANTSTORE_SERVER=" + front, "PLANTSTORE_TOKEN=" + token}
+	if r := cli(t, dir, env, "plants", "add", "--id", "4", "--name", "Ivy"); r.exit != 0 || !strings.Contains(r.stdout, "Ivy") {
+		t.Fatalf("add through two dropped connections: exit %d, %q, %s", r.exit, r.stdout, r.stderr)
+	}
+	drops.Store(4)
+	if r := cli(t, dir, env, "plants", "get", "4"); r.exit != 1 || !strings.Contains(r.stderr, "cannot reach the server") {
+		t.Errorf("get through four dropped connections: exit %d, %q; want the error after 3 retries", r.exit, r.stderr)
+	}
+	if n := drops.Load(); n != 0 {
+		t.Errorf("%d drops left: want 4 attempts, the first and 3 retries", n)
+	}
+}
+
+// --ca-cert (or PLANTSTORE_CA_CERT) trusts a private CA for an https
+// server; without it, the server's certificate is refused.
+func TestPlantsCACert(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "cli")
+	certFile, keyFile, _ := selfSigned(t)
+	s := serve(t, dir, "--tls-cert", certFile, "--tls-key", keyFile)
+	server := "https://" + strings.TrimPrefix(s.url, "http://")
+	env := []string{"PLANTSTORE_SERVER=" + server, "PLANTSTORE_TOKEN=" + token}
+
+	if r := cli(t, dir, env, "plants", "add", "--id", "1", "--name", "Fern", "--ca-cert", certFile); r.exit != 0 {
+		t.Fatalf("add --ca-cert: exit %d, %s", r.exit, r.stderr)
+	}
+	if r := cli(t, dir, append(env, "PLANTSTORE_CA_CERT="+certFile), "plants", "get", "1"); r.exit != 0 || !strings.Contains(r.stdout, "Fern") {
+		t.Errorf("get with PLANTSTORE_CA_CERT: exit %d, %q, %s", r.exit, r.stdout, r.stderr)
+	}
+	if r := cli(t, dir, env, "plants", "get", "1"); r.exit != 1 || !strings.Contains(r.stderr, "certificate") {
+		t.Errorf("get without the CA: exit %d, %s; want a certificate error", r.exit, r.stderr)
+	}
+	notPEM := filepath.Join(dir, "not.pem")
+	os.WriteFile(notPEM, []byte("not a certificate"), 0o600)
+	if r := cli(t, dir, env, "plants", "get", "1", "--ca-cert", notPEM); r.exit != 2 || !strings.Contains(r.stderr, "no PEM certificate") {
+		t.Errorf("--ca-cert of a file without a certificate: exit %d, %s", r.exit, r.stderr)
+	}
+}
+
+// An update of one field reads the plant and writes it back on the
+// condition that it has not changed; when another writer changed it in
+// between, it reads again, so neither change is lost.
+func TestPlantsUpdateOneFieldKeepsConcurrentChange(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "cli")
+	s := serve(t, dir)
+	direct, err := client.New(s.url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := direct.Create(ctx, client.Plant{ID: 1, Name: "Fern", Tag: client.Tag("indoor")}); err != nil {
+		t.Fatal(err)
+	}
+	// In front of the server: before the first PUT goes through, another
+	// writer renames the plant.
+	var once sync.Once
+	var puts atomic.Int32
+	front := inFront(t, s.url, func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPut {
+			puts.Add(1)
+			once.Do(func() {
+				if _, err := direct.Update(ctx, client.Plant{ID: 1, Name: "Boston fern", Tag: client.Tag("indoor")}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		return false
+	})
+	c, err := client.New(front, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := updatePlant(ctx, c, 1, "", client.Tag("shade"), false, "")
+	if err != nil || p.Name != "Boston fern" || p.Tag == nil || *p.Tag != "shade" {
+		t.Fatalf("updatePlant = %+v, %v; want the other writer's name with the new tag", p, err)
+	}
+	if n := puts.Load(); n != 2 {
+		t.Errorf("%d PUTs, want 2: one refused (412), one after reading again", n)
+	}
+}
+
+// inFront serves the server at backend through a proxy, and returns the
+// proxy's URL. intercept sees each request first, and answers it itself
+// when it returns true.
+func inFront(t *testing.T, backend string, intercept func(w http.ResponseWriter, r *http.Request) bool) string {
+	t.Helper()
+	u, err := url.Parse(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !intercept(w, r) {
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(front.Close)
+	return front.URL
+}

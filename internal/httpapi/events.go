@@ -1,0 +1,390 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// GET /events is the change feed, as pages of JSON or, to a client that
+// accepts text/event-stream, as a stream of Server-Sent Events that
+// resumes after Last-Event-ID. See docs/events.md.
+
+// Defaults of the stream settings of Config.
+const (
+	DefaultMaxStreams         = 1000
+	DefaultMaxStreamsPerToken = 20
+	DefaultStreamKeepAlive    = 15 * time.Second
+	DefaultEventPoll          = time.Second
+	DefaultEventLimit         = 100
+	MaxEventLimit             = 1000
+)
+
+// streamRetry is the reconnection delay a stream asks its client for, in
+// milliseconds: soon, but not at once, after a shutdown.
+const streamRetry = 2000
+
+// latestEventHeader names, on a page of events, the newest event id at
+// the time of the read: where a client that resyncs from GET /plants
+// picks the feed up afterwards.
+const latestEventHeader = "Latest-Event-Id"
+
+// encodeEvent encodes e as the API shows it, once for every stream.
+func encodeEvent(e plantstore.Event) feedEvent {
+	return feedEvent{id: e.ID, typ: e.Type, data: appendEvent(nil, e)}
+}
+
+// appendEvent appends e's JSON: {"id", "type", "time", "plant"}.
+func appendEvent(b []byte, e plantstore.Event) []byte {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, e.ID, 10)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, e.Type)
+	b = append(b, `,"time":"`...)
+	b = e.At.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = append(b, `","plant":`...)
+	b = storedPlant(e.Plant).appendJSON(b)
+	return append(b, '}')
+}
+
+// eventPage is a page of events as GET /events answers it.
+type eventPage []plantstore.Event
+
+func (page eventPage) appendJSON(b []byte) []byte {
+	b = append(b, '[')
+	for i, e := range page {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendEvent(b, e)
+	}
+	return append(b, ']')
+}
+
+// eventQuery is what GET /events was asked.
+type eventQuery struct {
+	after *int64 // nil: from the oldest kept (a page) or from now (a stream)
+	limit int
+	types []string
+}
+
+// eventQueryOf reads after, limit and type from a query, as strictly as
+// listOptions does. type may be given several times, or as a comma list.
+func eventQueryOf(rawQuery string) (eventQuery, error) {
+	q := eventQuery{limit: DefaultEventLimit}
+	v, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return q, invalid("the query string is malformed: %v", err)
+	}
+	for _, name := range []string{"limit", "after"} {
+		if len(v[name]) > 1 {
+			return q, invalid("%s: give it at most once", name)
+		}
+	}
+	if l, ok := v["limit"]; ok {
+		n, err := strconv.ParseInt(l[0], 10, 32)
+		if err != nil || !plainInteger(l[0]) || n < 1 || n > MaxEventLimit {
+			return q, invalid("limit: must be an integer from 1 to %d, got %q", MaxEventLimit, truncate(l[0], 40))
+		}
+		q.limit = int(n)
+	}
+	if a, ok := v["after"]; ok {
+		after, err := eventID(a[0])
+		if err != nil {
+			return q, invalid("after: %s", err)
+		}
+		q.after = &after
+	}
+	for _, list := range v["type"] {
+		for t := range strings.SplitSeq(list, ",") {
+			if !plantstore.ValidEventType(t) {
+				return q, invalid("type: %q is not an event type; the types are %s", truncate(t, 40), strings.Join(plantstore.EventTypes, ", "))
+			}
+			if !slices.Contains(q.types, t) {
+				q.types = append(q.types, t)
+			}
+		}
+	}
+	return q, nil
+}
+
+// eventID reads an event id: a plain integer, 0 or more.
+func eventID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || !plainInteger(s) || id < 0 {
+		return 0, fmt.Errorf("must be an event id, an integer from 0 to %d, got %q", int64(1<<63-1), truncate(s, 40))
+	}
+	return id, nil
+}
+
+// eventsNext is the query of the page after lastID.
+func eventsNext(lastID int64, q eventQuery) string {
+	v := url.Values{"after": {strconv.FormatInt(lastID, 10)}, "limit": {strconv.Itoa(q.limit)}}
+	if len(q.types) > 0 {
+		v.Set("type", strings.Join(q.types, ","))
+	}
+	return "?" + v.Encode()
+}
+
+// acceptsEventStream says whether an Accept header names
+// text/event-stream (with a q above 0), as EventSource's does.
+func acceptsEventStream(accept string) bool {
+	for part := range strings.SplitSeq(accept, ",") {
+		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(media), "text/event-stream") {
+			continue
+		}
+		for p := range strings.SplitSeq(params, ";") {
+			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if strings.EqualFold(strings.TrimSpace(k), "q") {
+				if q, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && q == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// queryToken lets an event stream carry its token as the access_token
+// query parameter (RFC 6750 section 2.3), as a browser's EventSource,
+// which cannot set headers, must. Only a stream may, and only without an
+// Authorization header: a page is fetched by code that can send the
+// header, and a URL is more likely to be logged on its way than a header
+// (our access log writes the path alone). docs/events.md advises a token
+// with plants:read only for it.
+func queryToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" && acceptsEventStream(r.Header.Get("Accept")) {
+			if q, err := url.ParseQuery(r.URL.RawQuery); err == nil && len(q["access_token"]) == 1 {
+				r = r.Clone(r.Context())
+				r.Header.Set("Authorization", "Bearer "+q.Get("access_token"))
+				q.Del("access_token")
+				r.URL.RawQuery = q.Encode()
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// handleEvents answers GET /events: a stream to a client that accepts
+// one, a page to any other. A page holds a slot in flight like any plant
+// operation; a stream, which stays open, holds a stream slot instead.
+func (s *Server) handleEvents() http.Handler {
+	page := s.limitInFlight(http.HandlerFunc(s.serveEventPage))
+	stream := s.limitStreams(http.HandlerFunc(s.serveEventStream))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Accept")
+		if acceptsEventStream(r.Header.Get("Accept")) {
+			stream.ServeHTTP(w, r)
+			return
+		}
+		page.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) serveEventPage(w http.ResponseWriter, r *http.Request) {
+	q, err := eventQueryOf(r.URL.RawQuery)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// Read before the page, so that no event the page misses is older.
+	latest, err := s.store.LatestEventID(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	query := plantstore.EventQuery{Limit: q.limit + 1, Types: q.types, FromOldest: q.after == nil}
+	if q.after != nil {
+		query.After = *q.after
+	}
+	events, err := s.store.Events(r.Context(), query)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(events) > q.limit {
+		events = events[:q.limit]
+		next := eventsNext(events[q.limit-1].ID, q)
+		if base := s.baseURL(r); base != "" {
+			next = base + "/events" + next
+		}
+		w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, next))
+	}
+	if n := len(events); n > 0 {
+		latest = max(latest, events[n-1].ID)
+	}
+	w.Header().Set(latestEventHeader, strconv.FormatInt(latest, 10))
+	writeJSONTagged(w, r, http.StatusOK, eventPage(events), pageETag, true)
+}
+
+// limitStreams holds a stream slot, of the token's and of the service's,
+// for as long as the stream is open, or refuses the stream: 429 beyond
+// the token's MaxStreamsPerToken, 503 beyond MaxStreams.
+func (s *Server) limitStreams(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := infoFrom(r.Context()).tokenID
+		if !s.streamsPerToken.take(id) {
+			s.writeError(w, r, limitError("token_streams", http.StatusTooManyRequests,
+				fmt.Sprintf("this access token has %d event streams open, as many as it may; close one first", s.cfg.MaxStreamsPerToken), 5*time.Second))
+			return
+		}
+		defer s.streamsPerToken.give(id)
+		if s.streams.Add(1) > int64(s.cfg.MaxStreams) {
+			s.streams.Add(-1)
+			s.writeError(w, r, limitError("streams", http.StatusServiceUnavailable,
+				"the service has as many event streams open as it can; retry shortly", 5*time.Second))
+			return
+		}
+		defer s.streams.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// serveEventStream follows the feed for one client until it goes away,
+// the store fails, or the service shuts down; the client then reconnects
+// with the last id it received, and misses nothing.
+func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
+	q, err := eventQueryOf(r.URL.RawQuery)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// A reconnecting EventSource sends its URL again, ?after and all, and
+	// the id it last received, which is the later position.
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		id, err := eventID(strings.TrimSpace(last))
+		if err != nil {
+			s.writeError(w, r, invalid("Last-Event-ID: %s", err))
+			return
+		}
+		q.after = &id
+	}
+	if !s.feed.open() {
+		s.writeError(w, r, plantstore.Errorf(plantstore.EUNAVAILABLE, "the service is shutting down; reconnect"))
+		return
+	}
+	defer s.feed.done()
+	// The stream lives as long as its connection, not the request
+	// deadline's; each store read has a deadline of its own.
+	ctx := infoFrom(r.Context()).conn
+	read := func(after int64) ([]feedEvent, error) {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		defer cancel()
+		events, err := s.store.Events(rctx, plantstore.EventQuery{After: after, Limit: feedPage})
+		encoded := make([]feedEvent, len(events))
+		for i, e := range events {
+			encoded[i] = encodeEvent(e)
+		}
+		return encoded, err
+	}
+
+	// What comes first decides the status: 410 when the client's position
+	// is gone, 503 when the store cannot answer.
+	var cursor int64
+	var first []feedEvent
+	if q.after == nil {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		cursor, err = s.store.LatestEventID(rctx)
+		cancel()
+	} else {
+		cursor = *q.after
+		first, err = read(cursor)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+
+	rc := http.NewResponseController(w)
+	// The server's read and write timeouts are for requests; a stream
+	// outlives them. Reads stay open to see the client leave, and each
+	// write gets a deadline of its own below.
+	rc.SetReadDeadline(time.Time{})
+	h := w.Header()
+	h["Content-Type"] = []string{"text/event-stream"}
+	h["Cache-Control"] = noStore
+	h["X-Accel-Buffering"] = []string{"no"} // nginx: pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return // the status and headers the stream would begin with, and no stream
+	}
+	// The comment names the position the stream follows from: a client
+	// that asked from now learns where now was, and resumes from there
+	// if it reconnects before the first event (the Go client does).
+	buf := fmt.Appendf(nil, "retry: %d\n: events after %d\n\n", streamRetry, cursor)
+	send := func() bool {
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		buf = buf[:0]
+		return rc.Flush() == nil
+	}
+	keepAlive := time.NewTicker(s.cfg.StreamKeepAlive)
+	defer keepAlive.Stop()
+	for {
+		events, changed, fromTail := s.feed.since(cursor)
+		if first != nil {
+			events, first, fromTail = first, nil, false
+		} else if !fromTail {
+			if events, err = read(cursor); err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("event stream ended: the store failed", "request_id", infoFrom(r.Context()).id, "err", err)
+				}
+				return
+			}
+		}
+		for _, e := range events {
+			if len(q.types) == 0 || slices.Contains(q.types, e.typ) {
+				buf = appendStreamEvent(buf, e)
+			}
+			cursor = e.id
+		}
+		if len(buf) > 0 && !send() {
+			return
+		}
+		if (fromTail && len(events) > 0) || len(events) == feedPage {
+			continue // there may be more already
+		}
+		select {
+		case <-changed:
+		case <-keepAlive.C:
+			buf = append(buf, ": keep-alive\n\n"...)
+			if !send() {
+				return
+			}
+		case <-ctx.Done():
+			return
+		case <-s.feed.shutdown:
+			return
+		}
+	}
+}
+
+// appendStreamEvent appends e as one Server-Sent Event. The JSON has no
+// newline, so one data line carries it.
+func appendStreamEvent(b []byte, e feedEvent) []byte {
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, e.id, 10)
+	b = append(b, "\nevent: "...)
+	b = append(b, e.typ...)
+	b = append(b, "\ndata: "...)
+	b = append(b, e.data...)
+	return append(b, "\n\n"...)
+}
+
+// CloseStreams ends every open event stream, and refuses new ones: call
+// it when shutting down (http.Server.RegisterOnShutdown), so that
+// streams, which never finish by themselves, do not hold the shutdown up.
+// Their clients reconnect and resume where they were.
+func (s *Server) CloseStreams() { s.feed.close() }

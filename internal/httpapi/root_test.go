@@ -1,0 +1,35 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// GET / points to the reference and the document: JSON for a program,
+// a small page for a browser; /docs/ leads to /docs. (Issue 17, point 6.)
+func TestRootPointsToTheDocs(t *testing.T) {
+	e := start(t, options{})
+	resp, body := e.do("GET", "/", map[string]string{"Accept": "*/*"}, nil)
+	var root struct{ Name, Docs, OpenAPI string }
+	if err := json.Unmarshal(body, &root); err != nil || resp.StatusCode != 200 ||
+		root.Docs != e.url+"/docs" || root.OpenAPI != e.url+"/openapi.json" || root.Name == "" {
+		t.Errorf("GET / for a program: %d %s (%v)", resp.StatusCode, body, err)
+	}
+	resp, body = e.do("GET", "/", map[string]string{"Accept": "text/html,*/*;q=0.8"}, nil)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(body), `href="docs"`) {
+		t.Errorf("GET / for a browser: %d %s\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	noRedirect := *e.client
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	req, _ := http.NewRequest("GET", e.url+"/docs/", nil)
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != e.url+"/docs" {
+		t.Errorf("GET /docs/: %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}

@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/plantstore/plantstore"
+)
+
+// The change feed. Each write statement that changes plants records their
+// events in the same statement, so in the same transaction (plants.go,
+// batch.go).
+//
+// Event ids must become visible in id order: a follower that has read
+// event 12 must never later find an event 11. PostgreSQL does not promise
+// that of a sequence: two transactions can take 11 and 12 and commit 12
+// first, and a reader between the two commits sees 12 without 11. So ids
+// come from the one row of event_counter, which each write updates as its
+// last step, taking the row's lock, and holds until it commits. The next
+// writer waits there, and reads the counter only once the previous one has
+// committed and is visible (PostgreSQL releases a transaction's locks after
+// it marks it committed). Ids are then handed out in commit order, by every
+// instance on the database, and a reader whose snapshot holds event N holds
+// every event before it.
+//
+// The price is that writes that record events commit one at a time, each
+// holding the lock through its commit's WAL flush; the batched creates
+// (batch.go) put many plants in each commit, so the feed costs them little
+// (BENCHMARKS.md).
+//
+// Each such write also notifies eventsChannel, and every instance's
+// listener (Options.EventsWritten) wakes its followers at once.
+
+// eventsChannel is the LISTEN/NOTIFY channel writes notify when they record
+// events; the payload is the newest event id.
+const eventsChannel = "plantstore_events"
+
+// takeEventIDs is the WITH clause "counter" of the statements that record
+// events: it takes one event id for each row of their clause "changed"
+// (the plants inserted, updated or deleted), and returns the last one
+// taken. It takes the counter's lock only when some row changed, so a
+// write that changes nothing waits for no one. The count makes "changed"
+// run to its end before the lock is taken: the write holds every plant it
+// changes before it queues for the counter, so two writes cannot each hold
+// what the other waits for.
+const takeEventIDs = `counter AS (
+		UPDATE event_counter SET last = last + (SELECT count(*) FROM changed)
+		WHERE (SELECT count(*) FROM changed) > 0
+		RETURNING last
+	)`
+
+// notifyEvents is the last column of the statements that record events:
+// the id of the last event recorded, NULL when none, and a notification
+// of it to the followers of every instance.
+const notifyEvents = `(SELECT c.last FROM counter c, pg_notify('` + eventsChannel + `', c.last::text))`
+
+// recorded tells this instance's followers that the event with id (nil:
+// none) has committed.
+func (db *DB) recorded(id *int64) {
+	if id != nil && db.eventsWritten != nil {
+		db.eventsWritten()
+	}
+}
+
+// eventsSQL reads the horizon and one page of events in one statement, so
+// from one snapshot: a prune cannot come between the two and hide a gap.
+// The horizon comes back on every row, and alone (with NULL event fields)
+// when no event follows $1 (or the horizon, when $4).
+const eventsSQL = `SELECT h.pruned_through, e.id, e.type, e.plant_id, e.name, e.tag, e.at
+	FROM event_horizon h LEFT JOIN LATERAL (
+		SELECT id, type, plant_id, name, tag, at FROM events
+		WHERE id > CASE WHEN $4::boolean THEN h.pruned_through ELSE $1 END AND (cardinality($3::text[]) = 0 OR type = ANY($3::text[]))
+		ORDER BY id LIMIT $2
+	) e ON true
+	ORDER BY e.id`
+
+func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore.Event, error) {
+	if q.Limit < 1 {
+		return nil, plantstore.Errorf(plantstore.EINVALID, "event limit %d: must be 1 or more", q.Limit)
+	}
+	types := q.Types
+	if types == nil {
+		types = []string{}
+	}
+	rows, err := db.pool.Query(ctx, eventsSQL, q.After, q.Limit, types, q.FromOldest)
+	if err != nil {
+		return nil, db.storeError("read events", err)
+	}
+	events := make([]plantstore.Event, 0, min(q.Limit, 1024))
+	var horizon int64
+	var id, plantID *int64
+	var typ, name *string
+	var tag *string
+	var at *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&horizon, &id, &typ, &plantID, &name, &tag, &at}, func() error {
+		if id == nil {
+			return nil
+		}
+		events = append(events, plantstore.Event{
+			ID:    *id,
+			Type:  *typ,
+			At:    at.UTC(),
+			Plant: plantstore.Plant{ID: *plantID, Name: *name, Tag: tag},
+		})
+		tag = nil // a fresh pointer for the next row's tag
+		return nil
+	})
+	if err != nil {
+		return nil, db.storeError("read events", err)
+	}
+	if !q.FromOldest && q.After < horizon {
+		return nil, plantstore.Errorf(plantstore.EGONE,
+			"the events after %d are no longer all kept (the oldest kept follows %d): resync from GET /plants, then follow the feed from now", q.After, horizon)
+	}
+	return events, nil
+}
+
+func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := db.pool.QueryRow(ctx, `SELECT last FROM event_counter`).Scan(&id); err != nil {
+		return 0, db.storeError("read the latest event id", err)
+	}
+	return id, nil
+}
+
+// pruneChunk bounds one prune transaction.
+const pruneChunk = 1000
+
+// PruneEvents deletes, oldest first, the events recorded before cutoff,
+// stopping at the first that is not: ids increase with time but clocks
+// differ between instances and can step back, and the feed must stay
+// whole after its horizon.
+func (db *DB) PruneEvents(ctx context.Context, cutoff time.Time) (int, error) {
+	pruned := 0
+	for {
+		var n int
+		var done bool
+		err := retry(ctx, func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) (err error) {
+				n, done, err = pruneSome(ctx, tx, cutoff)
+				return err
+			})
+		})
+		if err != nil {
+			return pruned, db.storeError("prune events", err)
+		}
+		pruned += n
+		if done {
+			return pruned, nil
+		}
+	}
+}
+
+// pruneSome deletes the oldest events recorded before cutoff, up to
+// pruneChunk of them, and moves the horizon past them. done is false when
+// there may be more.
+func pruneSome(ctx context.Context, tx pgx.Tx, cutoff time.Time) (n int, done bool, err error) {
+	// The horizon's row lock makes concurrent prunes (of several
+	// instances) take turns.
+	if _, err := tx.Exec(ctx, `SELECT pruned_through FROM event_horizon FOR UPDATE`); err != nil {
+		return 0, false, err
+	}
+	rows, err := tx.Query(ctx, `SELECT id, at FROM events ORDER BY id LIMIT $1`, pruneChunk)
+	if err != nil {
+		return 0, false, err
+	}
+	var last, id int64
+	var at time.Time
+	seen := 0
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		seen++
+		if at.Before(cutoff) && n == seen-1 {
+			last, n = id, n+1
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	if n == 0 {
+		return 0, true, nil
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM events WHERE id <= $1`, last); err != nil {
+		return 0, false, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE event_horizon SET pruned_through = $1`, last); err != nil {
+		return 0, false, err
+	}
+	return n, n < seen || seen < pruneChunk, nil
+}
+
+// listen wakes this instance's followers (Options.EventsWritten) when any
+// instance records events: it holds one connection of its own, LISTENing
+// on eventsChannel, until ctx ends, and reconnects after a failure. While
+// it is not listening, notifications are lost, so each (re)connection
+// also wakes the followers once, and they read what they missed.
+func (db *DB) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := db.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		db.log.Warn("listening for events from other instances failed; followers wait for their next poll until it works again",
+			"retry_in", listenRetry.String(), "error", db.storeError("listen", err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(listenRetry):
+		}
+	}
+}
+
+// listenRetry is the pause before listening again after a failure.
+const listenRetry = 2 * time.Second
+
+func (db *DB) listenOnce(ctx context.Context) error {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection is ours for good: a pooled one would take the LISTEN
+	// to whoever borrows it next.
+	c := conn.Hijack()
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, `LISTEN `+eventsChannel); err != nil {
+		return err
+	}
+	db.eventsWritten()
+	for {
+		n, err := c.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		_ = n // the payload, the newest id, is for people watching with psql
+		db.eventsWritten()
+	}
+}

@@ -61,11 +61,17 @@ func testEventsOfEachChange(t *testing.T, s plantstore.Store) {
 		want string // the event the step records, "" for none
 		code string // the error code the step answers, "" for none
 	}{
-		{"create 1", func() error { _, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Fern", Tag: ptr("shade")}); return err },
+		{"create 1", func() error {
+			_, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Fern", Tag: ptr("shade")})
+			return err
+		},
 			`plant.created 1 "Fern" "shade"`, ""},
 		{"create 2", func() error { _, err := s.CreatePlant(ctx, plantstore.Plant{ID: 2, Name: "Aloe"}); return err },
 			`plant.created 2 "Aloe" <none>`, ""},
-		{"replay create 1", func() error { _, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Fern", Tag: ptr("shade")}); return err },
+		{"replay create 1", func() error {
+			_, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Fern", Tag: ptr("shade")})
+			return err
+		},
 			"", ""},
 		{"conflicting create 1", func() error { _, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "Other"}); return err },
 			"", plantstore.ECONFLICT},

@@ -21,10 +21,10 @@ import (
 // trying it again would: both times the token works and the create
 // answers 200. .ci/run runs these with PLANTSTORE_TEST_EXAMPLES=1, which
 // makes a missing curl or openssl a failure instead of a skip.
-// The examples of docs/api.md and docs/cli.md follow the README's, on
-// its server and with its token.
+// The examples of docs/api.md, docs/cli.md and docs/http.md follow the
+// README's, on its servers and with its token.
 func TestREADMEExamples(t *testing.T) {
-	runExamples(t, 2, "../../README.md", "../../docs/api.md", "../../docs/cli.md")
+	runExamples(t, 2, "../../README.md", "../../docs/api.md", "../../docs/cli.md", "../../docs/http.md")
 }
 
 // The TLS recipe: a certificate made with openssl, serve, curl, the
@@ -33,7 +33,8 @@ func TestTLSRecipe(t *testing.T) {
 	runExamples(t, 1, "../../docs/tls.md")
 }
 
-// An example is a command in a ```sh block of a document, with the lines
+// An example is a command in a ```sh block of a document (indented too,
+// as in a list item), with the lines
 // that follow it as "# ..." comments: what it prints. Only blocks with
 // at least one such line run; the others are synopses or need what a
 // test has not (docker, a PostgreSQL server). In expected lines, "…"
@@ -60,11 +61,16 @@ func parseExamples(t *testing.T, doc string) []example {
 		block    []example
 		current  *example
 		cont     bool
+		indent   string // of the block's fence, as in a list item
 	)
 	for i, line := range strings.Split(doc, "\n") {
+		if inBlock {
+			line = strings.TrimPrefix(line, indent)
+		}
 		switch {
-		case !inBlock && strings.HasPrefix(line, "```sh"):
+		case !inBlock && strings.HasPrefix(strings.TrimLeft(line, " "), "```sh"):
 			inBlock, runnable, block, current, cont = true, false, nil, nil, false
+			indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
 			continue
 		case inBlock && strings.HasPrefix(line, "```"):
 			if runnable {
@@ -115,16 +121,18 @@ func runExamples(t *testing.T, passes int, files ...string) {
 			t.Skipf("%s is not installed; set PLANTSTORE_TEST_EXAMPLES=1 to require it (CI does)", tool)
 		}
 	}
-	// The examples talk to 127.0.0.1:8080; here, to a free port instead,
-	// in what they run and what they expect alike.
-	port := freePort(t)
+	// The examples talk to 127.0.0.1:8080 (and the README's second server,
+	// with CORS, to 127.0.0.1:8081); here, to free ports instead, in what
+	// they run and what they expect alike.
+	port, second := freePort(t), freePort(t)
+	ports := strings.NewReplacer("127.0.0.1:8080", "127.0.0.1:"+port, "127.0.0.1:8081", "127.0.0.1:"+second)
 	var examples []example
 	for _, file := range files {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ex := range parseExamples(t, strings.ReplaceAll(string(b), "127.0.0.1:8080", "127.0.0.1:"+port)) {
+		for _, ex := range parseExamples(t, ports.Replace(string(b))) {
 			ex.file = filepath.Base(file)
 			examples = append(examples, ex)
 		}

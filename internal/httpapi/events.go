@@ -334,7 +334,7 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	defer keepAlive.Stop()
 	for {
 		events, changed, fromTail := s.feed.since(cursor)
-		if first != nil {
+		if len(first) > 0 {
 			events, first, fromTail = first, nil, false
 		} else if !fromTail {
 			if events, err = read(cursor); err != nil {
@@ -353,8 +353,11 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		if len(buf) > 0 && !send() {
 			return
 		}
-		if (fromTail && len(events) > 0) || len(events) == feedPage {
-			continue // there may be more already
+		if len(events) > 0 {
+			// There may be more already: in the tail, which may have
+			// advanced (and closed the changed we hold) while this
+			// stream read the store, or in the store.
+			continue
 		}
 		select {
 		case <-changed:

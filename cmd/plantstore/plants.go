@@ -293,7 +293,10 @@ func apiError(err error, server string) error {
 	if e, ok := errors.AsType[*client.Error](err); ok {
 		if e.RetryAfter > 0 && (e.StatusCode == http.StatusTooManyRequests || e.StatusCode == http.StatusServiceUnavailable) {
 			secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
-			return fmt.Errorf("%s (HTTP %d); retry after %d s", e.Message, e.StatusCode, secs)
+			// The server's words point to the header, which a user of the
+			// command does not see: the number takes their place.
+			msg := strings.TrimSuffix(e.Message, "; retry after the time in Retry-After")
+			return fmt.Errorf("%s (HTTP %d); retry after %d s", msg, e.StatusCode, secs)
 		}
 		return fmt.Errorf("%s (HTTP %d)", e.Message, e.StatusCode)
 	}

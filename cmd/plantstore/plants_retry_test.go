@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,25 +62,31 @@ func TestPlantsRetryThrottled(t *testing.T) {
 	}
 }
 
-// A 429 that outlasts the retries (or asks for longer than the command
-// waits) says how many seconds to wait.
+// A 429 that asks for a longer wait than the command waits says, once,
+// how many seconds to wait, and is not retried: here the real server's
+// refusal of an address that sent too many bad tokens (five minutes).
 func TestPlantsSayRetryAfter(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		requests.Add(1)
-		w.Header().Set("Retry-After", "30")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusTooManyRequests)
-		fmt.Fprint(w, `{"error":429,"message":"rate limit reached for this token"}`)
-	}))
-	t.Cleanup(srv.Close)
 	dir := t.TempDir()
-	r := cli(t, dir, []string{"PLANTSTORE_TOKEN=pst_x"}, "plants", "list", "--server", srv.URL)
-	if r.exit != 1 || !strings.Contains(r.stderr, "rate limit reached for this token (HTTP 429); retry after 30 s") {
-		t.Errorf("exit %d, stderr %q; want the message and \"retry after 30 s\"", r.exit, r.stderr)
+	s := serve(t, dir, "--auth-failure-limit", "1", "--auth-failure-window", "5m")
+	env := []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=pst_notatoken"}
+	if r := cli(t, dir, env, "plants", "list"); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 401)") {
+		t.Fatalf("a bad token: exit %d, %q; want 401", r.exit, r.stderr)
 	}
-	if n := requests.Load(); n != 1 {
-		t.Errorf("%d requests: a Retry-After of 30 s is beyond what the command waits, want 1", n)
+	r := cli(t, dir, env, "plants", "list")
+	want := regexp.MustCompile(`^plantstore: too many failed authentications from this address \(HTTP 429\); retry after (\d+) s\n$`)
+	m := want.FindStringSubmatch(r.stderr)
+	if r.exit != 1 || m == nil {
+		t.Fatalf("the throttled address: exit %d, stderr %q; want one line matching %s", r.exit, r.stderr, want)
+	}
+	if secs, _ := strconv.Atoi(m[1]); secs < 290 || secs > 300 {
+		t.Errorf("retry after %s s; the server asked for about 300", m[1])
+	}
+	if !s.logged(`"status":429`, 5*time.Second) {
+		t.Fatalf("the server logged no 429:\n%s", s.logs)
+	}
+	time.Sleep(200 * time.Millisecond) // the access log is written in batches
+	if n := strings.Count(s.logs.String(), `"status":429`); n != 1 {
+		t.Errorf("%d requests answered 429: a Retry-After of 300 s is beyond what the command waits, want 1", n)
 	}
 }
 

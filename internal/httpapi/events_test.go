@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -556,6 +557,26 @@ func TestEventStreamsAcrossInstances(t *testing.T) {
 				last = id
 			}
 			s.none(200 * time.Millisecond)
+		}
+
+		// How soon a change through one instance reaches the other's
+		// stream, woken by NOTIFY alone (its poll is an hour): logged,
+		// and bounded far below the poll.
+		c := a.clientWith(token)
+		var lags []time.Duration
+		for i := range 20 {
+			if _, err := c.Create(context.Background(), client.Plant{ID: int64(10_000 + i), Name: "lag"}); err != nil {
+				t.Fatal(err)
+			}
+			answered := time.Now()
+			streams[0].next()
+			streams[1].next()
+			lags = append(lags, time.Since(answered))
+		}
+		slices.Sort(lags)
+		t.Logf("from a create's answer on one instance to its event on the other's stream: median %v, max %v", lags[len(lags)/2], lags[len(lags)-1])
+		if lags[len(lags)-1] > 5*time.Second {
+			t.Errorf("an event took %v to reach the other instance: NOTIFY did not wake it", lags[len(lags)-1])
 		}
 	})
 }

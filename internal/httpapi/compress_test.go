@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/plantstore/plantstore/internal/httpapi"
@@ -102,6 +103,32 @@ func TestNextLinkAbsolute(t *testing.T) {
 		resp, _ := public.do("GET", "/plants?limit=1", map[string]string{"Authorization": "Bearer " + public.readToken}, nil)
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%d", resp.StatusCode)
+		}
+
+		// The served document's servers name the same base URL, judged
+		// the same way.
+		for _, tc := range []struct {
+			name   string
+			e      *env
+			header map[string]string
+			want   string
+		}{
+			{"direct", direct, nil, direct.url},
+			{"forwarded headers from an untrusted peer", direct, forged, direct.url},
+			{"X-Forwarded-* from a trusted proxy", proxied, forged, "https://evil.example"},
+			{"Forwarded from a trusted proxy", proxied, map[string]string{"Forwarded": `proto=https;host="api.example.com"`}, "https://api.example.com"},
+			{"--public-url", public, forged, "https://plants.example/store"},
+		} {
+			for _, path := range []string{"/openapi.json", "/openapi.yaml"} {
+				resp, body := tc.e.do("GET", path, tc.header, nil)
+				want := `"url":"` + tc.want + `"`
+				if path == "/openapi.yaml" {
+					want = `url: "` + tc.want + `"`
+				}
+				if resp.StatusCode != http.StatusOK || !strings.Contains(strings.ReplaceAll(string(body), `"url": "`, `"url":"`), want) {
+					t.Errorf("%s: %s's servers do not hold %s", tc.name, path, want)
+				}
+			}
 		}
 	})
 }

@@ -39,6 +39,8 @@ var commandLineOnly = map[string]bool{
 	"scope": true, "replace": true, "to": true, "from": true, "force": true, "path": true, "timeout": true,
 	// Shows what webhook list otherwise hides: never by a leftover variable.
 	"full-urls": true,
+	// webhook add's event types, webhook retry's subscriber.
+	"events": true, "subscriber": true,
 	// events: which events, and whether to wait for more (a leftover
 	// PLANTSTORE_FOLLOW would make a script's "events" never return).
 	"type": true, "follow": true,

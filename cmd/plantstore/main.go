@@ -40,9 +40,10 @@ Usage:
   plantstore token create --name NAME [--replace]   issue a token; prints it alone on stdout
   plantstore token list [--all] [--json]            show tokens (never the secrets)
   plantstore token revoke NAME                      revoke the active token called NAME
-  plantstore webhook add URL                        subscribe URL to new plants; prints its signing secret
+  plantstore webhook add URL [--events TYPES]       subscribe URL to new plants (or TYPES); prints its signing secret
   plantstore webhook list [--json]                  show subscribers and their deliveries (never the secrets)
   plantstore webhook remove ID                      unsubscribe
+  plantstore webhook retry ID...                    send parked deliveries again
   plantstore backup --to FILE                       copy the SQLite store, while it serves
   plantstore restore --from FILE [--force]          replace the SQLite store with a backup; stop serve first
   plantstore plants add --id ID --name NAME [--tag TAG]
@@ -79,7 +80,7 @@ func commands() []command {
 	return []command{
 		{"serve", nil, runServe},
 		{"token", []string{"create", "list", "revoke"}, getenvOnly(runToken)},
-		{"webhook", []string{"add", "list", "remove"}, getenvOnly(runWebhook)},
+		{"webhook", []string{"add", "list", "remove", "retry"}, getenvOnly(runWebhook)},
 		{"plants", sortedKeys(plantCommands), getenvOnly(runPlants)},
 		{"events", nil, getenvOnly(runEvents)},
 		{"backup", nil, getenvOnly(runBackup)},

@@ -201,14 +201,14 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, usageError(fmt.Sprintf("--log-format %q: want json or text", format))
 }
 
-// webhookFlags tune the delivery of new-plant events.
+// webhookFlags tune the delivery of events to subscribers.
 type webhookFlags struct {
-	allowPrivate    *bool
-	allowMetadata   *bool
-	retrySchedule   *string
-	maxAge, timeout *time.Duration
-	poll, lease     *time.Duration
-	workers         *int64
+	allowPrivate               *bool
+	allowMetadata              *bool
+	retrySchedule              *string
+	parkAfter, maxAge, timeout *time.Duration
+	poll, lease                *time.Duration
+	workers, concurrency       *int64
 }
 
 func addWebhookFlags(fs *flagSet) webhookFlags {
@@ -216,11 +216,13 @@ func addWebhookFlags(fs *flagSet) webhookFlags {
 		allowPrivate:  fs.Bool("allow-private-webhooks", false, "let webhooks reach loopback, private and link-local addresses (tests, or subscribers on your own network), but not the cloud metadata endpoints (see --allow-metadata-webhooks); refused by default, checked at connect time"),
 		allowMetadata: fs.Bool("allow-metadata-webhooks", false, "let webhooks reach cloud metadata and credential endpoints (169.254.0.0/16, fd00:ec2::/64, 100.100.100.200, 168.63.129.16, 192.0.0.192), which --allow-private-webhooks does not open"),
 		retrySchedule: fs.String("webhook-retry-schedule", "5s,30s,2m,10m,1h", "waits between a webhook delivery's failed attempts; the last repeats"),
-		maxAge:        fs.Duration("webhook-max-age", webhook.DefaultSchedule.MaxAge, "how long a webhook delivery is retried, from its plant's creation, before it is marked failed"),
+		parkAfter:     fs.Duration("webhook-park-after", webhook.DefaultSchedule.ParkAfter, "how long a webhook delivery is retried, from its first failed attempt, before it is parked and its plant's later events go on (webhook list shows parked deliveries, webhook retry sends them again)"),
+		maxAge:        fs.Duration("webhook-max-age", 0, "deprecated: the earlier name of --webhook-park-after, used in its place when set"),
 		timeout:       fs.Duration("webhook-timeout", 10*time.Second, "time one webhook attempt may take, connection to answer"),
 		poll:          fs.Duration("webhook-poll", time.Second, "how often to look for due webhook deliveries when no create of this process signals one (bounds how soon instances send what others enqueued)"),
 		lease:         fs.Duration("webhook-lease", 30*time.Second, "how long a subscriber stays with one instance without renewal; a crashed instance's subscribers are taken over after it (at least 3x --webhook-timeout)"),
 		workers:       fs.Int64("webhook-workers", 16, "subscribers served at once; a slow one holds one worker, never the others"),
+		concurrency:   fs.Int64("webhook-concurrency", webhook.DefaultConcurrency, "webhook attempts in flight to one subscriber; one plant's events still go one after another, in order"),
 	}
 }
 
@@ -232,14 +234,25 @@ func (f webhookFlags) config() (app.WebhookConfig, error) {
 	if *f.workers < 1 || *f.workers > 1024 {
 		return app.WebhookConfig{}, usageError("--webhook-workers must be between 1 and 1024")
 	}
+	if *f.concurrency < 1 || *f.concurrency > 1024 {
+		return app.WebhookConfig{}, usageError("--webhook-concurrency must be between 1 and 1024")
+	}
+	parkAfter := *f.parkAfter
+	if *f.maxAge > 0 {
+		parkAfter = *f.maxAge
+	}
+	if parkAfter <= 0 {
+		return app.WebhookConfig{}, usageError("--webhook-park-after must be positive")
+	}
 	return app.WebhookConfig{
 		AllowPrivate:  *f.allowPrivate,
 		AllowMetadata: *f.allowMetadata,
-		Schedule:      webhook.Schedule{Intervals: intervals, MaxAge: *f.maxAge},
+		Schedule:      webhook.Schedule{Intervals: intervals, ParkAfter: parkAfter},
 		Timeout:       *f.timeout,
 		Poll:          *f.poll,
 		Lease:         *f.lease,
 		Workers:       int(*f.workers),
+		Concurrency:   int(*f.concurrency),
 	}, nil
 }
 

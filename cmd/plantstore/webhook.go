@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,22 +18,29 @@ import (
 	"github.com/plantstore/plantstore/internal/webhook"
 )
 
-const webhookUsage = `Usage: plantstore webhook add|list|remove [flags]
+const webhookUsage = `Usage: plantstore webhook add|list|remove|retry [flags]
 
-Manages the subscribers that hear of every new plant, in the store at
---db. Each gets POST URL with the NewPlant as JSON, signed as Standard
-Webhooks signs (webhook-id, webhook-timestamp, webhook-signature).
-  webhook add URL        prints the new subscriber's signing secret, once
-  webhook list [--json]  subscribers, their state, delivery counts and last
-                         error; never secrets (URLs as scheme://host/…#hash
-                         unless --full-urls)
+Manages the subscribers that hear of the changes of plants, in the store
+at --db. Each gets POST URL for each event of the types it asked for
+(plant.created unless --events says more): the NewPlant for a new plant,
+the event as GET /events shows it for an update or a delete, as JSON,
+signed as Standard Webhooks signs (webhook-id, webhook-timestamp,
+webhook-signature).
+  webhook add URL [--events TYPES]
+                         prints the new subscriber's signing secret, once
+  webhook list [--json]  subscribers, their events, state, delivery counts
+                         and last error, then the parked deliveries; never
+                         secrets (URLs as scheme://host/…#hash unless
+                         --full-urls)
   webhook remove ID      the subscriber and its pending deliveries
+  webhook retry ID...    sends parked deliveries again (or every one of a
+                         subscriber, with --subscriber ID)
 Run "plantstore webhook SUBCOMMAND --help" for its flags.
 `
 
 func runWebhook(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError("webhook needs a subcommand: add, list or remove")
+		return usageError("webhook needs a subcommand: add, list, remove or retry")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -44,8 +52,10 @@ func runWebhook(ctx context.Context, args []string, getenv func(string) string, 
 		return webhookList(ctx, args[1:], getenv, stdout, stderr)
 	case "remove":
 		return webhookRemove(ctx, args[1:], getenv, stdout, stderr)
+	case "retry":
+		return webhookRetry(ctx, args[1:], getenv, stdout, stderr)
 	}
-	return usageError(fmt.Sprintf("unknown webhook subcommand %q: want add, list or remove", args[0]))
+	return usageError(fmt.Sprintf("unknown webhook subcommand %q: want add, list, remove or retry", args[0]))
 }
 
 // webhookAdd prints the signing secret alone on stdout, so that
@@ -62,6 +72,8 @@ as this machine resolves it, resolves to) such an address, and adds it
 all the same. Receivers verify each delivery's signature with the secret
 (docs/webhooks.md).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
+	// Command line only, as the URL is.
+	eventList := fs.FlagSet.String("events", plantstore.EventCreated, "the event types to send, comma-separated: "+strings.Join(plantstore.EventTypes, ","))
 	rest, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -72,6 +84,15 @@ all the same. Receivers verify each delivery's signature with the secret
 	if err := webhook.CheckURL(rest[0]); err != nil {
 		return usageError(err.Error())
 	}
+	var events []string
+	for e := range strings.SplitSeq(*eventList, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			events = append(events, e)
+		}
+	}
+	if events, err = plantstore.SubscriberEvents(events); err != nil {
+		return usageError("--events: " + plantstore.ErrorMessage(err))
+	}
 	secret, err := webhook.NewSecret()
 	if err != nil {
 		return err
@@ -81,14 +102,15 @@ all the same. Receivers verify each delivery's signature with the secret
 		return err
 	}
 	defer store.Close()
-	sub, err := store.AddSubscriber(ctx, rest[0], secret)
+	sub, err := store.AddSubscriberFor(ctx, rest[0], secret, events)
 	if err != nil {
 		return cliError(err)
 	}
 	fmt.Fprintln(stdout, secret)
 	// Not the URL as typed: its path or query may hold the subscriber's
 	// own secret, and terminal output ends up in CI logs and scrollback.
-	fmt.Fprintf(stderr, "added webhook subscriber %d for %s; its signing secret is shown only this once\n", sub.ID, tableCell(webhook.RedactURL(sub.URL)))
+	fmt.Fprintf(stderr, "added webhook subscriber %d for %s (%s); its signing secret is shown only this once\n",
+		sub.ID, tableCell(webhook.RedactURL(sub.URL)), strings.Join(sub.Events, ","))
 	warnPrivate(ctx, sub.URL, stderr)
 	return nil
 }
@@ -136,16 +158,22 @@ func withoutHost(err error) error {
 	return err
 }
 
+// maxParkedListed bounds the parked deliveries webhook list shows.
+const maxParkedListed = 1000
+
 func webhookList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("webhook list", `webhook list [--json] [--db PATH]
 
-Shows each subscriber: its URL; its state, "active" (its last attempt,
-if any, was delivered), "failing" (its last attempt failed: the delivery
-is retried, or was given up on) or "disabled" (it answered 410 Gone and
-gets no events); its deliveries pending, delivered and failed (given up
-after the retry schedule); and its last error with when it happened,
-cleared by the next successful delivery. Never a signing secret. A URL
-shows as its scheme and host and a hash of the rest
+Shows each subscriber: its URL; the event types it gets; its state,
+"active" (its last attempt, if any, was delivered), "failing" (its last
+attempt failed: the delivery is retried, or was parked) or "disabled" (it
+answered 410 Gone and gets no events); its deliveries pending, delivered
+and parked (retried for --webhook-park-after, then set aside so that
+their plants' later events go on); and its last error with when it
+happened, cleared by the next successful delivery. Then the parked
+deliveries, oldest first (at most 1000): their ID, which webhook retry
+takes, the event, and why the last attempt failed. Never a signing
+secret. A URL shows as its scheme and host and a hash of the rest
 (https://hooks.slack.com/…#1a2b3c4d), as server logs show it, because
 many subscribers carry a secret of their own in the path or query;
 --full-urls shows them whole.`, getenv, stdout, stderr)
@@ -168,40 +196,121 @@ many subscribers carry a secret of their own in the path or query;
 	if err != nil {
 		return cliError(err)
 	}
+	parked, err := store.ParkedDeliveries(ctx, 0, maxParkedListed)
+	if err != nil {
+		return cliError(err)
+	}
 	shown := webhook.RedactURL
 	if *fullURLs {
 		shown = func(u string) string { return u }
 	}
 	if *asJSON {
+		type parkedJSON struct {
+			ID         int64     `json:"id"`
+			WebhookID  string    `json:"webhook_id"`
+			EventID    int64     `json:"event_id,omitempty"`
+			EventType  string    `json:"event_type"`
+			PlantID    int64     `json:"plant_id"`
+			Attempts   int       `json:"attempts"`
+			ParkedAt   time.Time `json:"parked_at"`
+			LastStatus int       `json:"last_status,omitempty"`
+			LastError  string    `json:"last_error,omitempty"`
+		}
 		type subscriberJSON struct {
-			ID             int64      `json:"id"`
-			URL            string     `json:"url"`
-			State          string     `json:"state"`
-			CreatedAt      time.Time  `json:"created_at"`
-			DisabledAt     *time.Time `json:"disabled_at,omitempty"`
-			DisabledReason string     `json:"disabled_reason,omitempty"`
-			Pending        int64      `json:"pending"`
-			Delivered      int64      `json:"delivered"`
-			Failed         int64      `json:"failed"`
-			LastError      string     `json:"last_error,omitempty"`
-			LastErrorAt    *time.Time `json:"last_error_at,omitempty"`
+			ID             int64        `json:"id"`
+			URL            string       `json:"url"`
+			Events         []string     `json:"events"`
+			State          string       `json:"state"`
+			CreatedAt      time.Time    `json:"created_at"`
+			DisabledAt     *time.Time   `json:"disabled_at,omitempty"`
+			DisabledReason string       `json:"disabled_reason,omitempty"`
+			Pending        int64        `json:"pending"`
+			Delivered      int64        `json:"delivered"`
+			Failed         int64        `json:"failed"` // parked: the name it had before parking
+			LastError      string       `json:"last_error,omitempty"`
+			LastErrorAt    *time.Time   `json:"last_error_at,omitempty"`
+			Parked         []parkedJSON `json:"parked"`
 		}
 		out := make([]subscriberJSON, 0, len(subs))
 		for _, s := range subs {
-			out = append(out, subscriberJSON{s.ID, shown(s.URL), s.State(), s.CreatedAt, s.DisabledAt, s.DisabledReason,
-				s.Pending, s.Delivered, s.Failed, s.LastError, s.LastErrorAt})
+			js := subscriberJSON{s.ID, shown(s.URL), s.Events, s.State(), s.CreatedAt, s.DisabledAt, s.DisabledReason,
+				s.Pending, s.Delivered, s.Failed, s.LastError, s.LastErrorAt, []parkedJSON{}}
+			for _, d := range parked {
+				if d.SubscriberID == s.ID {
+					js.Parked = append(js.Parked, parkedJSON{d.ID, d.EventID, d.Seq, d.EventType, d.Plant.ID, d.Attempts,
+						*d.ParkedAt, d.LastStatus, d.LastError})
+				}
+			}
+			out = append(out, js)
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tURL\tSTATE\tPENDING\tDELIVERED\tFAILED\tCREATED\tLAST ERROR AT\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tURL\tEVENTS\tSTATE\tPENDING\tDELIVERED\tPARKED\tCREATED\tLAST ERROR AT\tLAST ERROR")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.ID, tableCell(shown(s.URL)), s.State(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.ID, tableCell(shown(s.URL)), strings.Join(s.Events, ","), s.State(),
 			s.Pending, s.Delivered, s.Failed, timeOrNever(s.CreatedAt), lastErrorAt(s), tableCell(orDash(s.LastError)))
 	}
+	if err := tw.Flush(); err != nil || len(parked) == 0 {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(tw, "PARKED\tSUBSCRIBER\tEVENT\tTYPE\tPLANT\tATTEMPTS\tPARKED AT\tLAST ERROR")
+	for _, d := range parked {
+		seq := "-"
+		if d.Seq > 0 {
+			seq = fmt.Sprint(d.Seq)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", d.ID, d.SubscriberID, seq, d.EventType, d.Plant.ID, d.Attempts,
+			timeOrNever(*d.ParkedAt), tableCell(orDash(d.LastError)))
+	}
 	return tw.Flush()
+}
+
+func webhookRetry(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("webhook retry", `webhook retry ID... [--db PATH]
+webhook retry --subscriber ID [--db PATH]
+
+Sends parked deliveries again: those with the IDs webhook list shows in
+its PARKED column, or every parked delivery of the subscriber with
+--subscriber. Each goes out when a server next looks for due deliveries
+(within its --webhook-poll), with the same webhook-id as before, its attempts counted from zero; after
+its plant's later events, which went on while it was parked, so receivers
+order a plant's events by plantstore-event-id. Deliveries of a disabled
+subscriber stay parked.`, getenv, stdout, stderr)
+	db := addDBFlags(fs)
+	subscriber := fs.FlagSet.Int64("subscriber", 0, "retry every parked delivery of this subscriber")
+	rest, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if (len(rest) == 0) == (*subscriber == 0) {
+		return usageError("webhook retry takes parked delivery IDs (see webhook list) or --subscriber ID, not both")
+	}
+	if *subscriber < 0 {
+		return usageError("--subscriber: want a subscriber ID (see webhook list)")
+	}
+	var ids []int64
+	for _, a := range rest {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id < 1 {
+			return usageError(fmt.Sprintf("webhook retry: %q is not a delivery ID (see webhook list)", a))
+		}
+		ids = append(ids, id)
+	}
+	store, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	n, err := store.RetryDeliveries(ctx, *subscriber, ids)
+	if err != nil {
+		return cliError(err)
+	}
+	fmt.Fprintf(stderr, "%d parked deliveries will be sent again\n", n)
+	return nil
 }
 
 // lastErrorAt is when the last error happened; for a subscriber disabled

@@ -10,8 +10,8 @@ import (
 	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 )
 
-// Two instances on one database: every event goes out once, in creation
-// order, whichever instance took the create.
+// Two instances on one database: every event goes out once, whichever
+// instance took the create.
 func TestPostgresWebhooksOncePerEvent(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	token := pgToken(t, db, "app")
@@ -21,7 +21,7 @@ func TestPostgresWebhooksOncePerEvent(t *testing.T) {
 	client := pgClient(t)
 	logs := func() string { return logsOf(servers...) }
 
-	// One after another, alternating instances: creation order is known.
+	// One after another, alternating instances.
 	const sequential = 20
 	for i := int64(1); i <= sequential; i++ {
 		s := servers[i%2]
@@ -29,9 +29,10 @@ func TestPostgresWebhooksOncePerEvent(t *testing.T) {
 			t.Fatalf("create %d through %s: %v", i, s.url, a)
 		}
 	}
+	// Different plants go side by side, in any order.
 	plants := r.awaitDelivered(sequential, 20*time.Second, logs)
-	if !slices.Equal(plants, seq(1, sequential)) {
-		t.Errorf("delivered %v, want 1..%d in creation order", plants, sequential)
+	if !slices.Equal(slices.Sorted(slices.Values(plants)), seq(1, sequential)) {
+		t.Errorf("delivered %v, want 1..%d", plants, sequential)
 	}
 
 	// Then a burst through both at once.

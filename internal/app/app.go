@@ -79,9 +79,9 @@ type WebhookConfig struct {
 	Schedule                    webhook.Schedule
 	// Timeout bounds one attempt, connection to answer.
 	Timeout time.Duration
-	// Poll, Lease and Workers: see webhook.DispatcherConfig.
-	Poll, Lease time.Duration
-	Workers     int
+	// Poll, Lease, Workers and Concurrency: see webhook.DispatcherConfig.
+	Poll, Lease          time.Duration
+	Workers, Concurrency int
 }
 
 // DefaultShutdownTimeout is Config.ShutdownTimeout's default.
@@ -173,6 +173,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		Schedule:       cfg.Webhooks.Schedule,
 		Log:            a.log,
 		Workers:        cfg.Webhooks.Workers,
+		Concurrency:    cfg.Webhooks.Concurrency,
 		Poll:           cfg.Webhooks.Poll,
 		Lease:          cfg.Webhooks.Lease,
 		AttemptTimeout: cfg.Webhooks.Timeout,

@@ -280,7 +280,7 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant) (map[
 // of the arrays ($1 ids, distinct and ascending, $2 names, $3 tags, $4
 // webhook event ids) whose id is free and, for each plant it inserted, its
 // event, with ids in the order of the plants', and one webhook delivery per
-// active subscriber. One statement, so one transaction, holds all of them
+// active subscriber of plant.created. One statement, so one transaction, holds all of them
 // or none. It returns the ids inserted, the number of deliveries written
 // and the id of the last event recorded (NULL when none).
 const insertPlantsSQL = `WITH input AS (
@@ -290,14 +290,17 @@ const insertPlantsSQL = `WITH input AS (
 		SELECT id, name, tag, $5::timestamptz FROM input ORDER BY id
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id, name, tag, created_at
-	), enqueued AS (
-		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at)
-		SELECT s.id, u.event_id, i.id, i.name, i.tag, i.created_at, i.created_at
-		FROM changed i JOIN input u ON u.id = i.id CROSS JOIN webhook_subscribers s
-		WHERE s.disabled_at IS NULL
-		ORDER BY i.id, s.id
+	), ` + takeEventIDs + `, enqueued AS (
+		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_seq)
+		SELECT s.id, e.event_id, e.id, e.name, e.tag, e.created_at, e.created_at, e.seq
+		FROM (SELECT i.id, i.name, i.tag, i.created_at, u.event_id,
+				c.last - (SELECT count(*) FROM changed) + row_number() OVER (ORDER BY i.id) AS seq
+			FROM changed i JOIN input u ON u.id = i.id CROSS JOIN counter c) e
+		CROSS JOIN webhook_subscribers s LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
+		WHERE s.disabled_at IS NULL AND coalesce(t.created, true)
+		ORDER BY e.id, s.id
 		RETURNING 1
-	), ` + takeEventIDs + `, recorded AS (
+	), recorded AS (
 		INSERT INTO events (id, type, plant_id, name, tag, at)
 		SELECT c.last - (SELECT count(*) FROM changed) + row_number() OVER (ORDER BY i.id),
 			'plant.created', i.id, i.name, i.tag, i.created_at

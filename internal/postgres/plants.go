@@ -52,7 +52,8 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 }
 
 // insertPlantSQL inserts a plant unless its id is taken and, only when it
-// did, its event and one webhook delivery per active subscriber: one
+// did, its event and one webhook delivery per active subscriber of
+// plant.created (those without a webhook_subscriber_events row too): one
 // statement, so one transaction, holds all of them or none. Data-modifying
 // WITH clauses run whether or not the outer query reads them. It returns
 // whether it inserted, the number of deliveries written and the id of the
@@ -61,14 +62,15 @@ const insertPlantSQL = `WITH changed AS (
 		INSERT INTO plants (id, name, tag, created_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id, name, tag, created_at
-	), enqueued AS (
-		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at)
-		SELECT s.id, $5, i.id, i.name, i.tag, i.created_at, i.created_at
-		FROM changed i CROSS JOIN webhook_subscribers s
-		WHERE s.disabled_at IS NULL
+	), ` + takeEventIDs + `, enqueued AS (
+		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_seq)
+		SELECT s.id, $5, i.id, i.name, i.tag, i.created_at, i.created_at, c.last
+		FROM changed i CROSS JOIN counter c CROSS JOIN webhook_subscribers s
+		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
+		WHERE s.disabled_at IS NULL AND coalesce(t.created, true)
 		ORDER BY s.id
 		RETURNING 1
-	), ` + takeEventIDs + `, recorded AS (
+	), recorded AS (
 		INSERT INTO events (id, type, plant_id, name, tag, at)
 		SELECT c.last, 'plant.created', i.id, i.name, i.tag, i.created_at
 		FROM changed i CROSS JOIN counter c
@@ -135,24 +137,29 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantstore.Precondition) error {
 	op := fmt.Sprintf("update plant %d", p.ID)
 	if cond != nil {
-		return db.storeError(op, db.conditionally(ctx, p.ID, cond, func(tx pgx.Tx, stored plantstore.Plant) (*int64, error) {
+		var enqueued int
+		err := db.conditionally(ctx, p.ID, cond, func(tx pgx.Tx, stored plantstore.Plant) (*int64, error) {
 			if stored.SameContent(p) {
 				return nil, nil // no change, no event
 			}
 			var event *int64
-			err := tx.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now()).Scan(&event)
+			err := tx.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
 			return event, err
-		}))
+		})
+		db.wake(err, enqueued)
+		return db.storeError(op, err)
 	}
 	for range insertAttempts {
 		var event *int64
+		var enqueued int
 		err := retry(ctx, func(ctx context.Context) error {
-			return db.pool.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now()).Scan(&event)
+			return db.pool.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
 		})
 		if err != nil {
 			return db.storeError(op, err)
 		}
 		if event != nil {
+			db.wake(nil, enqueued)
 			db.recorded(event)
 			return nil
 		}
@@ -174,9 +181,11 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 }
 
 // updatePlantSQL gives plant $1 the name $2 and tag $3 unless it has them
-// already, and records the change's event at $4: an update that changes
-// nothing records none. It returns the event's id, NULL when it changed
-// nothing (the plant is missing, or already so).
+// already, and records the change's event at $4, with one webhook
+// delivery (webhook-id $5) per active subscriber of plant.updated: an
+// update that changes nothing records none. It returns the number of
+// deliveries and the event's id, NULL when it changed nothing (the plant
+// is missing, or already so).
 const updatePlantSQL = `WITH changed AS (
 		UPDATE plants SET name = $2, tag = $3
 		WHERE id = $1 AND (name IS DISTINCT FROM $2 OR tag IS DISTINCT FROM $3)
@@ -186,21 +195,33 @@ const updatePlantSQL = `WITH changed AS (
 		SELECT c.last, 'plant.updated', u.id, u.name, u.tag, $4
 		FROM changed u CROSS JOIN counter c
 		RETURNING id
+	), enqueued AS (
+		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
+		SELECT s.id, $5, u.id, u.name, u.tag, $4, $4, 'plant.updated', c.last
+		FROM changed u CROSS JOIN counter c CROSS JOIN webhook_subscribers s
+		JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
+		WHERE s.disabled_at IS NULL AND t.updated
+		ORDER BY s.id
+		RETURNING 1
 	)
-	SELECT ` + notifyEvents
+	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
 
 func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) error {
 	op := fmt.Sprintf("delete plant %d", id)
 	if cond != nil {
-		return db.storeError(op, db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
+		var enqueued int
+		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
 			var event *int64
-			err := tx.QueryRow(ctx, deletePlantSQL, id, db.now()).Scan(&event)
+			err := tx.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
 			return event, err
-		}))
+		})
+		db.wake(err, enqueued)
+		return db.storeError(op, err)
 	}
 	var event *int64
+	var enqueued int
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, deletePlantSQL, id, db.now()).Scan(&event)
+		return db.pool.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
 	})
 	if err != nil {
 		return db.storeError(op, err)
@@ -208,12 +229,15 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 	if event == nil {
 		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
 	}
+	db.wake(nil, enqueued)
 	db.recorded(event)
 	return nil
 }
 
 // deletePlantSQL deletes plant $1 and records the event, at $2, with the
-// content it had. It returns the event's id, NULL when there was no plant.
+// content it had, and one webhook delivery (webhook-id $3) per active
+// subscriber of plant.deleted. It returns the number of deliveries and the
+// event's id, NULL when there was no plant.
 const deletePlantSQL = `WITH changed AS (
 		DELETE FROM plants WHERE id = $1
 		RETURNING id, name, tag
@@ -222,8 +246,24 @@ const deletePlantSQL = `WITH changed AS (
 		SELECT c.last, 'plant.deleted', d.id, d.name, d.tag, $2
 		FROM changed d CROSS JOIN counter c
 		RETURNING id
+	), enqueued AS (
+		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
+		SELECT s.id, $3, d.id, d.name, d.tag, $2, $2, 'plant.deleted', c.last
+		FROM changed d CROSS JOIN counter c CROSS JOIN webhook_subscribers s
+		JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
+		WHERE s.disabled_at IS NULL AND t.deleted
+		ORDER BY s.id
+		RETURNING 1
 	)
-	SELECT ` + notifyEvents
+	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
+
+// wake tells this instance's dispatcher that a write that committed (err
+// nil) enqueued deliveries.
+func (db *DB) wake(err error, enqueued int) {
+	if err == nil && enqueued > 0 && db.enqueued != nil {
+		db.enqueued()
+	}
+}
 
 // conditionally runs write in a transaction that first locks the plant
 // with id and checks cond against it: ENOTFOUND without the plant,

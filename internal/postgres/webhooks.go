@@ -3,10 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/plantstore/plantstore"
 )
@@ -14,10 +14,28 @@ import (
 var _ plantstore.WebhookStore = (*DB)(nil)
 
 func (db *DB) AddSubscriber(ctx context.Context, url, secret string) (plantstore.Subscriber, error) {
-	s := plantstore.Subscriber{URL: url, Secret: secret, CreatedAt: db.now().UTC().Truncate(time.Microsecond)}
-	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, `INSERT INTO webhook_subscribers (url, secret, created_at) VALUES ($1, $2, $3) RETURNING id`,
-			url, secret, s.CreatedAt).Scan(&s.ID)
+	return db.AddSubscriberFor(ctx, url, secret, []string{plantstore.EventCreated})
+}
+
+func (db *DB) AddSubscriberFor(ctx context.Context, url, secret string, events []string) (plantstore.Subscriber, error) {
+	events, err := plantstore.SubscriberEvents(events)
+	if err != nil {
+		return plantstore.Subscriber{}, err
+	}
+	s := plantstore.Subscriber{URL: url, Secret: secret, Events: events, CreatedAt: db.now().UTC().Truncate(time.Microsecond)}
+	// The default, plant.created alone, needs no webhook_subscriber_events
+	// row; one statement writes both otherwise.
+	custom := !slices.Equal(events, []string{plantstore.EventCreated})
+	err = retry(ctx, func(ctx context.Context) error {
+		return db.pool.QueryRow(ctx, `WITH sub AS (
+				INSERT INTO webhook_subscribers (url, secret, created_at) VALUES ($1, $2, $3) RETURNING id
+			), types AS (
+				INSERT INTO webhook_subscriber_events (subscriber_id, created, updated, deleted)
+				SELECT id, $5, $6, $7 FROM sub WHERE $4
+			)
+			SELECT id FROM sub`,
+			url, secret, s.CreatedAt, custom, slices.Contains(events, plantstore.EventCreated),
+			slices.Contains(events, plantstore.EventUpdated), slices.Contains(events, plantstore.EventDeleted)).Scan(&s.ID)
 	})
 	if err != nil {
 		return plantstore.Subscriber{}, db.storeError("add webhook subscriber", err)
@@ -29,14 +47,19 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 	rows, err := db.pool.Query(ctx, `SELECT s.id, s.url, s.created_at, s.disabled_at, coalesce(s.disabled_reason, ''), s.delivered, coalesce(s.last_error, ''),
 			CASE WHEN s.last_error IS NOT NULL THEN e.last_error_at END,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL),
-			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL)
-		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id ORDER BY s.id`)
+			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL),
+			t.subscriber_id IS NOT NULL, coalesce(t.created, false), coalesce(t.updated, false), coalesce(t.deleted, false)
+		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id
+		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`)
 	if err != nil {
 		return nil, db.storeError("list webhook subscribers", err)
 	}
 	var subs []plantstore.Subscriber
 	var s plantstore.Subscriber
-	_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.URL, &s.CreatedAt, &s.DisabledAt, &s.DisabledReason, &s.Delivered, &s.LastError, &s.LastErrorAt, &s.Pending, &s.Failed}, func() error {
+	var hasEvents, onCreated, onUpdated, onDeleted bool
+	_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.URL, &s.CreatedAt, &s.DisabledAt, &s.DisabledReason, &s.Delivered, &s.LastError, &s.LastErrorAt, &s.Pending, &s.Failed,
+		&hasEvents, &onCreated, &onUpdated, &onDeleted}, func() error {
+		s.Events = subscribedEvents(hasEvents, onCreated, onUpdated, onDeleted)
 		s.CreatedAt = s.CreatedAt.UTC()
 		if s.DisabledAt != nil {
 			at := s.DisabledAt.UTC()
@@ -56,6 +79,21 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 	return subs, nil
 }
 
+// subscribedEvents is the event types of a subscriber's
+// webhook_subscriber_events row, or of none (valid false).
+func subscribedEvents(valid, created, updated, deleted bool) []string {
+	if !valid {
+		return []string{plantstore.EventCreated}
+	}
+	var events []string
+	for i, on := range []bool{created, updated, deleted} {
+		if on {
+			events = append(events, plantstore.EventTypes[i])
+		}
+	}
+	return events
+}
+
 func (db *DB) RemoveSubscriber(ctx context.Context, id int64) error {
 	// Its deliveries go with it (ON DELETE CASCADE).
 	tag, err := db.pool.Exec(ctx, `DELETE FROM webhook_subscribers WHERE id = $1`, id)
@@ -70,7 +108,9 @@ func (db *DB) RemoveSubscriber(ctx context.Context, id int64) error {
 
 // ClaimSubscribers locks the candidates it picks and skips those another
 // instance is claiming at the same moment (SKIP LOCKED), so two instances
-// never lease one subscriber.
+// never lease one subscriber. A candidate has a due pending delivery,
+// which may wait behind another of its plant that is not due: then the
+// claim finds nothing to send, and gives the subscriber back.
 func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]plantstore.Subscriber, error) {
 	now := db.now()
 	var subs []plantstore.Subscriber
@@ -80,8 +120,8 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 			WHERE id IN (
 				SELECT s.id FROM webhook_subscribers s
 				WHERE s.disabled_at IS NULL AND (s.lease_until IS NULL OR s.lease_until <= $3)
-				  AND (SELECT d.next_attempt_at FROM webhook_deliveries d
-				       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL ORDER BY d.id LIMIT 1) <= $3
+				  AND EXISTS (SELECT 1 FROM webhook_deliveries d
+				       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL AND d.next_attempt_at <= $3)
 				ORDER BY s.id LIMIT $4
 				FOR UPDATE SKIP LOCKED)
 			RETURNING id, url, secret`, owner, now.Add(lease), now, n)
@@ -101,70 +141,158 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 	return subs, nil
 }
 
+// deliveryColumns are what scanDeliveries reads, of webhook_deliveries d.
+const deliveryColumns = `d.id, d.subscriber_id, d.event_id, coalesce(d.event_type, 'plant.created'), coalesce(d.event_seq, 0),
+	d.plant_id, d.name, d.tag, d.created_at, d.attempts, d.first_failed_at, d.failed_at, coalesce(d.last_status, 0), coalesce(d.last_error, '')`
+
+func scanDeliveries(rows pgx.Rows) ([]plantstore.Delivery, error) {
+	var ds []plantstore.Delivery
+	var d plantstore.Delivery
+	_, err := pgx.ForEachRow(rows, []any{&d.ID, &d.SubscriberID, &d.EventID, &d.EventType, &d.Seq, &d.Plant.ID, &d.Plant.Name, &d.Plant.Tag,
+		&d.CreatedAt, &d.Attempts, &d.FirstFailedAt, &d.ParkedAt, &d.LastStatus, &d.LastError}, func() error {
+		d.CreatedAt = d.CreatedAt.UTC()
+		for _, at := range []**time.Time{&d.FirstFailedAt, &d.ParkedAt} {
+			if *at != nil {
+				utc := (*at).UTC()
+				*at = &utc
+			}
+		}
+		ds = append(ds, d)
+		d.Plant.Tag, d.FirstFailedAt, d.ParkedAt = nil, nil, nil // fresh pointers for the next row
+		return nil
+	})
+	return ds, err
+}
+
 func (db *DB) DueDeliveries(ctx context.Context, subscriberID int64, n int) ([]plantstore.Delivery, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at
-		FROM webhook_deliveries WHERE subscriber_id = $1 AND failed_at IS NULL ORDER BY id LIMIT $2`, subscriberID, n)
+	// The subquery probes webhook_deliveries_waiting, which holds only
+	// the deliveries that failed and wait for a retry: few.
+	rows, err := db.pool.Query(ctx, `SELECT `+deliveryColumns+`
+		FROM webhook_deliveries d
+		WHERE d.subscriber_id = $1 AND d.failed_at IS NULL AND d.next_attempt_at <= $2
+		  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
+		       WHERE w.subscriber_id = $1 AND w.plant_id = d.plant_id AND w.failed_at IS NULL AND w.attempts > 0
+		         AND w.id < d.id AND w.next_attempt_at > $2)
+		ORDER BY d.id LIMIT $3`, subscriberID, db.now(), n)
 	if err != nil {
 		return nil, db.storeError("read webhook deliveries", err)
 	}
-	now := db.now()
-	var ds []plantstore.Delivery
-	var d plantstore.Delivery
-	var next time.Time
-	errNotDue := errors.New("not due")
-	_, err = pgx.ForEachRow(rows, []any{&d.ID, &d.EventID, &d.Plant.ID, &d.Plant.Name, &d.Plant.Tag, &d.CreatedAt, &d.Attempts, &next}, func() error {
-		if len(ds) == 0 && next.After(now) {
-			return errNotDue // the head is not due; the rest wait behind it
-		}
-		d.SubscriberID = subscriberID
-		d.CreatedAt = d.CreatedAt.UTC()
-		ds = append(ds, d)
-		d.Plant.Tag = nil // a fresh pointer for the next row's tag
-		return nil
-	})
-	if errors.Is(err, errNotDue) {
-		return nil, nil
-	}
+	ds, err := scanDeliveries(rows)
 	if err != nil {
 		return nil, db.storeError("read webhook deliveries", err)
 	}
 	return ds, nil
 }
 
+func (db *DB) ParkedDeliveries(ctx context.Context, subscriberID int64, n int) ([]plantstore.Delivery, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+deliveryColumns+`
+		FROM webhook_deliveries d
+		WHERE d.failed_at IS NOT NULL AND ($1 = 0 OR d.subscriber_id = $1)
+		ORDER BY d.id LIMIT $2`, subscriberID, n)
+	if err != nil {
+		return nil, db.storeError("list parked webhook deliveries", err)
+	}
+	ds, err := scanDeliveries(rows)
+	if err != nil {
+		return nil, db.storeError("list parked webhook deliveries", err)
+	}
+	return ds, nil
+}
+
+func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int64) (int, error) {
+	if len(ids) == 0 && subscriberID == 0 {
+		return 0, plantstore.Errorf(plantstore.EINVALID, "retry which deliveries? give their ids or a subscriber")
+	}
+	unique := slices.Compact(slices.Sorted(slices.Values(ids)))
+	errMissing := errors.New("missing")
+	var n int64
+	err := retry(ctx, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+			if subscriberID != 0 {
+				var active bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_subscribers WHERE id = $1 AND disabled_at IS NULL)`, subscriberID).Scan(&active); err != nil {
+					return err
+				}
+				if !active {
+					return plantstore.Errorf(plantstore.ENOTFOUND, "no active webhook subscriber %d", subscriberID)
+				}
+			}
+			tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
+				SET failed_at = NULL, attempts = 0, first_failed_at = NULL, next_attempt_at = $1
+				WHERE failed_at IS NOT NULL AND ($2 = 0 OR subscriber_id = $2)
+				  AND (coalesce(cardinality($3::bigint[]), 0) = 0 OR id = ANY($3::bigint[]))
+				  AND subscriber_id IN (SELECT id FROM webhook_subscribers WHERE disabled_at IS NULL)`,
+				db.now(), subscriberID, unique)
+			if err != nil {
+				return err
+			}
+			n = tag.RowsAffected()
+			if len(unique) > 0 && int(n) != len(unique) {
+				return errMissing
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, errMissing) {
+		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, only %d are parked deliveries of active subscribers", ids, n)
+	}
+	if err != nil {
+		return 0, db.storeError("retry webhook deliveries", err)
+	}
+	if n > 0 && db.enqueued != nil {
+		db.enqueued()
+	}
+	return int(n), nil
+}
+
 func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int64, results []plantstore.AttemptResult, lease time.Duration, release bool) (bool, error) {
+	// The deliveries done go in one statement, the failures one each:
+	// failures are few.
+	var done []int64
+	lastDone := -1
+	for i, r := range results {
+		if r.Delivered {
+			done = append(done, r.DeliveryID)
+			lastDone = i
+		}
+	}
 	var held bool
 	err := retry(ctx, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 			now := db.now()
 			var delivered int64
 			var last *plantstore.AttemptResult // the newest result that changed a delivery
-			for i, r := range results {
-				var tag pgconn.CommandTag
-				var err error
-				if r.Delivered {
-					tag, err = tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id = $1 AND subscriber_id = $2`, r.DeliveryID, subscriberID)
-				} else {
-					var failedAt *time.Time
-					if r.GiveUp {
-						failedAt = &now
-					}
-					var status *int
-					if r.Status != 0 {
-						status = &r.Status
-					}
-					tag, err = tx.Exec(ctx, `UPDATE webhook_deliveries
-						SET attempts = attempts + 1, next_attempt_at = $1, last_status = $2, last_error = $3, failed_at = $4
-						WHERE id = $5 AND subscriber_id = $6 AND failed_at IS NULL`,
-						r.NextAttempt, status, r.Error, failedAt, r.DeliveryID, subscriberID)
-				}
+			if len(done) > 0 {
+				tag, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE subscriber_id = $1 AND id = ANY($2::bigint[])`, subscriberID, done)
 				if err != nil {
 					return err
 				}
-				if n := tag.RowsAffected(); n > 0 {
+				if delivered = tag.RowsAffected(); delivered > 0 {
+					last = &results[lastDone]
+				}
+			}
+			for i, r := range results {
+				if r.Delivered {
+					continue
+				}
+				var failedAt *time.Time
+				if r.GiveUp {
+					failedAt = &now
+				}
+				var status *int
+				if r.Status != 0 {
+					status = &r.Status
+				}
+				tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
+					SET attempts = attempts + 1, next_attempt_at = $1, last_status = $2, last_error = $3, failed_at = $4,
+					    first_failed_at = coalesce(first_failed_at, $7)
+					WHERE id = $5 AND subscriber_id = $6 AND failed_at IS NULL`,
+					r.NextAttempt, status, r.Error, failedAt, r.DeliveryID, subscriberID, now)
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() > 0 && (last == nil || i > lastDone) {
 					last = &results[i]
-					if r.Delivered {
-						delivered += n
-					}
 				}
 			}
 			// The newest attempt says whether the subscriber is failing.

@@ -60,7 +60,7 @@ func (f upgradeFixture) plants() []plantstore.Plant {
 // arrived in one commit with the version after it, so no binary ever ran
 // at it, no store can be at it, and it has no fixture. (4, the change
 // feed, came with 5, the webhook subscribers' last error.)
-var neverNewest = map[int]bool{4: true}
+var neverNewest = map[int]bool{4: true, 5: true}
 
 // earlierVersions are the schema versions before current that a binary
 // ran at: each has its fixture.
@@ -388,6 +388,13 @@ var downMigrations = map[int]string{
 		DELETE FROM schema_migrations WHERE version = 4;`,
 	5: `DROP TABLE webhook_subscriber_errors;
 		DELETE FROM schema_migrations WHERE version = 5;`,
+	6: `DROP TABLE webhook_subscriber_events;
+		DELETE FROM webhook_deliveries WHERE event_type IS NOT NULL;
+		DROP INDEX webhook_deliveries_waiting;
+		ALTER TABLE webhook_deliveries DROP COLUMN first_failed_at;
+		ALTER TABLE webhook_deliveries DROP COLUMN event_seq;
+		ALTER TABLE webhook_deliveries DROP COLUMN event_type;
+		DELETE FROM schema_migrations WHERE version = 6;`,
 }
 
 // TestMigrationsReversibleByHand upgrades each fixture, writes to it, then

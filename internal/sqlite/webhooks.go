@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -11,11 +13,14 @@ import (
 
 var _ plantstore.WebhookStore = (*DB)(nil)
 
-// enqueueEvents writes the outbox rows for the plants of batch that results
-// mark created, in the batch's transaction: one row per active subscriber.
-// It reports whether it wrote any. With no active subscriber it costs one
-// small read per batch.
-func enqueueEvents(c *rawConn, batch []*writeRequest, results []writeResult, now int64) (bool, error) {
+// enqueueEvents writes the outbox rows for events, the batch's, which
+// recordEvents has just inserted, in the batch's transaction: one row per
+// active subscriber of the event's type. It reports whether it wrote any.
+// With no active subscriber it costs one small read per batch.
+func enqueueEvents(c *rawConn, events []plantstore.Event, now int64) (bool, error) {
+	if len(events) == 0 {
+		return false, nil
+	}
 	var active bool
 	err := c.query(anySubscriberSQL, nil, func(v []driver.Value) bool {
 		active = v[0].(int64) != 0
@@ -24,39 +29,101 @@ func enqueueEvents(c *rawConn, batch []*writeRequest, results []writeResult, now
 	if err != nil || !active {
 		return false, err
 	}
-	for i, req := range batch {
-		if !results[i].created {
-			continue
-		}
-		p := req.plant
-		if _, err := c.exec(enqueueSQL, plantstore.NewEventID(), p.ID, p.Name, p.Tag, now); err != nil {
+	// The batch's events are the newest rows, their ids consecutive: one
+	// writer, in one transaction, and AUTOINCREMENT takes the next id.
+	var last int64
+	err = c.query(`SELECT seq FROM sqlite_sequence WHERE name = 'events'`, nil, func(v []driver.Value) bool {
+		last = v[0].(int64)
+		return false
+	})
+	if err != nil {
+		return false, err
+	}
+	var wrote bool
+	for i, e := range events {
+		seq := last - int64(len(events)) + 1 + int64(i)
+		p := e.Plant
+		n, err := c.exec(enqueueSQL, plantstore.NewEventID(), p.ID, p.Name, p.Tag, now, e.Type, seq)
+		if err != nil {
 			return false, err
 		}
+		wrote = wrote || n > 0
 	}
-	return true, nil
+	return wrote, nil
 }
 
+// A subscriber without a webhook_subscriber_events row gets plant.created
+// only. A plant.created delivery is written with a NULL event_type, as
+// earlier versions write it.
 const (
 	anySubscriberSQL = `SELECT EXISTS (SELECT 1 FROM webhook_subscribers WHERE disabled_at IS NULL)`
-	enqueueSQL       = `INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at)
-		SELECT id, ?1, ?2, ?3, ?4, ?5, ?5 FROM webhook_subscribers WHERE disabled_at IS NULL ORDER BY id`
+	enqueueSQL       = `INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
+		SELECT s.id, ?1, ?2, ?3, ?4, ?5, ?5, nullif(?6, 'plant.created'), ?7
+		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
+		WHERE s.disabled_at IS NULL AND CASE ?6
+			WHEN 'plant.created' THEN coalesce(t.created, 1)
+			WHEN 'plant.updated' THEN coalesce(t.updated, 0)
+			ELSE coalesce(t.deleted, 0) END
+		ORDER BY s.id`
 )
 
 func (db *DB) AddSubscriber(ctx context.Context, url, secret string) (plantstore.Subscriber, error) {
-	s := plantstore.Subscriber{URL: url, Secret: secret, CreatedAt: db.now().UTC().Truncate(time.Millisecond)}
-	err := db.write.QueryRowContext(ctx, `INSERT INTO webhook_subscribers (url, secret, created_at) VALUES (?, ?, ?) RETURNING id`,
+	return db.AddSubscriberFor(ctx, url, secret, []string{plantstore.EventCreated})
+}
+
+func (db *DB) AddSubscriberFor(ctx context.Context, url, secret string, events []string) (plantstore.Subscriber, error) {
+	const op = "add webhook subscriber"
+	events, err := plantstore.SubscriberEvents(events)
+	if err != nil {
+		return plantstore.Subscriber{}, err
+	}
+	s := plantstore.Subscriber{URL: url, Secret: secret, Events: events, CreatedAt: db.now().UTC().Truncate(time.Millisecond)}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return plantstore.Subscriber{}, storeError(op, err)
+	}
+	defer tx.Rollback()
+	err = tx.QueryRowContext(ctx, `INSERT INTO webhook_subscribers (url, secret, created_at) VALUES (?, ?, ?) RETURNING id`,
 		url, secret, millis(s.CreatedAt)).Scan(&s.ID)
 	if err != nil {
-		return plantstore.Subscriber{}, storeError("add webhook subscriber", err)
+		return plantstore.Subscriber{}, storeError(op, err)
+	}
+	// The default, plant.created alone, needs no row.
+	if !slices.Equal(events, []string{plantstore.EventCreated}) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO webhook_subscriber_events (subscriber_id, created, updated, deleted) VALUES (?, ?, ?, ?)`,
+			s.ID, slices.Contains(events, plantstore.EventCreated), slices.Contains(events, plantstore.EventUpdated),
+			slices.Contains(events, plantstore.EventDeleted)); err != nil {
+			return plantstore.Subscriber{}, storeError(op, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return plantstore.Subscriber{}, storeError(op, err)
 	}
 	return s, nil
+}
+
+// subscribedEvents is the event types of a subscriber's
+// webhook_subscriber_events row, or of none (valid false).
+func subscribedEvents(valid, created, updated, deleted bool) []string {
+	if !valid {
+		return []string{plantstore.EventCreated}
+	}
+	var events []string
+	for i, on := range []bool{created, updated, deleted} {
+		if on {
+			events = append(events, plantstore.EventTypes[i])
+		}
+	}
+	return events
 }
 
 func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) {
 	rows, err := db.read.QueryContext(ctx, `SELECT s.id, s.url, s.created_at, s.disabled_at, s.disabled_reason, s.delivered, s.last_error, e.last_error_at,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL),
-			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL)
-		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id ORDER BY s.id`)
+			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL),
+			t.subscriber_id IS NOT NULL, coalesce(t.created, 0), coalesce(t.updated, 0), coalesce(t.deleted, 0)
+		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id
+		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`)
 	if err != nil {
 		return nil, storeError("list webhook subscribers", err)
 	}
@@ -67,9 +134,12 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 		var created int64
 		var disabled, lastErrorAt sql.NullInt64
 		var reason, lastError sql.NullString
-		if err := rows.Scan(&s.ID, &s.URL, &created, &disabled, &reason, &s.Delivered, &lastError, &lastErrorAt, &s.Pending, &s.Failed); err != nil {
+		var hasEvents, onCreated, onUpdated, onDeleted bool
+		if err := rows.Scan(&s.ID, &s.URL, &created, &disabled, &reason, &s.Delivered, &lastError, &lastErrorAt, &s.Pending, &s.Failed,
+			&hasEvents, &onCreated, &onUpdated, &onDeleted); err != nil {
 			return nil, storeError("list webhook subscribers", err)
 		}
+		s.Events = subscribedEvents(hasEvents, onCreated, onUpdated, onDeleted)
 		s.CreatedAt = time.UnixMilli(created).UTC()
 		if disabled.Valid {
 			at := fromMillis(disabled)
@@ -94,14 +164,17 @@ func (db *DB) RemoveSubscriber(ctx context.Context, id int64) error {
 	return mustHaveAffected(res, "webhook subscriber %d not found", id)
 }
 
+// ClaimSubscribers claims subscribers with a due pending delivery. That
+// delivery may wait behind another of its plant which is not due: then
+// the claim finds nothing to send, and gives the subscriber back.
 func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]plantstore.Subscriber, error) {
 	now := db.now()
 	rows, err := db.write.QueryContext(ctx, `UPDATE webhook_subscribers SET lease_owner = ?1, lease_until = ?2
 		WHERE id IN (
 			SELECT s.id FROM webhook_subscribers s
 			WHERE s.disabled_at IS NULL AND (s.lease_until IS NULL OR s.lease_until <= ?3)
-			  AND (SELECT d.next_attempt_at FROM webhook_deliveries d
-			       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL ORDER BY d.id LIMIT 1) <= ?3
+			  AND EXISTS (SELECT 1 FROM webhook_deliveries d
+			       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL AND d.next_attempt_at <= ?3)
 			ORDER BY s.id LIMIT ?4)
 		RETURNING id, url, secret`, owner, millis(now.Add(lease)), millis(now), n)
 	if err != nil {
@@ -119,32 +192,132 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 	return subs, storeError("claim webhook subscribers", rows.Err())
 }
 
+// deliveryColumns are what scanDelivery reads, of webhook_deliveries d.
+const deliveryColumns = `d.id, d.subscriber_id, d.event_id, coalesce(d.event_type, 'plant.created'), coalesce(d.event_seq, 0),
+	d.plant_id, d.name, d.tag, d.created_at, d.attempts, d.first_failed_at, d.failed_at, d.last_status, d.last_error`
+
+func scanDelivery(rows *sql.Rows) (plantstore.Delivery, error) {
+	var d plantstore.Delivery
+	var tag, lastError sql.NullString
+	var created int64
+	var firstFailed, parked, status sql.NullInt64
+	err := rows.Scan(&d.ID, &d.SubscriberID, &d.EventID, &d.EventType, &d.Seq, &d.Plant.ID, &d.Plant.Name, &tag,
+		&created, &d.Attempts, &firstFailed, &parked, &status, &lastError)
+	if err != nil {
+		return d, err
+	}
+	if tag.Valid {
+		d.Plant.Tag = &tag.String
+	}
+	d.CreatedAt = time.UnixMilli(created).UTC()
+	if firstFailed.Valid {
+		at := fromMillis(firstFailed)
+		d.FirstFailedAt = &at
+	}
+	if parked.Valid {
+		at := fromMillis(parked)
+		d.ParkedAt = &at
+	}
+	d.LastStatus, d.LastError = int(status.Int64), lastError.String
+	return d, nil
+}
+
 func (db *DB) DueDeliveries(ctx context.Context, subscriberID int64, n int) ([]plantstore.Delivery, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at
-		FROM webhook_deliveries WHERE subscriber_id = ? AND failed_at IS NULL ORDER BY id LIMIT ?`, subscriberID, n)
+	// The subquery probes webhook_deliveries_waiting, which holds only
+	// the deliveries that failed and wait for a retry: few.
+	rows, err := db.read.QueryContext(ctx, `SELECT `+deliveryColumns+`
+		FROM webhook_deliveries d
+		WHERE d.subscriber_id = ?1 AND d.failed_at IS NULL AND d.next_attempt_at <= ?2
+		  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
+		       WHERE w.subscriber_id = ?1 AND w.plant_id = d.plant_id AND w.failed_at IS NULL AND w.attempts > 0
+		         AND w.id < d.id AND w.next_attempt_at > ?2)
+		ORDER BY d.id LIMIT ?3`, subscriberID, millis(db.now()), n)
 	if err != nil {
 		return nil, storeError("read webhook deliveries", err)
 	}
 	defer rows.Close()
-	now := millis(db.now())
 	var ds []plantstore.Delivery
 	for rows.Next() {
-		d := plantstore.Delivery{SubscriberID: subscriberID}
-		var tag sql.NullString
-		var created, next int64
-		if err := rows.Scan(&d.ID, &d.EventID, &d.Plant.ID, &d.Plant.Name, &tag, &created, &d.Attempts, &next); err != nil {
+		d, err := scanDelivery(rows)
+		if err != nil {
 			return nil, storeError("read webhook deliveries", err)
 		}
-		if len(ds) == 0 && next > now {
-			return nil, nil // the head is not due; the rest wait behind it
-		}
-		if tag.Valid {
-			d.Plant.Tag = &tag.String
-		}
-		d.CreatedAt = time.UnixMilli(created).UTC()
 		ds = append(ds, d)
 	}
 	return ds, storeError("read webhook deliveries", rows.Err())
+}
+
+func (db *DB) ParkedDeliveries(ctx context.Context, subscriberID int64, n int) ([]plantstore.Delivery, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT `+deliveryColumns+`
+		FROM webhook_deliveries d
+		WHERE d.failed_at IS NOT NULL AND (?1 = 0 OR d.subscriber_id = ?1)
+		ORDER BY d.id LIMIT ?2`, subscriberID, n)
+	if err != nil {
+		return nil, storeError("list parked webhook deliveries", err)
+	}
+	defer rows.Close()
+	var ds []plantstore.Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, storeError("list parked webhook deliveries", err)
+		}
+		ds = append(ds, d)
+	}
+	return ds, storeError("list parked webhook deliveries", rows.Err())
+}
+
+func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int64) (int, error) {
+	const op = "retry webhook deliveries"
+	if len(ids) == 0 && subscriberID == 0 {
+		return 0, plantstore.Errorf(plantstore.EINVALID, "retry which deliveries? give their ids or a subscriber")
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, storeError(op, err)
+	}
+	defer tx.Rollback()
+	if subscriberID != 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM webhook_subscribers WHERE id = ? AND disabled_at IS NULL`, subscriberID).Scan(&n); err != nil {
+			return 0, storeError(op, err)
+		}
+		if n == 0 {
+			return 0, plantstore.Errorf(plantstore.ENOTFOUND, "no active webhook subscriber %d", subscriberID)
+		}
+	}
+	idList := []byte("[]")
+	if len(ids) > 0 {
+		idList, _ = json.Marshal(ids)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries
+		SET failed_at = NULL, attempts = 0, first_failed_at = NULL, next_attempt_at = ?1
+		WHERE failed_at IS NOT NULL AND (?2 = 0 OR subscriber_id = ?2)
+		  AND (?3 = '[]' OR id IN (SELECT value FROM json_each(?3)))
+		  AND subscriber_id IN (SELECT id FROM webhook_subscribers WHERE disabled_at IS NULL)`,
+		millis(db.now()), subscriberID, string(idList))
+	if err != nil {
+		return 0, storeError(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, storeError(op, err)
+	}
+	if len(ids) > 0 && int(n) != len(slicesCompact(ids)) {
+		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, only %d are parked deliveries of active subscribers", ids, n)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, storeError(op, err)
+	}
+	if n > 0 && db.enqueued != nil {
+		db.enqueued()
+	}
+	return int(n), nil
+}
+
+// slicesCompact is ids without repeats.
+func slicesCompact(ids []int64) []int64 {
+	return slices.Compact(slices.Sorted(slices.Values(ids)))
 }
 
 func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int64, results []plantstore.AttemptResult, lease time.Duration, release bool) (bool, error) {
@@ -157,30 +330,48 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 	now := db.now()
 	var delivered int64
 	var last *plantstore.AttemptResult // the newest result that changed a delivery
+	// The deliveries done go in one statement, the failures one each:
+	// failures are few.
+	var done []int64
+	lastDone := -1
 	for i, r := range results {
-		var res sql.Result
-		var err error
-		switch {
-		case r.Delivered:
-			res, err = tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id = ? AND subscriber_id = ?`, r.DeliveryID, subscriberID)
-		default:
-			var failedAt sql.NullInt64
-			if r.GiveUp {
-				failedAt = sql.NullInt64{Int64: millis(now), Valid: true}
-			}
-			res, err = tx.ExecContext(ctx, `UPDATE webhook_deliveries
-				SET attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?, failed_at = ?
-				WHERE id = ? AND subscriber_id = ? AND failed_at IS NULL`,
-				millis(r.NextAttempt), nullInt(r.Status), r.Error, failedAt, r.DeliveryID, subscriberID)
+		if r.Delivered {
+			done = append(done, r.DeliveryID)
+			lastDone = i
 		}
+	}
+	if len(done) > 0 {
+		list, _ := json.Marshal(done)
+		res, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE subscriber_id = ? AND id IN (SELECT value FROM json_each(?))`,
+			subscriberID, string(list))
 		if err != nil {
 			return false, storeError(op, err)
 		}
-		if n, _ := res.RowsAffected(); n > 0 {
+		if delivered, err = res.RowsAffected(); err != nil {
+			return false, storeError(op, err)
+		}
+		if delivered > 0 {
+			last = &results[lastDone]
+		}
+	}
+	for i, r := range results {
+		if r.Delivered {
+			continue
+		}
+		var failedAt sql.NullInt64
+		if r.GiveUp {
+			failedAt = sql.NullInt64{Int64: millis(now), Valid: true}
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries
+			SET attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?, failed_at = ?,
+			    first_failed_at = coalesce(first_failed_at, ?)
+			WHERE id = ? AND subscriber_id = ? AND failed_at IS NULL`,
+			millis(r.NextAttempt), nullInt(r.Status), r.Error, failedAt, millis(now), r.DeliveryID, subscriberID)
+		if err != nil {
+			return false, storeError(op, err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 && (last == nil || i > lastDone) {
 			last = &results[i]
-			if r.Delivered {
-				delivered += n
-			}
 		}
 	}
 	// The newest attempt says whether the subscriber is failing.

@@ -314,7 +314,7 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 	}
 	out.events = len(events)
 	// The outbox rows commit with the plants, or neither does.
-	if out.enqueued, err = enqueueEvents(c, batch, results, now); err != nil {
+	if out.enqueued, err = enqueueEvents(c, events, now); err != nil {
 		return out, err
 	}
 	if _, err := c.exec(`COMMIT`); err != nil {

@@ -17,6 +17,9 @@ func runWebhooks(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("DeliveryLifecycle", func(t *testing.T) { testDeliveryLifecycle(t, open(t)) })
 	t.Run("DisableAndRemove", func(t *testing.T) { testDisableAndRemove(t, open(t)) })
 	t.Run("LastError", func(t *testing.T) { testLastError(t, open(t)) })
+	t.Run("DeliveriesOfEveryType", func(t *testing.T) { testDeliveriesOfEveryType(t, open(t)) })
+	t.Run("PlantOrderAndParking", func(t *testing.T) { testPlantOrderAndParking(t, open(t)) })
+	t.Run("RetryParked", func(t *testing.T) { testRetryParked(t, open(t)) })
 }
 
 const testSecret = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q="
@@ -251,14 +254,17 @@ func testDeliveryLifecycle(t *testing.T, s plantstore.Store) {
 	if got.Pending != 3 || got.Delivered != 1 || got.Failed != 0 || got.LastError != "503 Service Unavailable" {
 		t.Errorf("after one delivered, one to retry: %+v", got)
 	}
-	// The head (plant 2) waits an hour; the rest wait behind it, and the
-	// subscriber is not claimed meanwhile.
-	if ds := due(t, s, sub.ID); len(ds) != 0 {
-		t.Errorf("due while the head waits for its retry: %v", plantIDs(ds))
+	// Plant 2's delivery waits an hour; the other plants' do not wait
+	// behind it.
+	if got := plantIDs(due(t, s, sub.ID)); fmt.Sprint(got) != "[3 4]" {
+		t.Errorf("due while plant 2 waits for its retry: %v, want [3 4]", got)
 	}
-	claimOne(t, s, "A", time.Minute, 0)
+	claimOne(t, s, "A", time.Minute, sub.ID)
+	if _, err := s.RecordAttempts(ctx, "A", sub.ID, nil, 0, true); err != nil {
+		t.Fatal(err)
+	}
 
-	// Make the head due again, then give up on it: plant 3 becomes the head.
+	// Make it due again, then park it.
 	if _, err := s.RecordAttempts(ctx, "A", sub.ID, []plantstore.AttemptResult{
 		{DeliveryID: ds[1].ID, Error: "timeout", NextAttempt: time.Now().Add(-time.Second)},
 	}, 0, true); err != nil {
@@ -266,7 +272,7 @@ func testDeliveryLifecycle(t *testing.T, s plantstore.Store) {
 	}
 	claimOne(t, s, "A", time.Minute, sub.ID)
 	head := due(t, s, sub.ID)
-	if len(head) != 3 || head[0].ID != ds[1].ID || head[0].Attempts != 2 {
+	if len(head) != 3 || head[0].ID != ds[1].ID || head[0].Attempts != 2 || head[0].FirstFailedAt == nil {
 		t.Fatalf("due after the retry came due: %+v", head)
 	}
 	if _, err := s.RecordAttempts(ctx, "A", sub.ID, []plantstore.AttemptResult{
@@ -275,7 +281,7 @@ func testDeliveryLifecycle(t *testing.T, s plantstore.Store) {
 		t.Fatal(err)
 	}
 	if got := plantIDs(due(t, s, sub.ID)); fmt.Sprint(got) != "[3 4]" {
-		t.Errorf("due after giving up on plant 2: %v, want [3 4]", got)
+		t.Errorf("due after parking plant 2: %v, want [3 4]", got)
 	}
 	got = subscriberByID(t, s, sub.ID)
 	if got.Pending != 2 || got.Delivered != 1 || got.Failed != 1 || got.LastError != "500 Internal Server Error" {
@@ -431,5 +437,248 @@ func testLastError(t *testing.T, s plantstore.Store) {
 	again := mustAddSubscriber(t, s, "https://a.example/hook")
 	if got := subscriberByID(t, s, again.ID); got.LastError != "" || got.LastErrorAt != nil {
 		t.Errorf("a subscriber added again: %+v", got)
+	}
+}
+
+func mustAddSubscriberFor(t *testing.T, s plantstore.Store, url string, events ...string) plantstore.Subscriber {
+	t.Helper()
+	sub, err := s.AddSubscriberFor(context.Background(), url, testSecret, events)
+	if err != nil {
+		t.Fatalf("AddSubscriberFor(%s, %v): %v", url, events, err)
+	}
+	return sub
+}
+
+// deliveryKinds is each delivery as "type:plant:seq".
+func deliveryKinds(ds []plantstore.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmt.Sprintf("%s:%d:%d", d.EventType, d.Plant.ID, d.Seq)
+	}
+	return out
+}
+
+// testDeliveriesOfEveryType: each subscriber gets the types it asked for,
+// plant.created only by default, each delivery with its event's feed id,
+// in the write's transaction; a write that changes nothing enqueues
+// nothing.
+func testDeliveriesOfEveryType(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	for _, bad := range [][]string{nil, {"plant.moved"}, {plantstore.EventCreated, "x"}} {
+		if _, err := s.AddSubscriberFor(ctx, "https://bad.example/hook", testSecret, bad); plantstore.ErrorCode(err) != plantstore.EINVALID {
+			t.Errorf("AddSubscriberFor with events %q: %v, want EINVALID", bad, err)
+		}
+	}
+	def := mustAddSubscriber(t, s, "https://default.example/hook")
+	all := mustAddSubscriberFor(t, s, "https://all.example/hook", plantstore.EventDeleted, plantstore.EventCreated, plantstore.EventUpdated, plantstore.EventDeleted)
+	changes := mustAddSubscriberFor(t, s, "https://changes.example/hook", plantstore.EventUpdated, plantstore.EventDeleted)
+	if fmt.Sprint(all.Events) != "[plant.created plant.updated plant.deleted]" {
+		t.Errorf("AddSubscriberFor returned events %v, want them in order, once each", all.Events)
+	}
+	for sub, want := range map[int64]string{def.ID: "[plant.created]", all.ID: "[plant.created plant.updated plant.deleted]", changes.ID: "[plant.updated plant.deleted]"} {
+		if got := subscriberByID(t, s, sub); fmt.Sprint(got.Events) != want {
+			t.Errorf("subscriber %d listed with events %v, want %s", sub, got.Events, want)
+		}
+	}
+
+	mustCreate(t, s, plantstore.Plant{ID: 1, Name: "fern", Tag: ptr("green")})
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "fern", Tag: ptr("blue")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The same content again changes nothing: no event, no delivery.
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "fern", Tag: ptr("blue")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Conditional writes enqueue in their transaction too.
+	always := func(plantstore.Plant) bool { return true }
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "fern, renamed"}, always); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, plantstore.Plant{ID: 2, Name: "moss"})
+	if err := s.DeletePlant(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePlant(ctx, 2, always); err != nil {
+		t.Fatal(err)
+	}
+	// Refused writes enqueue nothing.
+	if err := s.DeletePlant(ctx, 1, nil); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Fatalf("deleting twice: %v", err)
+	}
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "x"}, nil); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Fatalf("updating a deleted plant: %v", err)
+	}
+
+	events, err := s.Events(ctx, plantstore.EventQuery{Limit: 100})
+	if err != nil || len(events) != 6 {
+		t.Fatalf("Events: %+v, %v; want 6", events, err)
+	}
+	var wantAll, wantChanges, wantDefault []string
+	for _, e := range events {
+		k := fmt.Sprintf("%s:%d:%d", e.Type, e.Plant.ID, e.ID)
+		wantAll = append(wantAll, k)
+		if e.Type == plantstore.EventCreated {
+			wantDefault = append(wantDefault, k)
+		} else {
+			wantChanges = append(wantChanges, k)
+		}
+	}
+	// Due deliveries come in id order, so in the order of the events.
+	for sub, want := range map[int64][]string{def.ID: wantDefault, all.ID: wantAll, changes.ID: wantChanges} {
+		ds, err := s.DueDeliveries(ctx, sub, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := deliveryKinds(ds); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("subscriber %d: deliveries %v, want %v", sub, got, want)
+		}
+	}
+	// Each delivery holds the plant as its change left it, and its event's
+	// time.
+	ds := due(t, s, all.ID)
+	for i, d := range ds {
+		e := events[i]
+		if !d.Plant.SameContent(e.Plant) || d.Plant.ID != e.Plant.ID || !d.CreatedAt.Equal(e.At) {
+			t.Errorf("delivery %d: %+v at %v, want the event's plant %+v at %v", i, d.Plant, d.CreatedAt, e.Plant, e.At)
+		}
+	}
+	// The same event has the same webhook-id for every subscriber.
+	if dc := due(t, s, changes.ID); dc[0].EventID != ds[1].EventID || dc[0].EventID == ds[2].EventID {
+		t.Errorf("webhook ids: %q for one subscriber, %q and %q for another", dc[0].EventID, ds[1].EventID, ds[2].EventID)
+	}
+}
+
+// testPlantOrderAndParking: a plant's later deliveries wait behind one that
+// waits for its retry, the other plants' do not, and once it is parked
+// they go.
+func testPlantOrderAndParking(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	sub := mustAddSubscriberFor(t, s, "https://a.example/hook", plantstore.EventTypes...)
+	mustCreate(t, s, plantstore.Plant{ID: 1, Name: "a"})
+	mustCreate(t, s, plantstore.Plant{ID: 2, Name: "b"})
+	if err := s.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "a2"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePlant(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ds := due(t, s, sub.ID)
+	if got := plantIDs(ds); fmt.Sprint(got) != "[1 2 1 1]" {
+		t.Fatalf("due %v, want [1 2 1 1]", got)
+	}
+	claimOne(t, s, "A", time.Minute, sub.ID)
+	record := func(rs ...plantstore.AttemptResult) {
+		t.Helper()
+		if _, err := s.RecordAttempts(ctx, "A", sub.ID, rs, time.Minute, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := time.Now()
+	record(plantstore.AttemptResult{DeliveryID: ds[0].ID, Status: 500, Error: "500 Internal Server Error", NextAttempt: time.Now().Add(time.Hour)})
+	if got := deliveryKinds(due(t, s, sub.ID)); len(got) != 1 || got[0] != deliveryKinds(ds[1:2])[0] {
+		t.Fatalf("due while plant 1's create waits: %v, want plant 2's alone", got)
+	}
+	// Later failures keep the time of the first.
+	record(plantstore.AttemptResult{DeliveryID: ds[0].ID, Status: 503, Error: "503", NextAttempt: time.Now().Add(-time.Second)})
+	again := due(t, s, sub.ID)
+	if len(again) != 4 || again[0].FirstFailedAt == nil || again[0].FirstFailedAt.Before(before.Add(-time.Millisecond)) || again[0].Attempts != 2 {
+		t.Fatalf("due once the retry is due: %+v", again)
+	}
+	first := *again[0].FirstFailedAt
+	time.Sleep(5 * time.Millisecond)
+	record(plantstore.AttemptResult{DeliveryID: ds[0].ID, Status: 503, Error: "503 Service Unavailable", NextAttempt: time.Now().Add(-time.Second)})
+	again = due(t, s, sub.ID)
+	if !again[0].FirstFailedAt.Equal(first) || again[0].Attempts != 3 {
+		t.Errorf("after a third failure: first failed at %v, %d attempts; want %v, 3", again[0].FirstFailedAt, again[0].Attempts, first)
+	}
+	// Parked: plant 1's update and delete go, in order.
+	record(plantstore.AttemptResult{DeliveryID: ds[0].ID, Status: 500, Error: "500 Internal Server Error", GiveUp: true},
+		plantstore.AttemptResult{DeliveryID: ds[1].ID, Delivered: true})
+	if got := deliveryKinds(due(t, s, sub.ID)); fmt.Sprint(got) != fmt.Sprint(deliveryKinds(ds[2:])) {
+		t.Errorf("due after parking plant 1's create: %v, want %v", got, deliveryKinds(ds[2:]))
+	}
+	parked, err := s.ParkedDeliveries(ctx, sub.ID, 10)
+	if err != nil || len(parked) != 1 {
+		t.Fatalf("ParkedDeliveries: %+v, %v", parked, err)
+	}
+	p := parked[0]
+	if p.ID != ds[0].ID || p.EventType != plantstore.EventCreated || p.ParkedAt == nil || p.LastStatus != 500 || p.LastError != "500 Internal Server Error" || p.Attempts != 4 || p.Seq != ds[0].Seq {
+		t.Errorf("parked delivery %+v", p)
+	}
+	got := subscriberByID(t, s, sub.ID)
+	if got.Pending != 2 || got.Failed != 1 || got.Delivered != 1 {
+		t.Errorf("counts after parking: %+v", got)
+	}
+}
+
+// testRetryParked: retried deliveries are pending and due again, with no
+// failed attempt; what is not parked, or belongs to a disabled subscriber,
+// is ENOTFOUND and nothing changes.
+func testRetryParked(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	a := mustAddSubscriber(t, s, "https://a.example/hook")
+	b := mustAddSubscriber(t, s, "https://b.example/hook")
+	for id := int64(1); id <= 3; id++ {
+		mustCreate(t, s, plantstore.Plant{ID: id, Name: "p"})
+	}
+	park := func(sub int64) []plantstore.Delivery {
+		ds := due(t, s, sub)
+		var rs []plantstore.AttemptResult
+		for _, d := range ds {
+			rs = append(rs, plantstore.AttemptResult{DeliveryID: d.ID, Status: 500, Error: "500", GiveUp: true})
+		}
+		if _, err := s.RecordAttempts(ctx, "A", sub, rs, time.Minute, true); err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	da, db := park(a.ID), park(b.ID)
+	if ds := due(t, s, a.ID); len(ds) != 0 {
+		t.Fatalf("due after parking all: %v", plantIDs(ds))
+	}
+	if all, err := s.ParkedDeliveries(ctx, 0, 100); err != nil || len(all) != 6 {
+		t.Fatalf("ParkedDeliveries of all: %d, %v", len(all), err)
+	}
+	// One by id.
+	if n, err := s.RetryDeliveries(ctx, 0, []int64{da[1].ID}); err != nil || n != 1 {
+		t.Fatalf("RetryDeliveries(%d): %d, %v", da[1].ID, n, err)
+	}
+	ds := due(t, s, a.ID)
+	if len(ds) != 1 || ds[0].ID != da[1].ID || ds[0].Attempts != 0 || ds[0].FirstFailedAt != nil {
+		t.Fatalf("due after retrying one: %+v", ds)
+	}
+	// Not parked (any more), or no such delivery: ENOTFOUND, and the other
+	// ids given with it are not retried.
+	for _, ids := range [][]int64{{da[1].ID}, {da[0].ID, 999999}, {da[0].ID, db[0].ID}} {
+		sub := int64(0)
+		if len(ids) == 2 && ids[1] == db[0].ID {
+			sub = a.ID // b's delivery is not a's
+		}
+		if _, err := s.RetryDeliveries(ctx, sub, ids); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+			t.Errorf("RetryDeliveries(%d, %v): %v, want ENOTFOUND", sub, ids, err)
+		}
+	}
+	if got := subscriberByID(t, s, a.ID); got.Failed != 2 || got.Pending != 1 {
+		t.Errorf("after refused retries: %+v", got)
+	}
+	// All of a subscriber's.
+	if n, err := s.RetryDeliveries(ctx, b.ID, nil); err != nil || n != 3 {
+		t.Fatalf("RetryDeliveries of subscriber %d: %d, %v", b.ID, n, err)
+	}
+	if got := plantIDs(due(t, s, b.ID)); fmt.Sprint(got) != "[1 2 3]" {
+		t.Errorf("due after retrying all: %v", got)
+	}
+	// A disabled subscriber's deliveries stay parked.
+	if err := s.DisableSubscriber(ctx, a.ID, "410 Gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RetryDeliveries(ctx, a.ID, nil); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("retrying a disabled subscriber's: %v, want ENOTFOUND", err)
+	}
+	if _, err := s.RetryDeliveries(ctx, 0, []int64{da[0].ID}); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("retrying a disabled subscriber's delivery: %v, want ENOTFOUND", err)
+	}
+	if _, err := s.RetryDeliveries(ctx, 0, nil); plantstore.ErrorCode(err) != plantstore.EINVALID {
+		t.Errorf("retrying with neither ids nor a subscriber: %v, want EINVALID", err)
 	}
 }

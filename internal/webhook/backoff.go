@@ -13,16 +13,20 @@ import (
 const maxRetryAfter = time.Hour
 
 // Schedule is when failed deliveries are tried again. Intervals[i] is the
-// wait after the (i+1)th failure; the last one repeats. MaxAge bounds the
-// whole effort, counted from when the message was created: a message is
-// given up rather than kept forever.
+// wait after the (i+1)th failure; the last one repeats. ParkAfter bounds the
+// effort, counted from the message's first failed attempt: then the
+// message is parked, and the plant's later messages go on, rather than
+// wait behind it. (Counted from the failure, not from the message's
+// creation, so that a backlog that waited its turn is not parked at its
+// first failure.)
 type Schedule struct {
 	Intervals []time.Duration
-	MaxAge    time.Duration
+	ParkAfter time.Duration
 }
 
-// DefaultSchedule retries quickly at first, for a blip, then hourly for a
-// day, for an outage. A Schedule with no Intervals or no MaxAge takes them
+// DefaultSchedule retries quickly at first, for a blip, then parks a
+// message after ten minutes of failures, so that one event a receiver
+// refuses holds back its plant's later events for minutes, not a day. A Schedule with no Intervals or no ParkAfter takes them
 // from here. Treat it as read-only.
 var DefaultSchedule = Schedule{
 	Intervals: []time.Duration{
@@ -32,7 +36,7 @@ var DefaultSchedule = Schedule{
 		10 * time.Minute,
 		time.Hour,
 	},
-	MaxAge: 24 * time.Hour,
+	ParkAfter: 10 * time.Minute,
 }
 
 // ParseIntervals reads retry intervals from a flag value such as
@@ -69,15 +73,15 @@ func ParseIntervals(s string) ([]time.Duration, error) {
 // is exactly 1); nil means math/rand/v2's Float64.
 // retryAfter, the subscriber's own request (Result.RetryAfter), is a lower
 // bound on the wait, itself capped at one hour. giveUp is true when next is
-// later than firstCreated+MaxAge: the dispatcher should stop and record the
-// message as failed instead of scheduling it.
-func (s Schedule) Next(attempts int, firstCreated, now time.Time, retryAfter time.Duration, jitter func() float64) (next time.Time, giveUp bool) {
-	intervals, maxAge := s.Intervals, s.MaxAge
+// later than firstFailed+ParkAfter: the dispatcher should park the message
+// instead of scheduling it.
+func (s Schedule) Next(attempts int, firstFailed, now time.Time, retryAfter time.Duration, jitter func() float64) (next time.Time, giveUp bool) {
+	intervals, maxAge := s.Intervals, s.ParkAfter
 	if len(intervals) == 0 {
 		intervals = DefaultSchedule.Intervals
 	}
 	if maxAge <= 0 {
-		maxAge = DefaultSchedule.MaxAge
+		maxAge = DefaultSchedule.ParkAfter
 	}
 	if jitter == nil {
 		jitter = rand.Float64
@@ -93,5 +97,5 @@ func (s Schedule) Next(attempts int, firstCreated, now time.Time, retryAfter tim
 		wait = max(wait, min(retryAfter, maxRetryAfter))
 	}
 	next = now.Add(wait)
-	return next, next.After(firstCreated.Add(maxAge))
+	return next, next.After(firstFailed.Add(maxAge))
 }

@@ -25,7 +25,9 @@ func TestNextFollowsIntervalsThenRepeatsTheLast(t *testing.T) {
 		7:   time.Hour,
 		100: time.Hour,
 	} {
-		next, giveUp := DefaultSchedule.Next(attempts, created, now, 0, middle)
+		// A day's park bound, so that no wait here reaches it.
+		long := Schedule{Intervals: DefaultSchedule.Intervals, ParkAfter: 24 * time.Hour}
+		next, giveUp := long.Next(attempts, created, now, 0, middle)
 		if got := next.Sub(now); got != want || giveUp {
 			t.Errorf("Next(%d) = now+%s giveUp=%t, want now+%s", attempts, got, giveUp, want)
 		}
@@ -33,7 +35,7 @@ func TestNextFollowsIntervalsThenRepeatsTheLast(t *testing.T) {
 }
 
 func TestNextJitterBounds(t *testing.T) {
-	s := Schedule{Intervals: []time.Duration{10 * time.Second}, MaxAge: time.Hour}
+	s := Schedule{Intervals: []time.Duration{10 * time.Second}, ParkAfter: time.Hour}
 	now := time.Unix(1_700_000_000, 0)
 	wait := func(jitter func() float64) time.Duration {
 		next, _ := s.Next(1, now, now, 0, jitter)
@@ -81,15 +83,16 @@ func TestNextHonoursRetryAfter(t *testing.T) {
 		{"capped, even the largest", 1, math.MaxInt64, time.Hour},
 		{"negative ignored", 2, -time.Hour, 30 * time.Second},
 	} {
-		next, giveUp := DefaultSchedule.Next(tc.attempts, now, now, tc.retryAfter, middle)
+		long := Schedule{Intervals: DefaultSchedule.Intervals, ParkAfter: 24 * time.Hour}
+		next, giveUp := long.Next(tc.attempts, now, now, tc.retryAfter, middle)
 		if got := next.Sub(now); got != tc.want || giveUp {
 			t.Errorf("%s: wait %s giveUp=%t, want %s", tc.name, got, giveUp, tc.want)
 		}
 	}
 }
 
-func TestNextGivesUpAtMaxAge(t *testing.T) {
-	s := Schedule{Intervals: []time.Duration{time.Hour}, MaxAge: 24 * time.Hour}
+func TestNextParksAfterParkAfter(t *testing.T) {
+	s := Schedule{Intervals: []time.Duration{time.Hour}, ParkAfter: 24 * time.Hour}
 	created := time.Unix(1_700_000_000, 0)
 	deadline := created.Add(24 * time.Hour)
 
@@ -116,8 +119,12 @@ func TestZeroScheduleUsesDefaults(t *testing.T) {
 			t.Errorf("attempt %d: zero Schedule %s/%t, default %s/%t", attempts, a, ga, b, gb)
 		}
 	}
-	if _, giveUp := (Schedule{}).Next(5, created, created.Add(23*time.Hour+30*time.Minute), 0, middle); !giveUp {
-		t.Error("a zero Schedule does not give up after a day")
+	// The default parks a message minutes after its first failure.
+	if _, giveUp := (Schedule{}).Next(3, created, created.Add(9*time.Minute), 0, middle); !giveUp {
+		t.Error("a zero Schedule does not park after ten minutes")
+	}
+	if _, giveUp := (Schedule{}).Next(3, created, created.Add(time.Minute), 0, middle); giveUp {
+		t.Error("a zero Schedule parks a message a minute after its first failure")
 	}
 }
 

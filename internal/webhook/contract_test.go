@@ -32,17 +32,27 @@ import (
 
 // newPlantRoute is the document's webhooks.newPlant POST, as a route
 // kin-openapi's request validator takes.
-func newPlantRoute(t *testing.T) *routers.Route {
+func newPlantRoute(t *testing.T) *routers.Route { return webhookRoute(t, "newPlant") }
+
+// webhookRoute is the document's webhooks.<name> POST.
+func webhookRoute(t *testing.T, name string) *routers.Route {
 	t.Helper()
 	c, err := apitest.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	item := c.Doc.Webhooks["newPlant"]
+	item := c.Doc.Webhooks[name]
 	if item == nil || item.Post == nil {
-		t.Fatal("the document has no webhooks.newPlant POST")
+		t.Fatalf("the document has no webhooks.%s POST", name)
 	}
-	return &routers.Route{Spec: c.Doc, Path: "newPlant", PathItem: item, Method: http.MethodPost, Operation: item.Post}
+	return &routers.Route{Spec: c.Doc, Path: name, PathItem: item, Method: http.MethodPost, Operation: item.Post}
+}
+
+// webhookNames are the document's webhooks by the event type they carry.
+var webhookNames = map[string]string{
+	plantstore.EventCreated: "newPlant",
+	plantstore.EventUpdated: "plantUpdated",
+	plantstore.EventDeleted: "plantDeleted",
 }
 
 // checkNewPlant reports how a received request, whose body was read into
@@ -168,9 +178,26 @@ func TestDeliveriesConformToNewPlantWebhook(t *testing.T) {
 	if len(got) != len(plants) {
 		t.Fatalf("%d requests for %d new plants, each answered 200", len(got), len(plants))
 	}
+	// Different plants go side by side, in any order: match them by id.
+	byID := map[string]plantstore.Plant{}
+	for _, p := range plants {
+		byID[fmt.Sprint(p.ID)] = p
+	}
 	ids := map[string]bool{}
-	for i, r := range got {
-		want := plants[i] // one at a time, in creation order
+	for _, r := range got {
+		var head struct {
+			ID json.Number `json:"id"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(r.body))
+		dec.UseNumber()
+		if err := dec.Decode(&head); err != nil {
+			t.Fatalf("body %s: %v", r.body, err)
+		}
+		want, ok := byID[head.ID.String()]
+		if !ok {
+			t.Fatalf("body %s is for no plant created, or for one twice", r.body)
+		}
+		delete(byID, head.ID.String())
 		t.Run(fmt.Sprintf("plant %d", want.ID), func(t *testing.T) {
 			if err := checkNewPlant(route, r.req, r.body); err != nil {
 				t.Errorf("does not conform to webhooks.newPlant: %v\nheaders %v\nbody %s", err, r.req.Header, r.body)
@@ -192,7 +219,126 @@ func TestDeliveriesConformToNewPlantWebhook(t *testing.T) {
 			if err := samePlant(r.body, want); err != nil {
 				t.Errorf("body %s: %v", r.body, err)
 			}
+			if typ := r.req.Header.Get(webhook.HeaderEventType); typ != plantstore.EventCreated {
+				t.Errorf("%s: %q, want plant.created", webhook.HeaderEventType, typ)
+			}
 		})
+	}
+}
+
+// TestDeliveriesConformToEveryWebhook subscribes to every event type and
+// checks each request against the document's webhook for its type: the
+// created body the NewPlant, the others the event as GET /events shows
+// it, the feed id in plantstore-event-id, and each plant's events
+// arriving in the feed's order.
+func TestDeliveriesConformToEveryWebhook(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "plants.db"), sqlite.Options{SoleServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	hooks := &hookRecorder{}
+	srv := httptest.NewServer(hooks)
+	t.Cleanup(srv.Close)
+	disp, err := webhook.NewDispatcher(webhook.DispatcherConfig{
+		Store:  store,
+		Client: webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 2 * time.Second}),
+		Poll:   20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { disp.Run(dctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	secret, _ := webhook.NewSecret()
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.AddSubscriberFor(ctx, srv.URL+"/hooks", secret, plantstore.EventTypes); err != nil {
+		t.Fatal(err)
+	}
+	tag := func(s string) *string { return &s }
+	for id := int64(1); id <= 20; id++ {
+		if _, err := store.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "Fern «n°" + fmt.Sprint(id) + "»", Tag: tag("green")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := int64(1); id <= 20; id++ {
+		if err := store.UpdatePlant(ctx, plantstore.Plant{ID: id, Name: "Fern 🌿 renamed"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if id%2 == 0 {
+			if err := store.DeletePlant(ctx, id, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	events, err := store.Events(ctx, plantstore.EventQuery{Limit: 1000})
+	if err != nil || len(events) != 50 {
+		t.Fatalf("Events: %d, %v; want 50", len(events), err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(hooks.requests()) < len(events) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := hooks.requests()
+	if len(got) != len(events) {
+		t.Fatalf("%d requests for %d events", len(got), len(events))
+	}
+	feed := map[string]plantstore.Event{}
+	for _, e := range events {
+		feed[fmt.Sprint(e.ID)] = e
+	}
+	routes := map[string]*routers.Route{}
+	for typ, name := range webhookNames {
+		routes[typ] = webhookRoute(t, name)
+	}
+	lastOfPlant := map[int64]int64{}
+	for _, r := range got {
+		seq := r.req.Header.Get(webhook.HeaderEventID)
+		e, ok := feed[seq]
+		if !ok {
+			t.Fatalf("%s %q names no event of the feed, or one sent twice", webhook.HeaderEventID, seq)
+		}
+		delete(feed, seq)
+		if typ := r.req.Header.Get(webhook.HeaderEventType); typ != e.Type {
+			t.Errorf("event %d: %s %q, want %q", e.ID, webhook.HeaderEventType, typ, e.Type)
+		}
+		if err := checkNewPlant(routes[e.Type], r.req, r.body); err != nil {
+			t.Errorf("event %d does not conform to webhooks.%s: %v\nbody %s", e.ID, webhookNames[e.Type], err, r.body)
+		}
+		if err := webhook.Verify(key, r.req.Header, r.body, r.at, 0); err != nil {
+			t.Errorf("event %d: signature does not verify: %v", e.ID, err)
+		}
+		if e.ID < lastOfPlant[e.Plant.ID] {
+			t.Errorf("plant %d: event %d arrived after event %d", e.Plant.ID, e.ID, lastOfPlant[e.Plant.ID])
+		}
+		lastOfPlant[e.Plant.ID] = e.ID
+		if e.Type == plantstore.EventCreated {
+			if err := samePlant(r.body, e.Plant); err != nil {
+				t.Errorf("event %d: %v", e.ID, err)
+			}
+			continue
+		}
+		var body struct {
+			ID    int64           `json:"id"`
+			Type  string          `json:"type"`
+			Time  time.Time       `json:"time"`
+			Plant json.RawMessage `json:"plant"`
+		}
+		if err := json.Unmarshal(r.body, &body); err != nil {
+			t.Fatalf("event %d: body %s: %v", e.ID, r.body, err)
+		}
+		if body.ID != e.ID || body.Type != e.Type || !body.Time.Equal(e.At) {
+			t.Errorf("event %d: body %s, want id %d, type %s, time %v", e.ID, r.body, e.ID, e.Type, e.At)
+		}
+		if err := samePlant(body.Plant, e.Plant); err != nil {
+			t.Errorf("event %d: plant %v", e.ID, err)
+		}
 	}
 }
 
@@ -216,6 +362,41 @@ func samePlant(body []byte, p plantstore.Plant) error {
 	return nil
 }
 
+// The event webhooks' check must catch drift too.
+func TestEventWebhookCheckCatchesDrift(t *testing.T) {
+	route := webhookRoute(t, "plantUpdated")
+	key := make([]byte, 32)
+	good := `{"id":42,"type":"plant.updated","time":"2026-11-23T20:45:00.123Z","plant":{"id":1,"name":"Fern"}}`
+	signed := func(body string, edit func(http.Header)) error {
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/hooks", strings.NewReader(body))
+		req.Header = webhook.Headers(key, "msg_h817tnz2xgpk0nq7rzqm27f8pg", time.Now(), []byte(body))
+		req.Header.Set(webhook.HeaderEventType, "plant.updated")
+		req.Header.Set(webhook.HeaderEventID, "42")
+		if edit != nil {
+			edit(req.Header)
+		}
+		return checkNewPlant(route, req, []byte(body))
+	}
+	if err := signed(good, nil); err != nil {
+		t.Fatalf("a good request does not conform: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		body string
+		edit func(http.Header)
+	}{
+		"another type":         {strings.Replace(good, "plant.updated", "plant.deleted", 1), nil},
+		"no time":              {`{"id":42,"type":"plant.updated","plant":{"id":1,"name":"Fern"}}`, nil},
+		"a NewPlant":           {`{"id":1,"name":"Fern"}`, nil},
+		"no event id header":   {good, func(h http.Header) { h.Del(webhook.HeaderEventID) }},
+		"another type header":  {good, func(h http.Header) { h.Set(webhook.HeaderEventType, "plant.created") }},
+		"no event type header": {good, func(h http.Header) { h.Del(webhook.HeaderEventType) }},
+	} {
+		if err := signed(tc.body, tc.edit); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
 // The check must catch drift, or TestDeliveriesConformToNewPlantWebhook
 // proves nothing: each request here breaks webhooks.newPlant in one way.
 func TestNewPlantWebhookCheckCatchesDrift(t *testing.T) {
@@ -226,6 +407,7 @@ func TestNewPlantWebhookCheckCatchesDrift(t *testing.T) {
 	signed := func(method, body string, edit func(http.Header)) *http.Request {
 		req := httptest.NewRequest(method, "http://127.0.0.1/hooks", strings.NewReader(body))
 		req.Header = webhook.Headers(key, "msg_h817tnz2xgpk0nq7rzqm27f8pg", now, []byte(body))
+		req.Header.Set(webhook.HeaderEventType, "plant.created")
 		if edit != nil {
 			edit(req.Header)
 		}

@@ -25,10 +25,13 @@ type DispatcherConfig struct {
 	// Schedule of retries; the zero value is DefaultSchedule.
 	Schedule Schedule
 	Log      *slog.Logger
-	// Workers bounds how many subscribers are served at once, each by one
-	// goroutine; default 16. A slow subscriber holds one worker, never the
-	// others.
+	// Workers bounds how many subscribers are served at once; default 16.
+	// A slow subscriber holds one worker, never the others.
 	Workers int
+	// Concurrency bounds the attempts in flight to one subscriber; default
+	// 32. The events of one plant go one after another, in order; those of
+	// different plants go side by side.
+	Concurrency int
 	// Poll is how often the store is asked for due deliveries when nothing
 	// wakes the dispatcher sooner; default 1 s. With several instances it
 	// bounds how soon one instance sends what another enqueued.
@@ -48,19 +51,32 @@ type DispatcherConfig struct {
 
 // Dispatcher sends the outbox's deliveries in the background, at least
 // once: a delivery is deleted only after a 2xx, recorded after the answer,
-// so a crash between the two sends it again. Each subscriber's deliveries
-// go one at a time, oldest first; a failed one is retried per the
-// schedule, and the ones behind it wait, so they arrive in creation order
-// even across an outage. Once the schedule gives up on it, it is marked
-// failed and the next one goes.
+// so a crash between the two sends it again. A subscriber's deliveries go
+// out up to Concurrency at a time, but the events of one plant one after
+// another, oldest first: a failed one is retried per the schedule, and its
+// plant's later events wait behind it, so a plant's events arrive in the
+// order they were recorded even across an outage, while the other plants'
+// go on. Once the schedule gives up on one, it is parked and its plant's
+// next event goes.
+//
+// A worker reads a window of due deliveries, sends them, its plants side
+// by side, and records the results in one transaction (or a few, to renew
+// its lease) before it reads the next window: the next read sees every
+// result, so no delivery is sent while an earlier one of its plant is in
+// flight.
 type Dispatcher struct {
 	cfg   DispatcherConfig
 	owner string
 	stats stats
 }
 
-// batchSize bounds the deliveries read at once for one subscriber.
-const batchSize = 32
+// windowPerSlot sizes the window of deliveries read at once for one
+// subscriber: so many per attempt in flight, so that the slots stay busy
+// while a few slow attempts finish a window.
+const windowPerSlot = 16
+
+// maxWindow bounds the window.
+const maxWindow = 1024
 
 // minClaimInterval spaces the dispatcher's claims.
 const minClaimInterval = 10 * time.Millisecond
@@ -86,14 +102,17 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if len(cfg.Schedule.Intervals) == 0 {
 		cfg.Schedule.Intervals = DefaultSchedule.Intervals
 	}
-	if cfg.Schedule.MaxAge <= 0 {
-		cfg.Schedule.MaxAge = DefaultSchedule.MaxAge
+	if cfg.Schedule.ParkAfter <= 0 {
+		cfg.Schedule.ParkAfter = DefaultSchedule.ParkAfter
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
@@ -110,6 +129,11 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	return &Dispatcher{cfg: cfg, owner: newOwner()}, nil
 }
+
+// DefaultConcurrency is the attempts in flight to one subscriber unless
+// DispatcherConfig.Concurrency says otherwise: enough for about 600
+// deliveries a second to a receiver that answers in 50 ms.
+const DefaultConcurrency = 32
 
 // newOwner names this process in leases: host, pid and a random part, so a
 // restarted process never mistakes its predecessor's leases for its own.
@@ -162,11 +186,14 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			for _, sub := range subs {
 				slots <- struct{}{}
 				wg.Go(func() {
-					defer func() {
-						<-slots
+					progress := d.serveSubscriber(ctx, sub)
+					<-slots
+					// A worker that found nothing to send (its due deliveries
+					// wait behind their plants' retries) does not make the
+					// loop claim again at once: the poll will.
+					if progress {
 						finished <- struct{}{}
-					}()
-					d.serveSubscriber(ctx, sub)
+					}
 				})
 			}
 		}
@@ -180,9 +207,10 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 }
 
-// serveSubscriber sends a claimed subscriber's due deliveries in order
-// until none is due, one fails, or ctx ends, then gives the lease back.
-func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscriber) {
+// serveSubscriber sends a claimed subscriber's due deliveries, window
+// after window, until none is due or ctx ends, then gives the lease back.
+// It reports whether it recorded any attempt.
+func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscriber) (progress bool) {
 	log := d.cfg.Log.With("subscriber", sub.ID, "url", RedactURL(sub.URL))
 	// Bookkeeping outlives ctx: what was attempted is recorded even when the
 	// process is stopping.
@@ -194,6 +222,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 			log.Error("webhook attempts not recorded; they will be made again", "error", err)
 			return false
 		}
+		progress = progress || len(results) > 0
 		if !held && !release {
 			log.Warn("webhook lease lost to another instance")
 		}
@@ -202,60 +231,139 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	key, err := ParseSecret(sub.Secret)
 	if err != nil {
 		d.disable(ctx, log, sub.ID, "its signing secret is unusable: "+err.Error())
-		return
+		return true
 	}
+	window := min(windowPerSlot*d.cfg.Concurrency, maxWindow)
 	for {
-		ds, err := d.cfg.Store.DueDeliveries(ctx, sub.ID, batchSize)
+		ds, err := d.cfg.Store.DueDeliveries(ctx, sub.ID, window)
 		if err != nil || len(ds) == 0 {
 			if err != nil && ctx.Err() == nil {
 				log.Warn("webhook deliveries not read", "error", err)
 			}
 			record(nil, true)
-			return
+			return progress
 		}
-		var results []plantstore.AttemptResult
-		renewed := d.cfg.Now()
-		stop := false
-		for _, dl := range ds {
-			if ctx.Err() != nil {
-				stop = true
-				break
-			}
-			r, outcome := d.attempt(ctx, log, sub, key, dl)
-			if outcome != Delivered && ctx.Err() != nil {
-				stop = true // cut short by the shutdown: not the subscriber's failure
-				break
-			}
-			if outcome == Gone {
-				// Keep the lease until the subscriber is disabled (which
-				// frees it), or another worker could claim it in between.
-				record(results, false)
-				d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", dl.EventID))
-				return
-			}
-			results = append(results, r)
-			if !r.Delivered && !r.GiveUp {
-				stop = true // the rest wait behind it, in order
-				break
-			}
-			// Renew well before the lease could run out under slow attempts.
-			if d.cfg.Now().Sub(renewed) > d.cfg.Lease/3 {
-				if !record(results, false) {
-					return
-				}
-				results, renewed = nil, d.cfg.Now()
-			}
+		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record)
+		switch end {
+		case windowGone:
+			d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", goneOn))
+			return true
+		case windowLost:
+			return progress
 		}
-		if !record(results, stop) || stop {
-			return
+		if ctx.Err() != nil {
+			record(nil, true)
+			return progress
 		}
 	}
+}
+
+type windowEnd int
+
+const (
+	windowDone windowEnd = iota // every result recorded, the lease held
+	windowGone                  // the subscriber answered 410; the results so far are recorded
+	windowLost                  // the lease was lost, or the results could not be recorded
+)
+
+// sendWindow sends ds, a window of due deliveries in id order: each
+// plant's in order, one after another, and the plants side by side, up to
+// Concurrency at a time. A plant's chain stops at a failure that will be
+// retried (its later deliveries wait), and everything stops at a 410 or
+// when ctx ends. The results are recorded as they come, in batches, and
+// all of them before it returns. After a 410 it also returns the event
+// that got it.
+func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte,
+	ds []plantstore.Delivery, record func([]plantstore.AttemptResult, bool) bool) (windowEnd, string) {
+	// The chains, one per plant, in the order of their first delivery.
+	var chains [][]plantstore.Delivery
+	at := make(map[int64]int, len(ds))
+	for _, dl := range ds {
+		i, ok := at[dl.Plant.ID]
+		if !ok {
+			i = len(chains)
+			at[dl.Plant.ID] = i
+			chains = append(chains, nil)
+		}
+		chains[i] = append(chains[i], dl)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var gone atomic.Pointer[string]
+	todo := make(chan []plantstore.Delivery)
+	results := make(chan plantstore.AttemptResult, d.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for range min(d.cfg.Concurrency, len(chains)) {
+		wg.Go(func() {
+			for chain := range todo {
+				for _, dl := range chain {
+					r, outcome := d.attempt(wctx, log, sub, key, dl)
+					if outcome != Delivered && wctx.Err() != nil {
+						break // cut short: not the subscriber's failure, not recorded
+					}
+					if outcome == Gone {
+						gone.CompareAndSwap(nil, &dl.EventID)
+						stop()
+						break
+					}
+					results <- r
+					if !r.Delivered && !r.GiveUp {
+						break // the plant's later deliveries wait behind it
+					}
+				}
+			}
+		})
+	}
+	go func() {
+		defer close(todo)
+		for _, chain := range chains {
+			select {
+			case todo <- chain:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
+	// Record in batches: when the lease needs renewing, or a batch is
+	// full, and what is left at the end.
+	var batch []plantstore.AttemptResult
+	renewed := d.cfg.Now()
+	lost := false
+	for r := range results {
+		batch = append(batch, r)
+		if lost || (len(batch) < maxWindow && d.cfg.Now().Sub(renewed) <= d.cfg.Lease/3) {
+			continue
+		}
+		if !record(batch, false) {
+			lost = true
+			stop() // another instance has the subscriber now
+		}
+		batch, renewed = nil, d.cfg.Now()
+	}
+	if lost {
+		return windowLost, ""
+	}
+	if on := gone.Load(); on != nil {
+		// Keep the lease until the subscriber is disabled (which frees
+		// it), or another worker could claim it in between.
+		record(batch, false)
+		return windowGone, *on
+	}
+	if !record(batch, false) {
+		return windowLost, ""
+	}
+	return windowDone, ""
 }
 
 // attempt sends one delivery and says what to record.
 func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte, dl plantstore.Delivery) (plantstore.AttemptResult, Outcome) {
 	start := d.cfg.Now()
-	res := Send(ctx, d.cfg.Client, Message{ID: dl.EventID, URL: sub.URL, Key: key, Body: EventBody(dl.Plant)}, start)
+	res := Send(ctx, d.cfg.Client, Message{ID: dl.EventID, URL: sub.URL, Key: key, Body: DeliveryBody(dl),
+		Type: dl.EventType, Seq: dl.Seq}, start)
 	if res.Outcome != Delivered && ctx.Err() != nil {
 		// Cut short by the shutdown: not the subscriber's failure, and not
 		// recorded; the delivery goes out again after the restart.
@@ -263,7 +371,7 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 		return plantstore.AttemptResult{DeliveryID: dl.ID}, Retry
 	}
 	d.stats.attempts.Add(1)
-	attrs := []any{"event", dl.EventID, "plant", dl.Plant.ID, "attempt", dl.Attempts + 1,
+	attrs := []any{"event", dl.EventID, "type", dl.EventType, "seq", dl.Seq, "plant", dl.Plant.ID, "attempt", dl.Attempts + 1,
 		"status", res.Status, "outcome", res.Outcome.String(),
 		"duration_ms", float64(d.cfg.Now().Sub(start).Microseconds()) / 1000}
 	r := plantstore.AttemptResult{DeliveryID: dl.ID, Status: res.Status}
@@ -276,11 +384,15 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 		log.Warn("webhook subscriber answered 410 Gone; disabling it", attrs...)
 	default:
 		r.Error = attemptError(res)
-		r.NextAttempt, r.GiveUp = d.cfg.Schedule.Next(dl.Attempts+1, dl.CreatedAt, d.cfg.Now(), res.RetryAfter, nil)
+		firstFailed := d.cfg.Now()
+		if dl.FirstFailedAt != nil {
+			firstFailed = *dl.FirstFailedAt
+		}
+		r.NextAttempt, r.GiveUp = d.cfg.Schedule.Next(dl.Attempts+1, firstFailed, d.cfg.Now(), res.RetryAfter, nil)
 		attrs = append(attrs, "error", r.Error)
 		if r.GiveUp {
 			d.stats.failed.Add(1)
-			log.Error("webhook delivery failed for good", attrs...)
+			log.Error("webhook delivery parked; its plant's later events go on (plantstore webhook retry sends it again)", attrs...)
 		} else {
 			d.stats.retried.Add(1)
 			log.Warn("webhook attempt failed", append(attrs, "next_attempt", r.NextAttempt.UTC().Format(time.RFC3339))...)
@@ -310,6 +422,34 @@ func attemptError(res Result) string {
 		return fmt.Sprintf("%d %s", res.Status, http.StatusText(res.Status))
 	}
 	return "failed"
+}
+
+// DeliveryBody is the body of a delivery: for plant.created the NewPlant
+// (EventBody), as before there were other events; for the others the
+// event as GET /events shows it, {"id", "type", "time", "plant"}, which
+// carries its type and feed id under the signature.
+func DeliveryBody(dl plantstore.Delivery) []byte {
+	if dl.EventType == plantstore.EventCreated || dl.EventType == "" {
+		return EventBody(dl.Plant)
+	}
+	return eventJSON(plantstore.Event{ID: dl.Seq, Type: dl.EventType, At: dl.CreatedAt, Plant: dl.Plant})
+}
+
+// eventJSON encodes e as GET /events does.
+func eventJSON(e plantstore.Event) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(struct {
+		ID    int64           `json:"id"`
+		Type  string          `json:"type"`
+		Time  string          `json:"time"`
+		Plant json.RawMessage `json:"plant"`
+	}{e.ID, e.Type, e.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), EventBody(e.Plant)})
+	if err != nil {
+		panic(err) // as in EventBody
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // EventBody is the body of a new-plant event: the NewPlant the API

@@ -9,7 +9,10 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +37,9 @@ type receiver struct {
 
 type delivery struct {
 	id, timestamp string
-	plant         map[string]any
+	typ, seq      string         // plantstore-event-type and -id
+	plant         map[string]any // the body; for updates and deletes, its "plant"
+	event         map[string]any // the body of an update or a delete
 	at            time.Time
 }
 
@@ -62,9 +67,13 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if err := webhook.Verify(r.key, req.Header, body, time.Now(), time.Minute); err != nil {
 		r.t.Errorf("delivery's signature does not verify: %v", err)
 	}
-	d := delivery{id: req.Header.Get("webhook-id"), timestamp: req.Header.Get("webhook-timestamp"), at: time.Now()}
+	d := delivery{id: req.Header.Get("webhook-id"), timestamp: req.Header.Get("webhook-timestamp"), at: time.Now(),
+		typ: req.Header.Get(webhook.HeaderEventType), seq: req.Header.Get(webhook.HeaderEventID)}
 	if err := json.Unmarshal(body, &d.plant); err != nil {
 		r.t.Errorf("delivery body %q: %v", body, err)
+	}
+	if inner, ok := d.plant["plant"].(map[string]any); ok {
+		d.event, d.plant = d.plant, inner
 	}
 	r.mu.Lock()
 	r.got = append(r.got, d)
@@ -105,6 +114,12 @@ type fixture struct {
 // start opens a store and runs a dispatcher on it until the test ends.
 func start(t *testing.T, schedule webhook.Schedule) *fixture {
 	t.Helper()
+	return startWith(t, webhook.DispatcherConfig{Schedule: schedule})
+}
+
+// startWith is start with more of the dispatcher's configuration.
+func startWith(t *testing.T, cfg webhook.DispatcherConfig) *fixture {
+	t.Helper()
 	f := &fixture{t: t, wake: make(chan struct{}, 1)}
 	var err error
 	f.store, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "plants.db"), sqlite.Options{
@@ -120,10 +135,8 @@ func start(t *testing.T, schedule webhook.Schedule) *fixture {
 		t.Fatal(err)
 	}
 	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 2 * time.Second})
-	f.disp, err = webhook.NewDispatcher(webhook.DispatcherConfig{
-		Store: f.store, Client: client, Schedule: schedule,
-		Poll: 20 * time.Millisecond, Wake: f.wake, Workers: 4,
-	})
+	cfg.Store, cfg.Client, cfg.Poll, cfg.Wake, cfg.Workers = f.store, client, 20*time.Millisecond, f.wake, 4
+	f.disp, err = webhook.NewDispatcher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,16 +151,21 @@ func start(t *testing.T, schedule webhook.Schedule) *fixture {
 	return f
 }
 
-var fast = webhook.Schedule{Intervals: []time.Duration{50 * time.Millisecond}, MaxAge: time.Minute}
+var fast = webhook.Schedule{Intervals: []time.Duration{50 * time.Millisecond}, ParkAfter: time.Minute}
 
 func (f *fixture) subscribe(answer func(n int, d delivery) (int, http.Header)) (*receiver, plantstore.Subscriber) {
+	f.t.Helper()
+	return f.subscribeTo([]string{plantstore.EventCreated}, answer)
+}
+
+func (f *fixture) subscribeTo(events []string, answer func(n int, d delivery) (int, http.Header)) (*receiver, plantstore.Subscriber) {
 	f.t.Helper()
 	secret, err := webhook.NewSecret()
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	r := newReceiver(f.t, secret, answer)
-	sub, err := f.store.AddSubscriber(context.Background(), r.srv.URL+"/hooks/plants?source=test", secret)
+	sub, err := f.store.AddSubscriberFor(context.Background(), r.srv.URL+"/hooks/plants?source=test", secret, events)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -190,7 +208,7 @@ func (f *fixture) subscriber(id int64) plantstore.Subscriber {
 	return plantstore.Subscriber{}
 }
 
-func TestDeliversEachNewPlantSignedAndInOrder(t *testing.T) {
+func TestDeliversEachNewPlantSigned(t *testing.T) {
 	f := start(t, fast)
 	r, sub := f.subscribe(nil)
 	tag := "green"
@@ -199,20 +217,85 @@ func TestDeliversEachNewPlantSignedAndInOrder(t *testing.T) {
 	}
 	f.create(2, 3, 4, 5)
 	eventually(t, "five deliveries", func() bool { return len(r.deliveries()) == 5 })
-	if got := r.plantIDs(); !slices.Equal(got, []int64{1, 2, 3, 4, 5}) {
-		t.Errorf("received plants %v, want creation order 1..5", got)
+	// Different plants go side by side: any order, each once.
+	if got := slices.Sorted(slices.Values(r.plantIDs())); !slices.Equal(got, []int64{1, 2, 3, 4, 5}) {
+		t.Errorf("received plants %v, want 1..5 once each", got)
 	}
-	first := r.deliveries()[0]
-	want := map[string]any{"id": float64(1), "name": "fern", "tag": "green"}
-	if fmt.Sprint(first.plant) != fmt.Sprint(want) {
-		t.Errorf("body %v, want the NewPlant %v", first.plant, want)
-	}
-	if _, ok := r.deliveries()[1].plant["tag"]; ok {
-		t.Errorf("a plant without a tag was sent with one: %v", r.deliveries()[1].plant)
+	for _, d := range r.deliveries() {
+		switch d.plant["id"] {
+		case float64(1):
+			want := map[string]any{"id": float64(1), "name": "fern", "tag": "green"}
+			if fmt.Sprint(d.plant) != fmt.Sprint(want) {
+				t.Errorf("body %v, want the NewPlant %v", d.plant, want)
+			}
+		default:
+			if _, ok := d.plant["tag"]; ok {
+				t.Errorf("a plant without a tag was sent with one: %v", d.plant)
+			}
+		}
+		if d.typ != plantstore.EventCreated || d.seq != fmt.Sprint(d.plant["id"]) {
+			t.Errorf("plant %v: event type %q, id %q; want plant.created and the feed's id, here the plant's", d.plant["id"], d.typ, d.seq)
+		}
 	}
 	eventually(t, "the deliveries counted", func() bool { s := f.subscriber(sub.ID); return s.Delivered == 5 && s.Pending == 0 })
 	if st := f.disp.Stats(); st.Attempts != 5 || st.Delivered != 5 {
 		t.Errorf("stats %+v, want 5 attempts, 5 delivered", st)
+	}
+}
+
+// Under concurrency, one plant's events arrive in the feed's order, while
+// several plants' are in flight at once, never more than Concurrency.
+func TestOnePlantInOrderManyPlantsAtOnce(t *testing.T) {
+	const concurrency = 8
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, Concurrency: concurrency})
+	var inFlight, most atomic.Int64
+	r, sub := f.subscribeTo(plantstore.EventTypes, func(int, delivery) (int, http.Header) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		return http.StatusOK, nil
+	})
+	ctx := context.Background()
+	const plants = 40
+	var wg sync.WaitGroup
+	for id := int64(1); id <= plants; id++ {
+		wg.Go(func() {
+			for _, step := range []func() error{
+				func() error { _, err := f.store.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "a"}); return err },
+				func() error { return f.store.UpdatePlant(ctx, plantstore.Plant{ID: id, Name: "b"}, nil) },
+				func() error { return f.store.DeletePlant(ctx, id, nil) },
+			} {
+				if err := step(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, "every event delivered", func() bool { return f.subscriber(sub.ID).Delivered == 3*plants })
+	seen := map[int64][]string{}
+	last := map[int64]int64{}
+	for _, d := range r.deliveries() {
+		id := int64(d.plant["id"].(float64))
+		seq, err := strconv.ParseInt(d.seq, 10, 64)
+		if err != nil {
+			t.Fatalf("%s %q: %v", webhook.HeaderEventID, d.seq, err)
+		}
+		if seq <= last[id] {
+			t.Errorf("plant %d: event %d arrived after event %d", id, seq, last[id])
+		}
+		last[id] = seq
+		seen[id] = append(seen[id], d.typ)
+	}
+	for id := int64(1); id <= plants; id++ {
+		if got := fmt.Sprint(seen[id]); got != "[plant.created plant.updated plant.deleted]" {
+			t.Errorf("plant %d: %s", id, got)
+		}
+	}
+	if m := most.Load(); m < 2 || m > concurrency {
+		t.Errorf("at most %d requests in flight at once; want several, and no more than %d", m, concurrency)
 	}
 }
 
@@ -257,20 +340,53 @@ func TestHonoursRetryAfter(t *testing.T) {
 	}
 }
 
-// A failing delivery holds back the ones behind it, so order survives an
-// outage of the receiver.
+// A failing delivery holds back its plant's later events, so their order
+// survives an outage of the receiver, and not the other plants' events.
 func TestOrderSurvivesFailures(t *testing.T) {
 	f := start(t, fast)
-	r, sub := f.subscribe(func(n int, _ delivery) (int, http.Header) {
-		if n <= 3 {
+	r, sub := f.subscribeTo(plantstore.EventTypes, func(n int, d delivery) (int, http.Header) {
+		if d.plant["id"] == float64(1) && d.typ == plantstore.EventCreated && n <= 4 {
 			return http.StatusServiceUnavailable, nil
 		}
 		return http.StatusOK, nil
 	})
-	f.create(1, 2, 3)
-	eventually(t, "all three delivered", func() bool { return f.subscriber(sub.ID).Delivered == 3 })
-	if got := r.plantIDs(); !slices.Equal(got, []int64{1, 1, 1, 1, 2, 3}) {
-		t.Errorf("arrivals %v, want plant 1 three times failed, then 1, 2, 3", got)
+	ctx := context.Background()
+	f.create(1)
+	eventually(t, "plant 1's first attempt", func() bool { return len(r.deliveries()) >= 1 })
+	if err := f.store.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "renamed"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.DeletePlant(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.create(2, 3)
+	eventually(t, "all five delivered", func() bool { return f.subscriber(sub.ID).Delivered == 5 })
+	var one []string
+	arrived := map[int64]int{} // plant: position of its first arrival
+	for i, d := range r.deliveries() {
+		id := int64(d.plant["id"].(float64))
+		if _, ok := arrived[id]; !ok {
+			arrived[id] = i
+		}
+		if id == 1 {
+			one = append(one, d.typ)
+		}
+	}
+	want := "[plant.created plant.created plant.created plant.created plant.updated plant.deleted]"
+	if got := fmt.Sprint(one); got != want && got != strings.Replace(want, "plant.created ", "", 1) {
+		t.Errorf("plant 1's arrivals %s, want its create failed, then delivered, then its update and delete", got)
+	}
+	// Plants 2 and 3 did not wait for plant 1's retries.
+	if f.subscriber(sub.ID).Delivered == 5 && len(r.deliveries()) > 0 {
+		lastOfOne := 0
+		for i, d := range r.deliveries() {
+			if d.plant["id"] == float64(1) {
+				lastOfOne = i
+			}
+		}
+		if arrived[2] > lastOfOne && arrived[3] > lastOfOne {
+			t.Errorf("plants 2 and 3 arrived only after every attempt at plant 1: %v", r.plantIDs())
+		}
 	}
 }
 
@@ -283,37 +399,70 @@ func TestGoneDisablesTheSubscriber(t *testing.T) {
 	if s.Pending != 0 || s.Failed != 2 || s.Delivered != 0 {
 		t.Errorf("after 410: %+v, want its 2 deliveries failed", s)
 	}
+	// Plants 1 and 2 may have been in flight together; nothing goes after.
+	before := len(r.deliveries())
+	if before < 1 || before > 2 {
+		t.Errorf("%d requests reached a subscriber that answered 410, want 1 or 2 (the plants in flight)", before)
+	}
 	f.create(3)
 	time.Sleep(200 * time.Millisecond)
-	if n := len(r.deliveries()); n != 1 {
-		t.Errorf("%d requests reached a subscriber that answered 410, want 1", n)
+	if n := len(r.deliveries()); n != before {
+		t.Errorf("%d requests reached a subscriber after it was disabled", n-before)
 	}
 	if st := f.disp.Stats(); st.Disabled != 1 {
 		t.Errorf("stats %+v, want one disabled", st)
 	}
 }
 
-func TestGivesUpAfterMaxAge(t *testing.T) {
-	f := start(t, webhook.Schedule{Intervals: []time.Duration{50 * time.Millisecond}, MaxAge: 300 * time.Millisecond})
-	// Plant 1 fails until it is given up; then plant 2 goes through.
-	_, sub := f.subscribe(func(_ int, d delivery) (int, http.Header) {
-		if d.plant["id"] == float64(1) {
+// A delivery that keeps failing is parked after ParkAfter; its plant's
+// later events go on, the parked one is listed and, retried, goes again
+// with the same webhook-id.
+func TestParksThenGoesOnWithThePlant(t *testing.T) {
+	f := start(t, webhook.Schedule{Intervals: []time.Duration{50 * time.Millisecond}, ParkAfter: 300 * time.Millisecond})
+	var refuse atomic.Bool
+	refuse.Store(true)
+	r, sub := f.subscribeTo(plantstore.EventTypes, func(_ int, d delivery) (int, http.Header) {
+		if d.typ == plantstore.EventCreated && d.plant["id"] == float64(1) && refuse.Load() {
 			return http.StatusBadGateway, nil
 		}
 		return http.StatusOK, nil
 	})
-	f.create(1, 2)
-	eventually(t, "plant 1 given up and plant 2 delivered", func() bool {
+	f.create(1)
+	if err := f.store.UpdatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "renamed"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.create(2)
+	eventually(t, "plant 1's create parked, its update and plant 2 delivered", func() bool {
 		s := f.subscriber(sub.ID)
-		return s.Failed == 1 && s.Delivered == 1
+		return s.Failed == 1 && s.Delivered == 2
 	})
-	// Plant 2's delivery cleared the error of plant 1's; Failed keeps count.
+	// The update's delivery cleared the error of the create's; Failed
+	// keeps the count of the parked.
 	if s := f.subscriber(sub.ID); s.LastError != "" || s.State() != plantstore.SubscriberActive || s.Pending != 0 {
-		t.Errorf("after giving up, then delivering: %+v", s)
+		t.Errorf("after parking, then delivering: %+v", s)
 	}
 	c, err := f.store.CountDeliveries(context.Background())
-	if err != nil || c != (plantstore.DeliveryCounts{Delivered: 1, Failed: 1}) {
+	if err != nil || c != (plantstore.DeliveryCounts{Delivered: 2, Failed: 1}) {
 		t.Errorf("CountDeliveries = %+v, %v", c, err)
+	}
+	parked, err := f.store.ParkedDeliveries(context.Background(), sub.ID, 10)
+	if err != nil || len(parked) != 1 || parked[0].Plant.ID != 1 || parked[0].LastStatus != http.StatusBadGateway {
+		t.Fatalf("parked: %+v, %v", parked, err)
+	}
+	var refusedID string
+	for _, d := range r.deliveries() {
+		if d.typ == plantstore.EventCreated && d.plant["id"] == float64(1) {
+			refusedID = d.id
+		}
+	}
+	refuse.Store(false)
+	if n, err := f.store.RetryDeliveries(context.Background(), sub.ID, nil); err != nil || n != 1 {
+		t.Fatalf("RetryDeliveries: %d, %v", n, err)
+	}
+	eventually(t, "the retried delivery", func() bool { return f.subscriber(sub.ID).Delivered == 3 })
+	ds := r.deliveries()
+	if last := ds[len(ds)-1]; last.id != refusedID || last.typ != plantstore.EventCreated {
+		t.Errorf("the retry went as %s %s, want %s, the parked event's webhook-id", last.typ, last.id, refusedID)
 	}
 }
 
@@ -333,10 +482,11 @@ func TestSlowSubscriberDelaysNoOther(t *testing.T) {
 	if took := time.Since(begin); took > time.Second {
 		t.Errorf("the quick subscriber waited %v behind the slow one", took)
 	}
-	eventually(t, "the slow subscriber's first request", func() bool { return len(slow.deliveries()) >= 1 })
+	// Its three plants are in flight at once, each once.
+	eventually(t, "the slow subscriber's requests", func() bool { return len(slow.deliveries()) >= 3 })
 	time.Sleep(100 * time.Millisecond)
-	if n := len(slow.deliveries()); n != 1 {
-		t.Errorf("the slow subscriber got %d requests while its first hangs, want 1", n)
+	if n := len(slow.deliveries()); n != 3 {
+		t.Errorf("the slow subscriber got %d requests while they hang, want 3, one per plant", n)
 	}
 }
 
@@ -352,6 +502,25 @@ func TestReplaysAndConflictsAnnounceNothing(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if got := r.plantIDs(); !slices.Equal(got, []int64{1}) {
 		t.Errorf("received %v, want plant 1 once", got)
+	}
+}
+
+func TestDeliveryBody(t *testing.T) {
+	tag := "a<b"
+	at := time.Date(2026, 11, 23, 20, 45, 0, 123_000_000, time.FixedZone("x", 3600))
+	for _, tc := range []struct {
+		d    plantstore.Delivery
+		want string
+	}{
+		{plantstore.Delivery{EventType: plantstore.EventCreated, Seq: 4, CreatedAt: at, Plant: plantstore.Plant{ID: 7, Name: "moss"}}, `{"id":7,"name":"moss"}`},
+		{plantstore.Delivery{EventType: plantstore.EventUpdated, Seq: 42, CreatedAt: at, Plant: plantstore.Plant{ID: 7, Name: "moss", Tag: &tag}},
+			`{"id":42,"type":"plant.updated","time":"2026-11-23T19:45:00.123Z","plant":{"id":7,"name":"moss","tag":"a<b"}}`},
+		{plantstore.Delivery{EventType: plantstore.EventDeleted, Seq: 43, CreatedAt: at, Plant: plantstore.Plant{ID: -1, Name: "fern"}},
+			`{"id":43,"type":"plant.deleted","time":"2026-11-23T19:45:00.123Z","plant":{"id":-1,"name":"fern"}}`},
+	} {
+		if got := string(webhook.DeliveryBody(tc.d)); got != tc.want {
+			t.Errorf("DeliveryBody(%+v) = %s, want %s", tc.d, got, tc.want)
+		}
 	}
 }
 

@@ -121,7 +121,7 @@ func TestLogsShowNoURLPathOrQuery(t *testing.T) {
 		disp, err := webhook.NewDispatcher(webhook.DispatcherConfig{
 			Store:    store,
 			Client:   webhook.NewClient(webhook.ClientOptions{AllowPrivate: allowPrivate, Timeout: time.Second}),
-			Schedule: webhook.Schedule{Intervals: []time.Duration{20 * time.Millisecond}, MaxAge: 400 * time.Millisecond},
+			Schedule: webhook.Schedule{Intervals: []time.Duration{20 * time.Millisecond}, ParkAfter: 400 * time.Millisecond},
 			Log:      log, Poll: 10 * time.Millisecond, Workers: 8,
 		})
 		if err != nil {
@@ -138,7 +138,7 @@ func TestLogsShowNoURLPathOrQuery(t *testing.T) {
 	}
 
 	out := logs.String()
-	for _, want := range []string{"webhook delivered", "webhook attempt failed", "webhook delivery failed for good", "410 Gone", "not allowed", "webhook subscriber disabled", "/…#"} {
+	for _, want := range []string{"webhook delivered", "webhook attempt failed", "webhook delivery parked", "410 Gone", "not allowed", "webhook subscriber disabled", "/…#"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q, so an outcome was not exercised:\n%s", want, out)
 		}

@@ -22,7 +22,19 @@ type Message struct {
 	URL  string
 	Key  []byte // from ParseSecret
 	Body []byte
+	// Type and Seq, when set, go in the plantstore-event-type and
+	// plantstore-event-id headers: the event's type and its id in the
+	// change feed, by which receivers order a plant's events. Headers are
+	// not signed; the bodies that need them carry them too (DeliveryBody).
+	Type string
+	Seq  int64
 }
+
+// The headers that say which event a delivery carries.
+const (
+	HeaderEventType = "plantstore-event-type"
+	HeaderEventID   = "plantstore-event-id"
+)
 
 // Outcome is what the dispatcher should do after an attempt.
 type Outcome int
@@ -85,6 +97,12 @@ func Send(ctx context.Context, c *http.Client, m Message, now time.Time) Result 
 	}
 	req.Header = Headers(m.Key, m.ID, now, m.Body)
 	req.Header.Set("User-Agent", userAgent)
+	if m.Type != "" {
+		req.Header.Set(HeaderEventType, m.Type)
+	}
+	if m.Seq > 0 {
+		req.Header.Set(HeaderEventID, strconv.FormatInt(m.Seq, 10))
+	}
 
 	resp, err := c.Do(req)
 	if err != nil {

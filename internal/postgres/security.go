@@ -81,7 +81,9 @@ func Warnings(url string) []string {
 }
 
 // sslmode names the sslmode the URL asks for, as pgx reads it: the URL's,
-// else PGSSLMODE, else prefer. (ssl=true is require; sslrootcert=system
+// else PGSSLMODE, else prefer. PGSSLMODE comes from the process's
+// environment, not a getenv of the caller's: that is where pgx reads it,
+// and the warnings must judge what pgx will do (docs/configuration.md). (ssl=true is require; sslrootcert=system
 // makes any mode verify-full, which Warnings sees in the TLS settings.)
 func sslmode(raw string) string {
 	if u, err := neturl.Parse(raw); err == nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore/internal/apitest"
+	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 )
 
 // Most of these tests run "plantstore serve" in this process, as main runs
@@ -31,6 +32,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if why := pgtest.Unset("cmd/plantstore"); why != "" {
+		fmt.Println(why)
+	}
 	dir, err := os.MkdirTemp("", "plantstore-bin")
 	if err != nil {
 		fmt.Println(err)

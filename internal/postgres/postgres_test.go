@@ -481,8 +481,8 @@ func TestMain(m *testing.M) {
 	// Tests that need no server run in any case; say once why the others
 	// are skipped, so a green run without a server is not mistaken for
 	// a full one.
-	if os.Getenv(pgtest.EnvVar) == "" {
-		fmt.Fprintf(os.Stderr, "internal/postgres: %s is not set; tests that need a PostgreSQL server are skipped (eval \"$(bash .ci/postgres.sh)\" starts one)\n", pgtest.EnvVar)
+	if why := pgtest.Unset("internal/postgres"); why != "" {
+		fmt.Fprintln(os.Stderr, why)
 	}
 	os.Exit(m.Run())
 }

@@ -29,15 +29,27 @@ import (
 const EnvVar = "PLANTSTORE_TEST_POSTGRES"
 
 // AdminURL returns the URL in PLANTSTORE_TEST_POSTGRES, and skips t when
-// it is not set.
+// it is not set, in a few words: the package's TestMain says how to run
+// them, once (Unset).
 func AdminURL(t testing.TB) string {
 	t.Helper()
 	admin := os.Getenv(EnvVar)
 	if admin == "" {
-		t.Skipf("no PostgreSQL server: to run this test, start one with "+
-			"`eval \"$(bash .ci/postgres.sh)\"`, which exports %s, or set %s to an admin URL", EnvVar, EnvVar)
+		t.Skip("no PostgreSQL server (" + EnvVar + " is not set)")
 	}
 	return admin
+}
+
+// Unset says, when PLANTSTORE_TEST_POSTGRES is not set, why a package's
+// PostgreSQL tests are skipped and how to run them: a TestMain prints it
+// once, so that a green run without a server is not taken for a full one.
+// It is empty when the variable is set.
+func Unset(pkg string) string {
+	if os.Getenv(EnvVar) != "" {
+		return ""
+	}
+	return pkg + ": " + EnvVar + " is not set, so the tests that need a PostgreSQL server are skipped; " +
+		"`eval \"$(bash .ci/postgres.sh)\"` starts one and exports it"
 }
 
 // NewDatabase creates a database with a random name on the server of

@@ -42,11 +42,44 @@ type upgradeFixture struct {
 		Scopes  []string `json:"scopes"`
 		Revoked bool     `json:"revoked"`
 	} `json:"tokens"`
+	// Subscribers are the webhook subscribers the earlier binary added
+	// (none before its webhook tables), with their deliveries pending.
+	Subscribers []struct {
+		ID      int64  `json:"id"`
+		URL     string `json:"url"`
+		Secret  string `json:"secret"`
+		Pending int64  `json:"pending"`
+	} `json:"subscribers"`
 	Plants []struct {
 		ID   int64   `json:"id"`
 		Name string  `json:"name"`
 		Tag  *string `json:"tag"`
 	} `json:"plants"`
+}
+
+// checkUpgradedSubscribers checks that the fixture's webhook subscribers
+// came through the upgrade: the same URL, secret (read by secretOf, as
+// the store never lists it) and deliveries pending, getting plant.created
+// only, as every subscriber did before it could choose. It returns the
+// other subscribers.
+func checkUpgradedSubscribers(t *testing.T, subs []plantstore.Subscriber, f upgradeFixture, secretOf func(id int64) string) []plantstore.Subscriber {
+	t.Helper()
+	for _, want := range f.Subscribers {
+		i := slices.IndexFunc(subs, func(s plantstore.Subscriber) bool { return s.ID == want.ID })
+		if i < 0 {
+			t.Errorf("subscriber %d of the fixture is gone: %+v", want.ID, subs)
+			continue
+		}
+		got := subs[i]
+		if got.URL != want.URL || got.Pending < want.Pending || !slices.Equal(got.Events, []string{plantstore.EventCreated}) || got.DisabledAt != nil {
+			t.Errorf("subscriber %d: %+v; want %s, plant.created, %d pending or more", want.ID, got, want.URL, want.Pending)
+		}
+		if secret := secretOf(want.ID); secret != want.Secret {
+			t.Errorf("subscriber %d's secret changed in the upgrade", want.ID)
+		}
+		subs = slices.Delete(slices.Clone(subs), i, i+1)
+	}
+	return subs
 }
 
 func (f upgradeFixture) plants() []plantstore.Plant {
@@ -172,8 +205,18 @@ func TestUpgradeFromEarlierSchemas(t *testing.T) {
 			}
 			checkUpgradedTokens(t, db, f)
 			checkUpgradedPlants(t, db, f.plants())
-			if subs, err := db.Subscribers(ctx); err != nil || len(subs) != 0 {
-				t.Errorf("Subscribers = %v, %v; the earlier versions had none", subs, err)
+			secretOf := func(id int64) string { return subscriberSecret(t, url, id) }
+			subs, err := db.Subscribers(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rest := checkUpgradedSubscribers(t, subs, f, secretOf); len(rest) != 0 {
+				t.Errorf("subscribers the fixture does not have: %+v", rest)
+			}
+			for _, want := range f.Subscribers {
+				if i := slices.IndexFunc(subs, func(s plantstore.Subscriber) bool { return s.ID == want.ID }); i >= 0 && subs[i].Pending != want.Pending {
+					t.Errorf("subscriber %d: %d pending, want the fixture's %d", want.ID, subs[i].Pending, want.Pending)
+				}
 			}
 
 			// Every kind of write, on the migrated database.
@@ -222,8 +265,10 @@ func TestUpgradeFromEarlierSchemas(t *testing.T) {
 			want = slices.DeleteFunc(want, func(p plantstore.Plant) bool { return p.ID == deleted })
 			want = append(want, added)
 			checkUpgradedPlants(t, db, want)
-			if subs, err := db.Subscribers(ctx); err != nil || len(subs) != 1 || subs[0].ID != sub.ID || subs[0].Pending != 1 {
-				t.Errorf("Subscribers = %+v, %v; want %d with the one create after it pending", subs, err, sub.ID)
+			if subs, err := db.Subscribers(ctx); err != nil {
+				t.Error(err)
+			} else if rest := checkUpgradedSubscribers(t, subs, f, secretOf); len(rest) != 1 || rest[0].ID != sub.ID || rest[0].Pending != 1 {
+				t.Errorf("Subscribers = %+v; want the fixture's and %d with the one create after it pending", subs, sub.ID)
 			}
 			if _, err := db.TokenByHash(ctx, plantstore.HashToken(f.secret("fixture-admin"))); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 				t.Errorf("the revoked fixture-admin: %v, want ENOTFOUND", err)
@@ -543,10 +588,14 @@ func TestUpgradeWhilePreviousVersionServes(t *testing.T) {
 	// says: a create served by an old instance writes no webhook delivery,
 	// since version 1 knows no outbox, so only the new instance's creates
 	// are pending. From version 2 on, both instances' creates are.
-	subs, err := db.Subscribers(ctx)
+	all, err := db.Subscribers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := checkUpgradedSubscribers(t, all, f, func(id int64) string { return subscriberSecret(t, url, id) })
 	switch {
-	case err != nil || len(subs) != 1 || subs[0].ID != sub.ID:
-		t.Errorf("Subscribers = %+v, %v; want subscriber %d alone", subs, err, sub.ID)
+	case len(subs) != 1 || subs[0].ID != sub.ID:
+		t.Errorf("Subscribers = %+v; want the fixture's and %d", all, sub.ID)
 	case previous == 1 && subs[0].Pending != int64(len(fromNew)):
 		t.Errorf("Subscribers = %+v; want %d pending, from the new instance's creates only", subs, len(fromNew))
 	case previous > 1 && subs[0].Pending <= int64(len(fromNew)):
@@ -910,4 +959,15 @@ func (s *previousInstance) stop(t *testing.T) int {
 		t.Fatal("the previous version's serve did not exit within 30 s of SIGTERM")
 		return -1
 	}
+}
+
+// subscriberSecret reads a subscriber's secret, which the store never
+// lists.
+func subscriberSecret(t *testing.T, url string, id int64) string {
+	t.Helper()
+	var secret string
+	if err := connect(t, url).QueryRow(context.Background(), `SELECT secret FROM webhook_subscribers WHERE id = $1`, id).Scan(&secret); err != nil {
+		t.Errorf("subscriber %d's secret: %v", id, err)
+	}
+	return secret
 }

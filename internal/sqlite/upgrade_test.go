@@ -27,11 +27,44 @@ type upgradeFixture struct {
 		Scopes  []string `json:"scopes"`
 		Revoked bool     `json:"revoked"`
 	} `json:"tokens"`
+	// Subscribers are the webhook subscribers the earlier binary added
+	// (none before its webhook tables), with their deliveries pending.
+	Subscribers []struct {
+		ID      int64  `json:"id"`
+		URL     string `json:"url"`
+		Secret  string `json:"secret"`
+		Pending int64  `json:"pending"`
+	} `json:"subscribers"`
 	Plants []struct {
 		ID   int64   `json:"id"`
 		Name string  `json:"name"`
 		Tag  *string `json:"tag"`
 	} `json:"plants"`
+}
+
+// checkUpgradedSubscribers checks that the fixture's webhook subscribers
+// came through the upgrade: the same URL, secret (read by secretOf, as
+// the store never lists it) and deliveries pending, getting plant.created
+// only, as every subscriber did before it could choose. It returns the
+// other subscribers.
+func checkUpgradedSubscribers(t *testing.T, subs []plantstore.Subscriber, f upgradeFixture, secretOf func(id int64) string) []plantstore.Subscriber {
+	t.Helper()
+	for _, want := range f.Subscribers {
+		i := slices.IndexFunc(subs, func(s plantstore.Subscriber) bool { return s.ID == want.ID })
+		if i < 0 {
+			t.Errorf("subscriber %d of the fixture is gone: %+v", want.ID, subs)
+			continue
+		}
+		got := subs[i]
+		if got.URL != want.URL || got.Pending < want.Pending || !slices.Equal(got.Events, []string{plantstore.EventCreated}) || got.DisabledAt != nil {
+			t.Errorf("subscriber %d: %+v; want %s, plant.created, %d pending or more", want.ID, got, want.URL, want.Pending)
+		}
+		if secret := secretOf(want.ID); secret != want.Secret {
+			t.Errorf("subscriber %d's secret changed in the upgrade", want.ID)
+		}
+		subs = slices.Delete(slices.Clone(subs), i, i+1)
+	}
+	return subs
 }
 
 func readUpgradeFixture(t *testing.T, path string) upgradeFixture {
@@ -123,8 +156,29 @@ func testUpgrade(t *testing.T, version, current int) {
 
 	checkUpgradedTokens(t, db, f)
 	checkUpgradedPlants(t, db, f.plants())
-	if subs, err := db.Subscribers(ctx); err != nil || len(subs) != 0 {
-		t.Errorf("Subscribers = %v, %v; the earlier versions had none", subs, err)
+	secretOf := func(id int64) string {
+		conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var secret string
+		if err := conn.QueryRow(`SELECT secret FROM webhook_subscribers WHERE id = ?`, id).Scan(&secret); err != nil {
+			t.Errorf("subscriber %d's secret: %v", id, err)
+		}
+		return secret
+	}
+	subs, err := db.Subscribers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest := checkUpgradedSubscribers(t, subs, f, secretOf); len(rest) != 0 {
+		t.Errorf("subscribers the fixture does not have: %+v", rest)
+	}
+	for _, want := range f.Subscribers {
+		if i := slices.IndexFunc(subs, func(s plantstore.Subscriber) bool { return s.ID == want.ID }); i >= 0 && subs[i].Pending != want.Pending {
+			t.Errorf("subscriber %d: %d pending, want the fixture's %d", want.ID, subs[i].Pending, want.Pending)
+		}
 	}
 
 	// Every kind of write, on the migrated file.
@@ -151,8 +205,14 @@ func testUpgrade(t *testing.T, version, current int) {
 	if err := db.DeletePlant(ctx, deleted, nil); err != nil {
 		t.Fatalf("DeletePlant: %v", err)
 	}
-	if counts, err := db.CountDeliveries(ctx); err != nil || counts.Pending != 1 {
-		t.Errorf("CountDeliveries = %+v, %v; want the one create after AddSubscriber pending", counts, err)
+	// The fixture's pending deliveries, and the one create after
+	// AddSubscriber's, to the new subscriber and to each of the fixture's.
+	wantPending := int64(1 + len(f.Subscribers))
+	for _, sub := range f.Subscribers {
+		wantPending += sub.Pending
+	}
+	if counts, err := db.CountDeliveries(ctx); err != nil || counts.Pending != wantPending {
+		t.Errorf("CountDeliveries = %+v, %v; want %d pending: the fixture's and the one create after AddSubscriber's", counts, err, wantPending)
 	}
 	if _, err := db.CreateToken(ctx, plantstore.Token{Name: "after-upgrade", Scopes: plantstore.KnownScopes}, plantstore.HashToken("pst_after")); err != nil {
 		t.Errorf("CreateToken: %v", err)
@@ -179,8 +239,10 @@ func testUpgrade(t *testing.T, version, current int) {
 	want = append(want, plantstore.Plant{ID: 1000, Name: "New after upgrade", Tag: &tag})
 	slices.SortFunc(want, func(a, b plantstore.Plant) int { return cmp.Compare(a.ID, b.ID) })
 	checkUpgradedPlants(t, db, want)
-	if subs, err := db.Subscribers(ctx); err != nil || len(subs) != 1 || subs[0].ID != sub.ID || subs[0].Pending != 1 {
-		t.Errorf("Subscribers after a restart = %+v, %v; want %d with 1 pending", subs, err, sub.ID)
+	if subs, err := db.Subscribers(ctx); err != nil {
+		t.Error(err)
+	} else if rest := checkUpgradedSubscribers(t, subs, f, secretOf); len(rest) != 1 || rest[0].ID != sub.ID || rest[0].Pending != 1 {
+		t.Errorf("Subscribers after a restart = %+v; want the fixture's and %d with 1 pending", subs, sub.ID)
 	}
 	if _, err := db.TokenByHash(ctx, plantstore.HashToken(f.Tokens[0].Secret)); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 		t.Errorf("the revoked fixture-admin: %v, want ENOTFOUND", err)

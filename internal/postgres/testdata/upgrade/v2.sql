@@ -2,7 +2,7 @@
 -- PostgreSQL database dump
 --
 
-\restrict edQmyf8Nxg487V8H2GUQgb9bBVVwqweeKDoeaDbrRy24AURET4T1aIeLX1hssg1
+\restrict bnVwbtFxydZKc5PeqlxfJsBKoKFJNSqyF7nUx7GBXRc3WMcEXInjiTLIQoB6z3L
 
 -- Dumped from database version 15.18 (Debian 15.18-0+deb12u1)
 -- Dumped by pg_dump version 15.18 (Debian 15.18-0+deb12u1)
@@ -144,43 +144,52 @@ ALTER TABLE public.webhook_subscribers ALTER COLUMN id ADD GENERATED ALWAYS AS I
 -- Data for Name: plants; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.plants (id, name, tag, created_at) VALUES (1, 'Monstera deliciosa', 'tropical', '2026-11-23 19:37:27.3741+00');
-INSERT INTO public.plants (id, name, tag, created_at) VALUES (3, 'Fern', '', '2026-11-23 19:37:27.398409+00');
-INSERT INTO public.plants (id, name, tag, created_at) VALUES (-7, 'Negative id', 'edge', '2026-11-23 19:37:27.439635+00');
-INSERT INTO public.plants (id, name, tag, created_at) VALUES (9223372036854775807, 'Largest id', 'edge', '2026-11-23 19:37:27.453641+00');
-INSERT INTO public.plants (id, name, tag, created_at) VALUES (-9223372036854775808, 'Smallest id', NULL, '2026-11-23 19:37:27.467343+00');
-INSERT INTO public.plants (id, name, tag, created_at) VALUES (2, 'Snake plant', 'shade', '2026-11-23 19:37:27.386958+00');
-INSERT INTO public.plants (id, name, tag, created_at) VALUES (4, 'Ficus elastica', NULL, '2026-11-23 19:37:27.411972+00');
+INSERT INTO public.plants (id, name, tag, created_at) VALUES (1, 'Monstera deliciosa', 'tropical', '2026-11-23 21:24:15.942877+00');
+INSERT INTO public.plants (id, name, tag, created_at) VALUES (3, 'Fern', '', '2026-11-23 21:24:15.990124+00');
+INSERT INTO public.plants (id, name, tag, created_at) VALUES (-7, 'Negative id', 'edge', '2026-11-23 21:24:16.083568+00');
+INSERT INTO public.plants (id, name, tag, created_at) VALUES (9223372036854775807, 'Largest id', 'edge', '2026-11-23 21:24:16.100605+00');
+INSERT INTO public.plants (id, name, tag, created_at) VALUES (-9223372036854775808, 'Smallest id', NULL, '2026-11-23 21:24:16.123671+00');
+INSERT INTO public.plants (id, name, tag, created_at) VALUES (2, 'Snake plant', 'shade', '2026-11-23 21:24:15.973913+00');
+INSERT INTO public.plants (id, name, tag, created_at) VALUES (4, 'Ficus elastica', NULL, '2026-11-23 21:24:16.036012+00');
 
 
 --
 -- Data for Name: schema_migrations; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.schema_migrations (version, name, applied_at) VALUES (1, '0001_init.sql', '2026-11-23 19:37:27.221646+00');
-INSERT INTO public.schema_migrations (version, name, applied_at) VALUES (2, '0002_webhooks.sql', '2026-11-23 19:37:27.23265+00');
+INSERT INTO public.schema_migrations (version, name, applied_at) VALUES (1, '0001_init.sql', '2026-11-23 21:24:15.427449+00');
+INSERT INTO public.schema_migrations (version, name, applied_at) VALUES (2, '0002_webhooks.sql', '2026-11-23 21:24:15.46034+00');
 
 
 --
 -- Data for Name: tokens; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (3, 'fixture-rotated', '\xd261983061202e2624201460514ab6ad2afcc69c322631d5502380bae3feaa1a', 'plants:write', '2026-11-23 19:37:27.270458+00', NULL, '2026-11-23 19:37:27.287272+00');
-INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (4, 'fixture-rotated', '\xa3b926cbe11ca5266cf6decd9fa699aaa785e52f397aad5cdab9d1bfa1767572', 'plants:read plants:write', '2026-11-23 19:37:27.305852+00', NULL, NULL);
-INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (1, 'fixture-admin', '\x30e7963a9e2bc096474a05be553e5e0601554cc437ca1d3ab256b228fc8873a1', 'plants:read plants:write', '2026-11-23 19:37:27.234744+00', '2026-11-23 19:37:27.540488+00', NULL);
-INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (2, 'fixture-reader', '\x9984406d1ebedb667509d14418efc1a250d68ba37bc0779ddb551a52181dcbf6', 'plants:read', '2026-11-23 19:37:27.250943+00', '2026-11-23 19:37:27.527359+00', NULL);
+INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (3, 'fixture-rotated', '\x12bee39aeac38cd64e4fa6a9a88ff9aa902f336d757ce415b73411b466a4e03b', 'plants:write', '2026-11-23 21:24:15.555201+00', NULL, '2026-11-23 21:24:15.607644+00');
+INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (4, 'fixture-rotated', '\xc1710802b6cc8d2abb254c33bc0d008db79c20957926a6530e8dbfcca27f184c', 'plants:read plants:write', '2026-11-23 21:24:15.652844+00', NULL, NULL);
+INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (1, 'fixture-admin', '\xa587a683c9f18891111cd3f9ba950fd142a3830431ec7792fb35fe90b70fb258', 'plants:read plants:write', '2026-11-23 21:24:15.463688+00', '2026-11-23 21:24:16.263562+00', NULL);
+INSERT INTO public.tokens (id, name, hash, scopes, created_at, last_used_at, revoked_at) OVERRIDING SYSTEM VALUE VALUES (2, 'fixture-reader', '\xe7d529c5a2ecf767991274243d1c6b598288cda1778a86461cb15bb5c7ff702a', 'plants:read', '2026-11-23 21:24:15.517932+00', '2026-11-23 21:24:16.248023+00', NULL);
 
 
 --
 -- Data for Name: webhook_deliveries; Type: TABLE DATA; Schema: public; Owner: -
 --
 
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (1, 1, 'msg_ybrxj4wt034g9wvx6d2gxa20ww', 1, 'Monstera deliciosa', 'tropical', '2026-11-23 21:24:15.942877+00', 1, '2026-11-23 21:24:21.059088+00', NULL, 'send webhook msg_ybrxj4wt034g9wvx6d2gxa20ww: Post: dial tcp: lookup hooks.invalid on 10.255.255.53:53: no such host', NULL);
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (2, 1, 'msg_tct0e8t257mj6eevgsse9aykc8', 2, 'Sansevieria', NULL, '2026-11-23 21:24:15.973913+00', 0, '2026-11-23 21:24:15.973913+00', NULL, NULL, NULL);
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (3, 1, 'msg_ywkqy4n4knke4wgjfhsaxsbfcm', 3, 'Fern', '', '2026-11-23 21:24:15.990124+00', 0, '2026-11-23 21:24:15.990124+00', NULL, NULL, NULL);
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (4, 1, 'msg_5q7640swjpwfyfahxg27pkaakw', 4, 'Ficus élastica 🌿', 'tropical', '2026-11-23 21:24:16.036012+00', 0, '2026-11-23 21:24:16.036012+00', NULL, NULL, NULL);
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (5, 1, 'msg_tzsatk6bb9xz730dq41wbmg4tg', 5, 'Aloe vera', 'succulent', '2026-11-23 21:24:16.057183+00', 0, '2026-11-23 21:24:16.057183+00', NULL, NULL, NULL);
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (6, 1, 'msg_09f6vxnfx1ja7qdgvvhdyygjnc', -7, 'Negative id', 'edge', '2026-11-23 21:24:16.083568+00', 0, '2026-11-23 21:24:16.083568+00', NULL, NULL, NULL);
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (7, 1, 'msg_9dagy9dztxpdk26qcfb0sj3y84', 9223372036854775807, 'Largest id', 'edge', '2026-11-23 21:24:16.100605+00', 0, '2026-11-23 21:24:16.100605+00', NULL, NULL, NULL);
+INSERT INTO public.webhook_deliveries (id, subscriber_id, event_id, plant_id, name, tag, created_at, attempts, next_attempt_at, last_status, last_error, failed_at) OVERRIDING SYSTEM VALUE VALUES (8, 1, 'msg_6nb4hcqtkpj63cwk57qak0swzm', -9223372036854775808, 'Smallest id', NULL, '2026-11-23 21:24:16.123671+00', 0, '2026-11-23 21:24:16.123671+00', NULL, NULL, NULL);
 
 
 --
 -- Data for Name: webhook_subscribers; Type: TABLE DATA; Schema: public; Owner: -
 --
 
+INSERT INTO public.webhook_subscribers (id, url, secret, created_at, disabled_at, disabled_reason, delivered, last_error, lease_owner, lease_until) OVERRIDING SYSTEM VALUE VALUES (1, 'https://hooks.invalid/plants', 'whsec_Jxkzn95Gs9QmbgF9Su9mlUOYYQNvCO4epgF8FTSdYl0=', '2026-11-23 21:24:15.785867+00', NULL, NULL, 0, 'send webhook msg_ybrxj4wt034g9wvx6d2gxa20ww: Post: dial tcp: lookup hooks.invalid on 10.255.255.53:53: no such host', NULL, NULL);
 
 
 --
@@ -194,14 +203,14 @@ SELECT pg_catalog.setval('public.tokens_id_seq', 4, true);
 -- Name: webhook_deliveries_id_seq; Type: SEQUENCE SET; Schema: public; Owner: -
 --
 
-SELECT pg_catalog.setval('public.webhook_deliveries_id_seq', 1, false);
+SELECT pg_catalog.setval('public.webhook_deliveries_id_seq', 8, true);
 
 
 --
 -- Name: webhook_subscribers_id_seq; Type: SEQUENCE SET; Schema: public; Owner: -
 --
 
-SELECT pg_catalog.setval('public.webhook_subscribers_id_seq', 1, false);
+SELECT pg_catalog.setval('public.webhook_subscribers_id_seq', 1, true);
 
 
 --
@@ -292,5 +301,5 @@ ALTER TABLE ONLY public.webhook_deliveries
 -- PostgreSQL database dump complete
 --
 
-\unrestrict edQmyf8Nxg487V8H2GUQgb9bBVVwqweeKDoeaDbrRy24AURET4T1aIeLX1hssg1
+\unrestrict bnVwbtFxydZKc5PeqlxfJsBKoKFJNSqyF7nUx7GBXRc3WMcEXInjiTLIQoB6z3L
 

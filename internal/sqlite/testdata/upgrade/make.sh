@@ -98,6 +98,22 @@ make_tokens() {
 	echo "$reader" >"$work/reader"
 }
 
+# add_subscriber BIN DB: a webhook subscriber (schema version 3 of SQLite,
+# 2 of PostgreSQL, and up), added before the plants are created, so that
+# each create leaves a delivery pending: its URL is in the reserved .invalid
+# domain, which never resolves, so every attempt fails and is retried
+# later. Its secret goes into $work/subscriber.
+add_subscriber() {
+	"$1" webhook add --db "$2" https://hooks.invalid/plants >"$work/subscriber"
+}
+
+# subscribers_json BIN DB: the subscribers as the fixture's manifest holds
+# them: what the old binary lists, with the URL and secret as added.
+subscribers_json() {
+	"$1" webhook list --db "$2" --json | jq --arg secret "$(cat "$work/subscriber")" \
+		'[.[] | {id, url: "https://hooks.invalid/plants", secret: $secret, pending, delivered, failed}]' >"$work/subscribers.json"
+}
+
 # The plants every fixture has, created with POST /plants (the only plant
 # operation of schema version 1): with a tag, without, with the empty tag,
 # non-ASCII text, and the ends of the id range.
@@ -139,6 +155,10 @@ manifest() {
 		printf '{\n"note": "TEST FIXTURE ONLY: these token secrets open nothing but this fixture",\n'
 		printf '"commit": "%s",\n"schema_version": %d,\n"tokens": ' "$1" "$2"
 		printf "%s" "$(cat "$work/tokens.json")"
+		if [ -s "$work/subscribers.json" ]; then
+			printf ',\n"subscribers": '
+			cat "$work/subscribers.json"
+		fi
 		printf ',\n"plants": '
 		cat "$3"
 		printf '}\n'
@@ -182,12 +202,15 @@ sqlite_fixture() {
 	local commit=$1 version=$2 bin db=$work/v$2.db
 	bin=$(build "$commit")
 	make_tokens "$bin" "$db"
+	rm -f "$work/subscribers.json"
+	if [ "$version" -ge 3 ]; then add_subscriber "$bin" "$db"; fi
 	start "$bin" "$db"
 	create_plants
 	change_plants
 	# What the old binary itself lists is the fixture's expected content.
 	"$bin" plants list --all --json --server "$url" --token "$(cat "$work/admin")" >"$work/plants.json"
 	stop
+	if [ "$version" -ge 3 ]; then subscribers_json "$bin" "$db"; fi
 	finish_sqlite "$db" "$sqlite_out/v$version.db"
 	manifest "$(git -C "$repo" rev-parse "$commit")" "$version" "$work/plants.json" "$sqlite_out/v$version.json"
 }
@@ -224,11 +247,14 @@ postgres_fixture() {
 	# The admin URL with the database's name for its path.
 	db=$(sed -E "s#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/$name#" <<<"$admin_url")
 	make_tokens "$bin" "$db"
+	rm -f "$work/subscribers.json"
+	if [ "$version" -ge 2 ]; then add_subscriber "$bin" "$db"; fi
 	start "$bin" "$db"
 	create_plants
 	change_plants
 	"$bin" plants list --all --json --server "$url" --token "$(cat "$work/admin")" >"$work/plants.json"
 	stop
+	if [ "$version" -ge 2 ]; then subscribers_json "$bin" "$db"; fi
 	mkdir -p "$postgres_out"
 	# --column-inserts: plain INSERTs, which a test can run through pgx (COPY
 	# FROM stdin needs psql); no owners or grants, which name this server's

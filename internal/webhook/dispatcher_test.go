@@ -404,8 +404,12 @@ func TestGoneDisablesTheSubscriber(t *testing.T) {
 	if before < 1 || before > 2 {
 		t.Errorf("%d requests reached a subscriber that answered 410, want 1 or 2 (the plants in flight)", before)
 	}
+	// A create after it enqueues nothing for it, so nothing can be sent:
+	// the store says so at once, without waiting for what does not come.
 	f.create(3)
-	time.Sleep(200 * time.Millisecond)
+	if s := f.subscriber(sub.ID); s.Pending != 0 || s.Failed != 2 || s.Delivered != 0 {
+		t.Errorf("a create after the 410: %+v, want nothing more enqueued", s)
+	}
 	if n := len(r.deliveries()); n != before {
 		t.Errorf("%d requests reached a subscriber after it was disabled", n-before)
 	}
@@ -498,8 +502,12 @@ func TestReplaysAndConflictsAnnounceNothing(t *testing.T) {
 	if _, err := f.store.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "other"}); plantstore.ErrorCode(err) != plantstore.ECONFLICT {
 		t.Fatalf("conflict: %v", err)
 	}
+	// The replay and the conflict enqueued nothing (so nothing more can
+	// be sent): one delivery in all, which arrives.
+	if s := f.subscriber(sub.ID); s.Pending+s.Delivered+s.Failed != 1 {
+		t.Errorf("after a create, a replay and a conflict: %+v, want one delivery in all", s)
+	}
 	eventually(t, "the delivery", func() bool { return f.subscriber(sub.ID).Delivered == 1 })
-	time.Sleep(100 * time.Millisecond)
 	if got := r.plantIDs(); !slices.Equal(got, []int64{1}) {
 		t.Errorf("received %v, want plant 1 once", got)
 	}

@@ -166,7 +166,7 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 		a.store = a.metrics.InstrumentStore(a.store)
 	}
 	hookClient := webhook.NewClient(webhook.ClientOptions{AllowPrivate: cfg.Webhooks.AllowPrivate,
-		AllowMetadata: cfg.Webhooks.AllowMetadata, Timeout: cfg.Webhooks.Timeout})
+		AllowMetadata: cfg.Webhooks.AllowMetadata, Timeout: cfg.Webhooks.Timeout, IdlePerHost: cfg.Webhooks.Concurrency})
 	a.dispatcher, err = webhook.NewDispatcher(webhook.DispatcherConfig{
 		Store:          a.store,
 		Client:         hookClient,

@@ -42,6 +42,11 @@ type ClientOptions struct {
 	// Timeout bounds one delivery attempt, from dialling to the end of the
 	// answer, so a slow subscriber cannot hold a sender. Default 10 s.
 	Timeout time.Duration
+	// IdlePerHost is how many connections to one host are kept open
+	// between attempts: the dispatcher's Concurrency, so that its attempts
+	// reuse their connections instead of dialling (and checking the
+	// address) each time. Default DefaultConcurrency.
+	IdlePerHost int
 }
 
 // NewClient returns the HTTP client that deliveries must use. It checks
@@ -57,6 +62,10 @@ func NewClient(opts ClientOptions) *http.Client {
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
+	idle := opts.IdlePerHost
+	if idle <= 0 {
+		idle = DefaultConcurrency
+	}
 	transport := &http.Transport{
 		Proxy:                  nil,
 		DialContext:            newDialer(opts, timeout).DialContext,
@@ -66,8 +75,8 @@ func NewClient(opts ClientOptions) *http.Client {
 		ResponseHeaderTimeout:  timeout,
 		MaxResponseHeaderBytes: maxResponseBytes,
 		DisableCompression:     true, // the answer's body is discarded unread
-		MaxIdleConns:           64,
-		MaxIdleConnsPerHost:    4,
+		MaxIdleConns:           max(64, 4*idle),
+		MaxIdleConnsPerHost:    idle,
 		IdleConnTimeout:        30 * time.Second,
 	}
 	return &http.Client{

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -544,5 +545,43 @@ func TestEventBody(t *testing.T) {
 		if got := string(webhook.EventBody(tc.p)); got != tc.want {
 			t.Errorf("EventBody(%v) = %s, want %s", tc.p, got, tc.want)
 		}
+	}
+}
+
+// Concurrent attempts to one subscriber reuse their connections: no more
+// are opened than attempts are in flight at once.
+func TestReusesConnections(t *testing.T) {
+	const concurrency = 8
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, Concurrency: concurrency})
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns, got atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(2 * time.Millisecond)
+		got.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	sub, err := f.store.AddSubscriber(context.Background(), srv.URL+"/hook", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 400; id++ {
+		f.create(id)
+	}
+	eventually(t, "400 deliveries", func() bool { return f.subscriber(sub.ID).Delivered == 400 })
+	// The client the dispatcher was given keeps DefaultConcurrency idle
+	// connections per host, more than the 8 in flight here.
+	if n := conns.Load(); n > concurrency {
+		t.Errorf("%d connections opened for %d deliveries, %d at a time; want them reused", n, got.Load(), concurrency)
 	}
 }

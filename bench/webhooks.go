@@ -1,0 +1,304 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The webhook deliveries' costs (-webhooks), in the unpinned shape:
+//
+//   - Delivery rate to one subscriber: a backlog of -webhook-backlog
+//     events is queued while the receiver (in this process, on loopback,
+//     keep-alive) holds every request; then it lets them go, answering at
+//     once or after -webhook-delay, and the rate is the distinct events
+//     received per second from then until the backlog is drained or
+//     -webhook-window has passed. The same for the binary of -before, the
+//     baseline of the same run.
+//   - Creates with one subscriber (answering at once) against creates
+//     with none, closed-loop at -connections for -duration, alternating
+//     three times; the figure is the median of the three.
+
+// webhooksResult is what -webhooks writes to -out.
+type webhooksResult struct {
+	Before      string           `json:"before,omitempty"`
+	Concurrency int              `json:"webhook_concurrency"`
+	Delivery    []deliveryRate   `json:"delivery"`
+	Creates     []webhookCreates `json:"creates"`
+	Command     string           `json:"command"`
+}
+
+type deliveryRate struct {
+	Binary     string  `json:"binary"` // "current" or the -before revision
+	DelayMs    float64 `json:"receiver_delay_ms"`
+	Backlog    int     `json:"backlog"`
+	Received   int     `json:"received"` // distinct events within the window
+	Seconds    float64 `json:"seconds"`
+	PerSecond  float64 `json:"events_per_second"`
+	Duplicates int     `json:"duplicates"`
+}
+
+type webhookCreates struct {
+	Binary           string  `json:"binary"`
+	NoSubscriberRPS  float64 `json:"no_subscriber_rps"`
+	OneSubscriberRPS float64 `json:"one_subscriber_rps"`
+	Ratio            float64 `json:"ratio"`
+	// The server's CPU time per create, the deliveries' included.
+	NoSubscriberCPUUs  float64 `json:"no_subscriber_server_cpu_us_per_create"`
+	OneSubscriberCPUUs float64 `json:"one_subscriber_server_cpu_us_per_create"`
+	GeneratorBusyPct   float64 `json:"generator_busy_pct"` // the generator and the receiver share this process
+	Delivered          int     `json:"delivered"`          // events the subscriber received during its runs
+	// With the receiver holding every request: what the outbox costs a
+	// create, without the deliveries' CPU.
+	HeldRPS   float64 `json:"held_receiver_rps"`
+	HeldRatio float64 `json:"held_receiver_ratio"`
+	HeldCPUUs float64 `json:"held_receiver_server_cpu_us_per_create"`
+}
+
+// hookReceiver counts the distinct webhook-ids it receives; while held,
+// requests wait.
+type hookReceiver struct {
+	url   string
+	srv   *http.Server
+	delay time.Duration
+
+	mu      sync.Mutex
+	hold    chan struct{}
+	seen    map[string]bool
+	dups    int
+	last    time.Time
+	arrived chan struct{}
+}
+
+func newHookReceiver() (*hookReceiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &hookReceiver{url: "http://" + ln.Addr().String() + "/hook", seen: map[string]bool{}, arrived: make(chan struct{}, 1)}
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	go r.srv.Serve(ln)
+	atExit(func() { r.srv.Close() })
+	return r, nil
+}
+
+func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var buf [4096]byte
+	for {
+		if _, err := req.Body.Read(buf[:]); err != nil {
+			break
+		}
+	}
+	r.mu.Lock()
+	hold, delay := r.hold, r.delay
+	r.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	id := req.Header.Get("webhook-id")
+	r.mu.Lock()
+	if r.seen[id] {
+		r.dups++
+	}
+	r.seen[id] = true
+	r.last = time.Now()
+	r.mu.Unlock()
+	select {
+	case r.arrived <- struct{}{}:
+	default:
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// reset forgets what was received, and holds requests when hold.
+func (r *hookReceiver) reset(delay time.Duration, hold bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen, r.dups, r.delay, r.hold = map[string]bool{}, 0, delay, nil
+	if hold {
+		r.hold = make(chan struct{})
+	}
+}
+
+func (r *hookReceiver) release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hold != nil {
+		close(r.hold)
+		r.hold = nil
+	}
+}
+
+func (r *hookReceiver) count() (distinct, dups int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen), r.dups
+}
+
+func runWebhookCosts(c config, dir, before string, backlog int, delay, window time.Duration, concurrency int) error {
+	res := webhooksResult{Before: before, Concurrency: concurrency, Command: "go run ./bench " + strings.Join(os.Args[1:], " ")}
+	recv, err := newHookReceiver()
+	if err != nil {
+		return err
+	}
+	type binary struct{ name, path string }
+	bins := []binary{{"current", c.bin}}
+	if before != "" {
+		path, err := buildRevision(dir, before)
+		if err != nil {
+			return err
+		}
+		bins = append(bins, binary{before, path})
+	}
+	n := 0
+	// start runs bin on a fresh store with a token and, when subscribe,
+	// recv as its one subscriber.
+	start := func(bin binary, subscribe bool, extra ...string) (*process, target, error) {
+		n++
+		cc := c
+		cc.bin = bin.path
+		db := filepath.Join(dir, fmt.Sprintf("webhooks-%d.db", n))
+		token, err := createToken(cc, db)
+		if err != nil {
+			return nil, target{}, err
+		}
+		if subscribe {
+			if out, err := exec.Command(bin.path, "webhook", "add", recv.url, "--db", db).CombinedOutput(); err != nil {
+				return nil, target{}, fmt.Errorf("webhook add: %v: %s", err, out)
+			}
+		}
+		args := append([]string{"--allow-private-webhooks"}, extra...)
+		if bin.name == "current" {
+			args = append(args, "--webhook-concurrency", fmt.Sprint(concurrency))
+		}
+		p, err := startPlantstoreLog(cc, dir, db, fmt.Sprintf("serve-webhooks-%d.log", n), nil, args...)
+		if err != nil {
+			return nil, target{}, err
+		}
+		t := target{name: bin.name, url: p.url, token: token, pid: p.cmd.Process.Pid, engine: "sqlite", instances: 1}
+		if p.metricsURL != "" {
+			t.metrics = []string{p.metricsURL}
+		}
+		return p, t, nil
+	}
+
+	delays := []time.Duration{0, delay}
+	if backlog == 0 {
+		delays = nil // creates only
+	} else {
+		fmt.Printf("\n## webhook delivery rate to one subscriber: a backlog of %d events, the receiver on loopback with keep-alive\n\n", backlog)
+	}
+	for _, d := range delays {
+		for _, bin := range bins {
+			p, t, err := start(bin, true)
+			if err != nil {
+				return err
+			}
+			recv.reset(d, true)
+			if err := seed(t, int64(backlog)); err != nil {
+				p.stop()
+				return err
+			}
+			begin := time.Now()
+			recv.release()
+			deadline := begin.Add(window)
+			for {
+				got, _ := recv.count()
+				if got >= backlog || time.Now().After(deadline) {
+					break
+				}
+				select {
+				case <-recv.arrived:
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			got, dups := recv.count()
+			elapsed := time.Since(begin)
+			if got >= backlog {
+				recv.mu.Lock()
+				elapsed = recv.last.Sub(begin)
+				recv.mu.Unlock()
+			}
+			p.stop()
+			r := deliveryRate{Binary: bin.name, DelayMs: ms(d), Backlog: backlog, Received: got, Seconds: elapsed.Seconds(),
+				PerSecond: float64(got) / elapsed.Seconds(), Duplicates: dups}
+			res.Delivery = append(res.Delivery, r)
+			fmt.Printf("%-10s receiver answering after %3.0f ms: %6d events in %5.1f s: %7.0f events/s (%d received twice)\n",
+				bin.name, r.DelayMs, got, r.Seconds, r.PerSecond, dups)
+		}
+	}
+	if len(bins) > 1 {
+		fmt.Println()
+		for i := 0; i+1 < len(res.Delivery); i += 2 {
+			cur, old := res.Delivery[i], res.Delivery[i+1]
+			fmt.Printf("receiver after %.0f ms: current %.0f events/s against %.0f at %s: %.1fx\n", cur.DelayMs, cur.PerSecond, old.PerSecond, before, cur.PerSecond/old.PerSecond)
+		}
+	}
+
+	fmt.Printf("\n## creates with one subscriber (answering at once) against none: closed loop, %d connections, %v each, median of %d\n\n", c.connections, c.duration, eventRounds)
+	for _, bin := range bins {
+		none, noneT, err := start(bin, false)
+		if err != nil {
+			return err
+		}
+		one, oneT, err := start(bin, true)
+		if err != nil {
+			none.stop()
+			return err
+		}
+		recv.reset(0, false)
+		var counter atomic.Int64
+		create := scenarios(0, 0)["create"]
+		var noS, oneS []result
+		for round := range eventRounds {
+			noS = append(noS, closedLoop(noneT, create, c.connections, c.warmup, c.duration, &counter))
+			oneS = append(oneS, closedLoop(oneT, create, c.connections, c.warmup, c.duration, &counter))
+			fmt.Printf("%s, round %d: %.0f creates/s with no subscriber, %.0f with one\n", bin.name, round+1, noS[round].RPS, oneS[round].RPS)
+		}
+		delivered, _ := recv.count()
+		// The outbox alone: the receiver holds every request, so the
+		// deliveries cost no CPU meanwhile (those in flight wait; the rest
+		// queue).
+		var heldS []result
+		recv.reset(0, true)
+		for round := range eventRounds {
+			heldS = append(heldS, closedLoop(oneT, create, c.connections, c.warmup, c.duration, &counter))
+			fmt.Printf("%s, round %d: %.0f creates/s with one subscriber whose receiver holds every request\n", bin.name, round+1, heldS[round].RPS)
+		}
+		recv.release()
+		none.stop()
+		one.stop()
+		median := func(rs []result) result {
+			slices.SortFunc(rs, func(a, b result) int { return cmpFloat(a.RPS, b.RPS) })
+			return rs[len(rs)/2]
+		}
+		mn, mo, mh := median(noS), median(oneS), median(heldS)
+		wc := webhookCreates{Binary: bin.name, NoSubscriberRPS: mn.RPS, OneSubscriberRPS: mo.RPS, Ratio: mo.RPS / mn.RPS,
+			NoSubscriberCPUUs: mn.ServerCPUUs, OneSubscriberCPUUs: mo.ServerCPUUs, GeneratorBusyPct: mo.GeneratorBusyPct,
+			HeldRPS: mh.RPS, HeldRatio: mh.RPS / mn.RPS, HeldCPUUs: mh.ServerCPUUs}
+		wc.Delivered = delivered
+		res.Creates = append(res.Creates, wc)
+		fmt.Printf("%s: creates with one subscriber %.0f/s against %.0f with none: %.2fx; server CPU %.0f µs per create against %.0f; the subscriber received %d events meanwhile\n",
+			bin.name, wc.OneSubscriberRPS, wc.NoSubscriberRPS, wc.Ratio, wc.OneSubscriberCPUUs, wc.NoSubscriberCPUUs, wc.Delivered)
+		fmt.Printf("%s: the outbox alone (receiver holding): %.0f creates/s: %.2fx; server CPU %.0f µs per create\n\n", bin.name, wc.HeldRPS, wc.HeldRatio, wc.HeldCPUUs)
+	}
+
+	data, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(c.out, data, 0o644); err != nil {
+		return err
+	}
+	fmt.Println("\nresults written to", c.out)
+	return nil
+}

@@ -71,9 +71,14 @@ server can reach its store. Redirects and proxies are not followed.`, getenv, st
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		// Plain HTTP to a port serving HTTPS is answered 400 with the
+		// reason (listener.go): the probe was not told of the TLS.
+		if scheme == "http" && resp.StatusCode == http.StatusBadRequest && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+			return fmt.Errorf("health: %s answered %s: the server serves HTTPS; give health the certificate serve uses, --tls-cert FILE or PLANTSTORE_TLS_CERT", target, resp.Status)
+		}
 		return fmt.Errorf("health: %s answered %s", target, resp.Status)
 	}
 	fmt.Fprintf(stdout, "%s: %s\n", target, resp.Status)

@@ -130,7 +130,7 @@ func TestTLS(t *testing.T) {
 	if r := cli(t, dir, []string{"PLANTSTORE_ADDR=" + addr, "PLANTSTORE_TLS_CERT=" + otherCert}, "health"); r.exit != 1 || !strings.Contains(r.stderr, "not the one in "+otherCert) {
 		t.Errorf("health trusting another certificate: %+v", r)
 	}
-	if r := cli(t, dir, []string{"PLANTSTORE_ADDR=" + addr}, "health"); r.exit != 1 || !strings.Contains(r.stderr, "400 Bad Request") {
+	if r := cli(t, dir, []string{"PLANTSTORE_ADDR=" + addr}, "health"); r.exit != 1 || !strings.Contains(r.stderr, "400 Bad Request: the server serves HTTPS; give health the certificate serve uses, --tls-cert FILE or PLANTSTORE_TLS_CERT") {
 		t.Errorf("health over plain HTTP to the TLS port: %+v", r)
 	}
 

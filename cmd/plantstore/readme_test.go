@@ -34,8 +34,8 @@ func TestTLSRecipe(t *testing.T) {
 }
 
 // An example is a command in a ```sh block of a document (indented too,
-// as in a list item), with the lines
-// that follow it as "# ..." comments: what it prints. Only blocks with
+// as in a list item), with the lines that follow it as "# ..."
+// comments: what it prints. Only blocks with
 // at least one such line run; the others are synopses or need what a
 // test has not (docker, a PostgreSQL server). In expected lines, "…"
 // stands for any text, and a trailing "(on stderr)" or "(on stderr,

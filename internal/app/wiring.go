@@ -1,0 +1,150 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/httpapi"
+	"github.com/plantstore/plantstore/internal/metrics"
+	"github.com/plantstore/plantstore/internal/webhook"
+)
+
+// The steps of Open, in its order.
+
+// withDefaults fills in what cfg leaves at zero.
+func withDefaults(cfg Config) Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.EventRetention <= 0 {
+		cfg.EventRetention = DefaultEventRetention
+	}
+	return cfg
+}
+
+// signal is a wake-up that a pending one covers: any number of sends
+// between two receives wake the receiver once.
+func signal(c chan struct{}) func() {
+	return func() {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// openStore opens the store with the hooks that wake the dispatcher and
+// the event streams, and puts around it what the service uses it
+// through: the tests' wrapper, the metrics.
+func (a *App) openStore(ctx context.Context) error {
+	hooks := StoreHooks{
+		Enqueued:      signal(a.wake),
+		EventsWritten: signal(a.eventsWritten),
+		Created: func(path string) {
+			// A new, empty store is worth a line: a mistyped --db, or
+			// a directory other than the one meant, shows here.
+			a.log.Info("created a new store", "path", path)
+		},
+		Logger: a.log,
+	}
+	if a.metrics != nil {
+		hooks.ObserveBatch = a.metrics.ObserveBatch
+	}
+	store, err := OpenStore(ctx, a.cfg.Store, true, hooks)
+	if err != nil {
+		return err
+	}
+	// What is unsafe about the store's setting, said once at start:
+	// files others can read, a connection that could be read or faked.
+	for _, w := range StoreWarnings(a.cfg.Store.DB) {
+		a.log.Warn(w)
+	}
+	a.raw, a.store = store, store
+	if a.cfg.WrapStore != nil {
+		a.store = a.cfg.WrapStore(a.store)
+	}
+	if a.metrics != nil {
+		a.store = a.metrics.InstrumentStore(a.store)
+	}
+	return nil
+}
+
+// newDispatcher builds the webhook dispatcher, which a write that
+// enqueued deliveries wakes.
+func (a *App) newDispatcher() (err error) {
+	hooks := a.cfg.Webhooks
+	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: hooks.AllowPrivate,
+		AllowMetadata: hooks.AllowMetadata, Timeout: hooks.Timeout, IdlePerHost: hooks.Concurrency})
+	a.dispatcher, err = webhook.NewDispatcher(webhook.DispatcherConfig{
+		Store:          a.store,
+		Client:         client,
+		Schedule:       hooks.Schedule,
+		Log:            a.log,
+		Workers:        hooks.Workers,
+		Concurrency:    hooks.Concurrency,
+		Poll:           hooks.Poll,
+		Lease:          hooks.Lease,
+		AttemptTimeout: hooks.Timeout,
+		Wake:           a.wake,
+	})
+	return err
+}
+
+// newAuthenticator builds the token check, in front of the store.
+func (a *App) newAuthenticator() {
+	a.authn = auth.New(a.store, auth.Options{Logger: a.log, CacheTTL: a.cfg.TokenCacheTTL})
+}
+
+// watch lets the metrics read the token cache and the dispatcher.
+func (a *App) watch() {
+	if a.metrics == nil {
+		return
+	}
+	a.metrics.TokenCache(func() (int64, int64) { s := a.authn.Stats(); return s.Hits, s.Misses })
+	a.metrics.Webhooks(func() metrics.WebhookStats {
+		s := a.dispatcher.Stats()
+		return metrics.WebhookStats{Attempts: s.Attempts, Delivered: s.Delivered, Retried: s.Retried, Failed: s.Failed, Disabled: s.Disabled}
+	}, a.store)
+}
+
+// newHTTPServer builds the API's handler and its HTTP server.
+func (a *App) newHTTPServer() {
+	cfg := a.cfg
+	api := cfg.API
+	api.Logger, api.AccessLog = a.log, cfg.AccessLog
+	api.TLS = cfg.TLS != nil
+	// The transport keeps the header limit exactly; Go's server, with its
+	// slack, only beyond it.
+	api.MaxHeaderBytes = cfg.Server.MaxHeaderBytes
+	if api.MaxHeaderBytes <= 0 {
+		api.MaxHeaderBytes = httpapi.DefaultMaxHeaderBytes
+	}
+	// A body's own deadline shortens the connection's read timeout, never
+	// extends it.
+	if api.BodyReadTimeout <= 0 {
+		api.BodyReadTimeout = httpapi.DefaultBodyReadTimeout
+	}
+	if rt := cfg.Server.ReadTimeout; rt > 0 && rt < api.BodyReadTimeout {
+		api.BodyReadTimeout = rt
+	}
+	if a.metrics != nil {
+		api.Observer = a.metrics
+	}
+	// The streams' reader looks for events no signal reported (say, with
+	// LISTEN unavailable through a pooler) as often as the dispatcher
+	// looks for deliveries.
+	api.EventsWritten = a.eventsWritten
+	if api.EventPoll <= 0 {
+		api.EventPoll = cfg.Webhooks.Poll
+	}
+	handler := httpapi.NewServer(a.store, a.authn, api)
+	a.server = httpapi.NewHTTPServer(handler, cfg.Server)
+	// Event streams never end by themselves: at shutdown they are closed,
+	// and their clients reconnect and resume.
+	a.server.RegisterOnShutdown(handler.CloseStreams)
+	a.server.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
+}

@@ -139,6 +139,7 @@ func TestBackupUnderLoadKeepsEveryAcknowledgedPlant(t *testing.T) {
 
 // What backup and restore refuse, and how they say it.
 func TestBackupAndRestoreRefusals(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "me")
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -17,6 +17,7 @@ import (
 // plantstore events prints the feed a page at a time, filters it, and
 // with --follow prints changes as they happen until interrupted.
 func TestEventsCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := serve(t, dir)
 	token := mustToken(t, dir, "--name", "cli")
@@ -140,6 +141,7 @@ func TestEventsCLI(t *testing.T) {
 // serve's flags for the feed: out of range is a usage error; the stream
 // caps reach the server.
 func TestEventFlags(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, bad := range [][]string{{"--event-retention", "10s"}, {"--max-streams", "0"}, {"--max-streams-per-token", "0"}} {
 		if r := cli(t, dir, nil, append([]string{"serve", "--addr", "127.0.0.1:0"}, bad...)...); r.exit != 2 || !strings.Contains(r.stderr, bad[0]) {

@@ -91,6 +91,7 @@ func TestVariablesDocumented(t *testing.T) {
 // every other command fails on a missing store, naming it, and makes
 // nothing.
 func TestNoSilentStores(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "plantstore.db")
 	for _, args := range [][]string{
@@ -209,6 +210,7 @@ func cliAsNobody(t *testing.T, dir string, env []string, args ...string) result 
 // --replace it says what to do and prints nothing to capture; with it the
 // new token works and the old one does not.
 func TestTokenCreateReplace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := serve(t, dir)
 	old := mustToken(t, dir, "--name", "me")
@@ -289,6 +291,7 @@ func TestRootAndDocsURL(t *testing.T) {
 // where to look and, for a near miss, what was meant; help lists only the
 // command's own flags.
 func TestCommandLineMistakes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		args []string

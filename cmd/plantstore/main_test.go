@@ -300,6 +300,7 @@ func create(t *testing.T, client *http.Client, url, token, body string) (int, st
 }
 
 func TestTokenCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	secret := mustToken(t, dir, "--name", "deploy", "--scope", "plants:read")
 	r := cli(t, dir, nil, "token", "list")
@@ -459,6 +460,7 @@ func TestSIGINTExitsZero(t *testing.T) {
 }
 
 func TestPersistenceAcrossRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "me")
 	client := apitest.Client(t)

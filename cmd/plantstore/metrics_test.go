@@ -118,6 +118,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestMetricsOffByDefault(t *testing.T) {
+	t.Parallel()
 	s := serve(t, t.TempDir())
 	if strings.Contains(s.logs.String(), "metrics listening") {
 		t.Error("metrics listen without --metrics-addr")

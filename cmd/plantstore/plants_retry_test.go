@@ -122,6 +122,7 @@ func TestPlantsRetryDroppedConnection(t *testing.T) {
 // --ca-cert (or PLANTSTORE_CA_CERT) trusts a private CA for an https
 // server; without it, the server's certificate is refused.
 func TestPlantsCACert(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "cli")
 	certFile, keyFile, _ := selfSigned(t)

@@ -11,6 +11,7 @@ import (
 // invisible format character cannot pass for another plant or forge a row
 // in the table: such a cell is printed quoted, with the character escaped.
 func TestPlantTableEscapesFormatCharacters(t *testing.T) {
+	t.Parallel()
 	tag := func(s string) *string { return &s }
 	for _, tc := range []struct {
 		plant    client.Plant

@@ -8,6 +8,7 @@ import (
 )
 
 func TestPlantsCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := serve(t, dir)
 	token := mustToken(t, dir, "--name", "cli")
@@ -157,6 +158,7 @@ func TestPlantsCLI(t *testing.T) {
 
 // Every command explains itself and its flags, and asking is not an error.
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := cli(t, dir, nil, "--help")
 	if r.exit != 0 {
@@ -199,6 +201,7 @@ func TestHelp(t *testing.T) {
 // sslpassword), given in PLANTSTORE_DB, are never shown: not as the flag's
 // default in --help, nor when the database cannot be reached.
 func TestDatabasePasswordIsNeverShown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	env := []string{"PLANTSTORE_DB=postgres://plant:sekrit-1@127.0.0.1:1/db?password=sekrit-2&sslpassword=sekrit-3&connect_timeout=1"}
 	for _, args := range [][]string{{"serve", "--help"}, {"token", "list", "--help"}, {"token", "list"}} {

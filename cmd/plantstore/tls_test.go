@@ -58,6 +58,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, roots *x509.CertPool) {
 }
 
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "app")
 	certFile, keyFile, roots := selfSigned(t)
@@ -150,6 +151,7 @@ func TestTLS(t *testing.T) {
 // Behind a proxy under a path prefix, Link headers and the document's
 // servers name the public URL.
 func TestPublicURL(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "app")
 	s := serve(t, dir, "--public-url", "https://api.example.com/store/")

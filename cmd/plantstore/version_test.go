@@ -19,6 +19,7 @@ import (
 )
 
 func TestVersionInfo(t *testing.T) {
+	t.Parallel()
 	const rev = "f7a126143a70e367efe6f863e26a825daa4c5795"
 	goPlatform := runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
 	// What Go records in a git checkout, with uncommitted changes or not.
@@ -69,6 +70,7 @@ func TestVersionInfo(t *testing.T) {
 // A binary built with the -ldflags of deploy/build.sh says what they set,
 // from "version" and "--version", as text or JSON.
 func TestVersionFromLinkerFlags(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "plantstore")
 	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin,
 		"-ldflags", "-X main.version=1.2.0 -X main.commit=abc1234 -X main.date=2026-11-22T08:00:00Z", ".")
@@ -120,6 +122,7 @@ func TestVersionFromGit(t *testing.T) {
 }
 
 func TestVersionUsage(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"version", "extra"}, nil, nil, &stdout, &stderr)
 	if _, ok := errors.AsType[usageError](err); !ok {

@@ -244,6 +244,7 @@ func plantBody(id int64) string { return fmt.Sprintf(`{"id":%d,"name":"plant %d"
 var testWebhookFlags = []string{"--allow-private-webhooks", "--webhook-retry-schedule", "100ms", "--webhook-poll", "100ms"}
 
 func TestWebhookCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mustToken(t, dir, "--name", "me") // makes the store: webhook add makes none
 	for _, bad := range []string{"ftp://example.com/hook", "example.com/hook", "http://user:pw@example.com/hook", "https:///nohost", ""} {
@@ -596,6 +597,7 @@ func TestWebhookToPrivateAddressRefused(t *testing.T) {
 }
 
 func TestWebhookFlagsChecked(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"--webhook-retry-schedule", "5s,-1s"},

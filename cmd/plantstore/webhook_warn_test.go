@@ -9,6 +9,7 @@ import (
 // webhook add warns, on stderr and without refusing, when the subscriber's
 // host is an address serve refuses by default, and names the flag.
 func TestWebhookAddWarnsOnPrivateAddress(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mustToken(t, dir, "--name", "me") // makes the store: webhook add makes none
 	for _, tc := range []struct{ url, want string }{

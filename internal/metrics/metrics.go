@@ -135,7 +135,7 @@ func (m *Metrics) Webhooks(dispatcher func() WebhookStats, store plantstore.Webh
 		counter("attempts_total", "Delivery attempts made by this process.", func(s WebhookStats) int64 { return s.Attempts }),
 		counter("delivered_total", "Attempts answered 2xx.", func(s WebhookStats) int64 { return s.Delivered }),
 		counter("retried_total", "Failed attempts scheduled to be tried again.", func(s WebhookStats) int64 { return s.Retried }),
-		counter("failed_total", "Deliveries given up on after the retry schedule.", func(s WebhookStats) int64 { return s.Failed }),
+		counter("failed_total", "Deliveries parked after failing for --webhook-park-after (webhook retry sends them again).", func(s WebhookStats) int64 { return s.Failed }),
 		counter("subscribers_disabled_total", "Subscribers disabled because they answered 410 Gone.", func(s WebhookStats) int64 { return s.Disabled }),
 		&outboxCollector{store: store, desc: prometheus.NewDesc(
 			prometheus.BuildFQName(namespace, "webhook", "deliveries"),

@@ -96,7 +96,7 @@ type stats struct {
 // Stats counts what this process's dispatcher did since it started.
 type Stats struct {
 	// Attempts made; of them Delivered succeeded, Retried failed and were
-	// scheduled again, Failed failed for good (the schedule gave up).
+	// scheduled again, Failed were parked (failing past --webhook-park-after).
 	Attempts, Delivered, Retried, Failed int64
 	// Disabled counts subscribers disabled because they answered 410.
 	Disabled int64

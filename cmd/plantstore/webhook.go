@@ -286,8 +286,11 @@ subscriber stay parked.`, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	if (len(rest) == 0) == (*subscriber == 0) {
-		return usageError("webhook retry takes parked delivery IDs (see webhook list) or --subscriber ID, not both")
+	switch {
+	case len(rest) == 0 && *subscriber == 0:
+		return usageError("webhook retry: give the parked delivery IDs to send again, or --subscriber ID for all of one subscriber's (webhook list shows them)")
+	case len(rest) > 0 && *subscriber != 0:
+		return usageError("webhook retry takes parked delivery IDs or --subscriber ID, not both")
 	}
 	if *subscriber < 0 {
 		return usageError("--subscriber: want a subscriber ID (see webhook list)")

@@ -234,7 +234,7 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 		})
 	})
 	if errors.Is(err, errMissing) {
-		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, only %d are parked deliveries of active subscribers", ids, n)
+		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, %d are parked deliveries of active subscribers (webhook list shows them): none was retried", ids, n)
 	}
 	if err != nil {
 		return 0, db.storeError("retry webhook deliveries", err)

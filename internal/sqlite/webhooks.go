@@ -304,7 +304,7 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 		return 0, storeError(op, err)
 	}
 	if len(ids) > 0 && int(n) != len(slicesCompact(ids)) {
-		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, only %d are parked deliveries of active subscribers", ids, n)
+		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, %d are parked deliveries of active subscribers (webhook list shows them): none was retried", ids, n)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, storeError(op, err)

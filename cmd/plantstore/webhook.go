@@ -205,48 +205,60 @@ many subscribers carry a secret of their own in the path or query;
 		shown = func(u string) string { return u }
 	}
 	if *asJSON {
-		type parkedJSON struct {
-			ID         int64     `json:"id"`
-			WebhookID  string    `json:"webhook_id"`
-			EventID    int64     `json:"event_id,omitempty"`
-			EventType  string    `json:"event_type"`
-			PlantID    int64     `json:"plant_id"`
-			Attempts   int       `json:"attempts"`
-			ParkedAt   time.Time `json:"parked_at"`
-			LastStatus int       `json:"last_status,omitempty"`
-			LastError  string    `json:"last_error,omitempty"`
-		}
-		type subscriberJSON struct {
-			ID             int64        `json:"id"`
-			URL            string       `json:"url"`
-			Events         []string     `json:"events"`
-			State          string       `json:"state"`
-			CreatedAt      time.Time    `json:"created_at"`
-			DisabledAt     *time.Time   `json:"disabled_at,omitempty"`
-			DisabledReason string       `json:"disabled_reason,omitempty"`
-			Pending        int64        `json:"pending"`
-			Delivered      int64        `json:"delivered"`
-			Failed         int64        `json:"failed"` // parked: the name it had before parking
-			LastError      string       `json:"last_error,omitempty"`
-			LastErrorAt    *time.Time   `json:"last_error_at,omitempty"`
-			Parked         []parkedJSON `json:"parked"`
-		}
-		out := make([]subscriberJSON, 0, len(subs))
-		for _, s := range subs {
-			js := subscriberJSON{s.ID, shown(s.URL), s.Events, s.State(), s.CreatedAt, s.DisabledAt, s.DisabledReason,
-				s.Pending, s.Delivered, s.Failed, s.LastError, s.LastErrorAt, []parkedJSON{}}
-			for _, d := range parked {
-				if d.SubscriberID == s.ID {
-					js.Parked = append(js.Parked, parkedJSON{d.ID, d.EventID, d.Seq, d.EventType, d.Plant.ID, d.Attempts,
-						*d.ParkedAt, d.LastStatus, d.LastError})
-				}
-			}
-			out = append(out, js)
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printSubscribersJSON(stdout, subs, parked, shown)
 	}
+	return printSubscribers(stdout, subs, parked, shown)
+}
+
+// printSubscribersJSON prints webhook list --json: each subscriber with its
+// parked deliveries.
+func printSubscribersJSON(stdout io.Writer, subs []plantstore.Subscriber, parked []plantstore.Delivery, shown func(string) string) error {
+	type parkedJSON struct {
+		ID         int64     `json:"id"`
+		WebhookID  string    `json:"webhook_id"`
+		EventID    int64     `json:"event_id,omitempty"`
+		EventType  string    `json:"event_type"`
+		PlantID    int64     `json:"plant_id"`
+		Attempts   int       `json:"attempts"`
+		ParkedAt   time.Time `json:"parked_at"`
+		LastStatus int       `json:"last_status,omitempty"`
+		LastError  string    `json:"last_error,omitempty"`
+	}
+	type subscriberJSON struct {
+		ID             int64        `json:"id"`
+		URL            string       `json:"url"`
+		Events         []string     `json:"events"`
+		State          string       `json:"state"`
+		CreatedAt      time.Time    `json:"created_at"`
+		DisabledAt     *time.Time   `json:"disabled_at,omitempty"`
+		DisabledReason string       `json:"disabled_reason,omitempty"`
+		Pending        int64        `json:"pending"`
+		Delivered      int64        `json:"delivered"`
+		Failed         int64        `json:"failed"` // parked: the name it had before parking
+		LastError      string       `json:"last_error,omitempty"`
+		LastErrorAt    *time.Time   `json:"last_error_at,omitempty"`
+		Parked         []parkedJSON `json:"parked"`
+	}
+	out := make([]subscriberJSON, 0, len(subs))
+	for _, s := range subs {
+		js := subscriberJSON{s.ID, shown(s.URL), s.Events, s.State(), s.CreatedAt, s.DisabledAt, s.DisabledReason,
+			s.Pending, s.Delivered, s.Failed, s.LastError, s.LastErrorAt, []parkedJSON{}}
+		for _, d := range parked {
+			if d.SubscriberID == s.ID {
+				js.Parked = append(js.Parked, parkedJSON{d.ID, d.EventID, d.Seq, d.EventType, d.Plant.ID, d.Attempts,
+					*d.ParkedAt, d.LastStatus, d.LastError})
+			}
+		}
+		out = append(out, js)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// printSubscribers prints webhook list's tables: the subscribers, then
+// their parked deliveries when there are any.
+func printSubscribers(stdout io.Writer, subs []plantstore.Subscriber, parked []plantstore.Delivery, shown func(string) string) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tURL\tEVENTS\tSTATE\tPENDING\tDELIVERED\tPARKED\tCREATED\tLAST ERROR AT\tLAST ERROR")
 	for _, s := range subs {

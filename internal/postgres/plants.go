@@ -186,24 +186,11 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 // update that changes nothing records none. It returns the number of
 // deliveries and the event's id, NULL when it changed nothing (the plant
 // is missing, or already so).
-const updatePlantSQL = `WITH changed AS (
+var updatePlantSQL = `WITH changed AS (
 		UPDATE plants SET name = $2, tag = $3
 		WHERE id = $1 AND (name IS DISTINCT FROM $2 OR tag IS DISTINCT FROM $3)
 		RETURNING id, name, tag
-	), ` + takeEventIDs + `, recorded AS (
-		INSERT INTO events (id, type, plant_id, name, tag, at)
-		SELECT c.last, 'plant.updated', u.id, u.name, u.tag, $4
-		FROM changed u CROSS JOIN counter c
-		RETURNING id
-	), enqueued AS (
-		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
-		SELECT s.id, $5, u.id, u.name, u.tag, $4, $4, 'plant.updated', c.last
-		FROM changed u CROSS JOIN counter c CROSS JOIN webhook_subscribers s
-		JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
-		WHERE s.disabled_at IS NULL AND t.updated
-		ORDER BY s.id
-		RETURNING 1
-	)
+	), ` + recordChange("plant.updated", "updated", "$4", "$5") + `
 	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
 
 func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) error {
@@ -238,24 +225,34 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 // content it had, and one webhook delivery (webhook-id $3) per active
 // subscriber of plant.deleted. It returns the number of deliveries and the
 // event's id, NULL when there was no plant.
-const deletePlantSQL = `WITH changed AS (
+var deletePlantSQL = `WITH changed AS (
 		DELETE FROM plants WHERE id = $1
 		RETURNING id, name, tag
-	), ` + takeEventIDs + `, recorded AS (
+	), ` + recordChange("plant.deleted", "deleted", "$2", "$3") + `
+	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
+
+// recordChange is the tail of the statements that change one plant
+// (their clause "changed"): the counter's id (takeEventIDs), the event of
+// type typ at the parameter at, and one delivery, webhook-id the
+// parameter webhookID, per active subscriber whose column subscribed of
+// webhook_subscriber_events is set. Its arguments are constants of this
+// file, never input.
+func recordChange(typ, subscribed, at, webhookID string) string {
+	return takeEventIDs + `, recorded AS (
 		INSERT INTO events (id, type, plant_id, name, tag, at)
-		SELECT c.last, 'plant.deleted', d.id, d.name, d.tag, $2
-		FROM changed d CROSS JOIN counter c
+		SELECT c.last, '` + typ + `', p.id, p.name, p.tag, ` + at + `
+		FROM changed p CROSS JOIN counter c
 		RETURNING id
 	), enqueued AS (
 		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
-		SELECT s.id, $3, d.id, d.name, d.tag, $2, $2, 'plant.deleted', c.last
-		FROM changed d CROSS JOIN counter c CROSS JOIN webhook_subscribers s
+		SELECT s.id, ` + webhookID + `, p.id, p.name, p.tag, ` + at + `, ` + at + `, '` + typ + `', c.last
+		FROM changed p CROSS JOIN counter c CROSS JOIN webhook_subscribers s
 		JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
-		WHERE s.disabled_at IS NULL AND t.deleted
+		WHERE s.disabled_at IS NULL AND t.` + subscribed + `
 		ORDER BY s.id
 		RETURNING 1
-	)
-	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
+	)`
+}
 
 // wake tells this instance's dispatcher that a write that committed (err
 // nil) enqueued deliveries.

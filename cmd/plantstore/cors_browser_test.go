@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -19,13 +18,7 @@ import (
 // Like TestDocsPageInBrowser, it needs Chromium, and fails without it when
 // PLANTSTORE_TEST_BROWSER is set (CI).
 func TestCORSInBrowser(t *testing.T) {
-	browser := findBrowser()
-	if browser == "" {
-		if os.Getenv("PLANTSTORE_TEST_BROWSER") != "" {
-			t.Fatal("PLANTSTORE_TEST_BROWSER is set but no chromium is installed (apt-get install chromium)")
-		}
-		t.Skip("no chromium installed; set PLANTSTORE_TEST_BROWSER=1 to require it (CI does)")
-	}
+	browser := requireBrowser(t)
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "web")
 	var api string

@@ -22,13 +22,7 @@ import (
 // failure instead of a skip. PLANTSTORE_SCREENSHOT=FILE also saves a
 // screenshot of the page (docs/api-reference.png is one).
 func TestDocsPageInBrowser(t *testing.T) {
-	browser := findBrowser()
-	if browser == "" {
-		if os.Getenv("PLANTSTORE_TEST_BROWSER") != "" {
-			t.Fatal("PLANTSTORE_TEST_BROWSER is set but no chromium is installed (apt-get install chromium)")
-		}
-		t.Skip("no chromium installed; set PLANTSTORE_TEST_BROWSER=1 to require it (CI does)")
-	}
+	browser := requireBrowser(t)
 	s := serve(t, t.TempDir())
 
 	operation := renderedText(t, browser, s.url+"/docs#/plants/addplant")
@@ -63,6 +57,20 @@ func TestDocsPageInBrowser(t *testing.T) {
 		}
 		chromium(t, browser, "--window-size=1280,900", "--screenshot="+abs, s.url+"/docs")
 	}
+}
+
+// requireBrowser returns Chromium's path, or skips t when it is not
+// installed; with PLANTSTORE_TEST_BROWSER set (CI) it fails t instead.
+func requireBrowser(t *testing.T) string {
+	t.Helper()
+	browser := findBrowser()
+	if browser == "" {
+		if os.Getenv("PLANTSTORE_TEST_BROWSER") != "" {
+			t.Fatal("PLANTSTORE_TEST_BROWSER is set but no chromium is installed (apt-get install chromium)")
+		}
+		t.Skip("no chromium installed; set PLANTSTORE_TEST_BROWSER=1 to require it (CI does)")
+	}
+	return browser
 }
 
 func findBrowser() string {

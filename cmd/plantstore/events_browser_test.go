@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 )
@@ -16,13 +15,7 @@ import (
 // then stops the stream. Like the other browser tests, it needs Chromium,
 // and fails without it when PLANTSTORE_TEST_BROWSER is set (CI).
 func TestEventSourceInBrowser(t *testing.T) {
-	browser := findBrowser()
-	if browser == "" {
-		if os.Getenv("PLANTSTORE_TEST_BROWSER") != "" {
-			t.Fatal("PLANTSTORE_TEST_BROWSER is set but no chromium is installed (apt-get install chromium)")
-		}
-		t.Skip("no chromium installed; set PLANTSTORE_TEST_BROWSER=1 to require it (CI does)")
-	}
+	browser := requireBrowser(t)
 	dir := t.TempDir()
 	reader := mustToken(t, dir, "--name", "dashboard", "--scope", "plants:read")
 	writer := mustToken(t, dir, "--name", "writer")

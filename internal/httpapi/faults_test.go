@@ -103,7 +103,9 @@ func holdWriteLock(t *testing.T, e *env) func() {
 		t.Cleanup(release)
 		return release
 	}
-	other, err := sql.Open("sqlite", "file:"+e.dbPath)
+	// A busy timeout: the server's own background writes (the event
+	// pruner at start, token last-use) may hold the lock for a moment.
+	other, err := sql.Open("sqlite", "file:"+e.dbPath+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}

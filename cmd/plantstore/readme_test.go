@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -157,7 +159,7 @@ func runExamples(t *testing.T, passes int, files ...string) {
 
 func runPass(t *testing.T, dir string, env []string, examples []example) {
 	var script strings.Builder
-	script.WriteString("servers=\nstop() { [ -n \"$servers\" ] && kill $servers && wait $servers; }\ntrap stop EXIT\n")
+	script.WriteString("servers=\nstop() { [ -n \"$servers\" ] && { kill $servers; wait $servers; }; }\ntrap stop EXIT\n")
 	for i, ex := range examples {
 		command := strings.NewReplacer("go run ./cmd/plantstore", "plantstore", "./plantstore", "plantstore").Replace(ex.command)
 		if strings.HasPrefix(command, "go build -o plantstore ./cmd/plantstore") {
@@ -170,7 +172,8 @@ func runPass(t *testing.T, dir string, env []string, examples []example) {
 			log := fmt.Sprintf("serve-%d.log", i)
 			fmt.Fprintf(&script, "%s >%s 2>&1 &\nservers=\"$servers $!\"\n", command, log)
 			fmt.Fprintf(&script, "for i in $(seq 600); do grep -q '\"msg\":\"listening\"' %s && break; sleep 0.1; done\ncat %s\n", log, log)
-			fmt.Fprintf(&script, "printf '\\n@@exit %d 0@@\\n'\n", i)
+			// A server that never listened fails its example, with its log.
+			fmt.Fprintf(&script, "grep -q '\"msg\":\"listening\"' %s\nprintf '\\n@@exit %d %%d@@\\n' $?\n", log, i)
 			continue
 		}
 		fmt.Fprintf(&script, "%s\nprintf '\\n@@exit %d %%d@@\\n' $?\n", command, i)
@@ -251,16 +254,38 @@ func missingLines(out string, expected []string) string {
 	return ""
 }
 
+// freePort returns a port that nothing listens on, for a program that
+// takes its port as an argument. It is picked below the kernel's
+// ephemeral range (32768 and up on Linux), where outgoing connections
+// take their local ports: a port from there, free when checked, can be
+// taken by any test's client connection before the program binds it
+// (CI saw a README server fail to listen that way). Ports already handed
+// out are not handed out again.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := strconv.Itoa(20000 + rand.IntN(12000))
+		if portsGiven[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsGiven[port] = true
+		return port
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	t.Fatal("no free port in 20000-31999")
+	return ""
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[string]bool{}
+)
 
 // Every relative link of the README and of docs/ leads to a file that
 // exists, and its #anchor, if any, to a heading of that file, as GitHub

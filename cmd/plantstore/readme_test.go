@@ -169,8 +169,12 @@ func runPass(t *testing.T, dir string, env []string, examples []example) {
 		if regexp.MustCompile(`^(\w+=\S+ )*plantstore serve\b`).MatchString(command) {
 			// A server runs beside the rest, as in a second terminal; the
 			// next command starts once it listens.
+			// The log is emptied here, not by the background job's
+			// redirection, which may run after the wait below has read
+			// the last pass's "listening" from it (CI saw the examples
+			// run on before the second pass's server listened).
 			log := fmt.Sprintf("serve-%d.log", i)
-			fmt.Fprintf(&script, "%s >%s 2>&1 &\nservers=\"$servers $!\"\n", command, log)
+			fmt.Fprintf(&script, ": >%s\n%s >>%s 2>&1 &\nservers=\"$servers $!\"\n", log, command, log)
 			fmt.Fprintf(&script, "for i in $(seq 600); do grep -q '\"msg\":\"listening\"' %s && break; sleep 0.1; done\ncat %s\n", log, log)
 			// A server that never listened fails its example, with its log.
 			fmt.Fprintf(&script, "grep -q '\"msg\":\"listening\"' %s\nprintf '\\n@@exit %d %%d@@\\n' $?\n", log, i)
@@ -258,9 +262,8 @@ func missingLines(out string, expected []string) string {
 // takes its port as an argument. It is picked below the kernel's
 // ephemeral range (32768 and up on Linux), where outgoing connections
 // take their local ports: a port from there, free when checked, can be
-// taken by any test's client connection before the program binds it
-// (CI saw a README server fail to listen that way). Ports already handed
-// out are not handed out again.
+// taken by any parallel test's client connection before the program
+// binds it. Ports already handed out are not handed out again.
 func freePort(t *testing.T) string {
 	t.Helper()
 	portsMu.Lock()

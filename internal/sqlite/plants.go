@@ -28,6 +28,14 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 	if err := ctx.Err(); err != nil { // even a cached plant: the caller's time is up
 		return plantstore.Plant{}, storeError(fmt.Sprintf("get plant %d", id), err)
 	}
+	if db.replica != nil {
+		if p, found, ok := db.replica.get(id); ok {
+			if !found {
+				return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+			}
+			return p, nil
+		}
+	}
 	var gen uint64
 	if db.cache != nil {
 		var p plantstore.Plant
@@ -96,6 +104,14 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 	lower, ok := opts.FirstID()
 	if !ok {
 		return []plantstore.Plant{}, nil
+	}
+	if err := ctx.Err(); err != nil { // even from the replica: the caller's time is up
+		return nil, storeError("list plants", err)
+	}
+	if opts.Tag == nil && db.replica != nil {
+		if plants, ok := db.replica.page(lower, opts.Limit); ok {
+			return plants, nil
+		}
 	}
 	query, args := `SELECT id, name, tag FROM plants WHERE id >= ? ORDER BY id LIMIT ?`, []any{lower, int64(opts.Limit)}
 	if opts.Tag != nil {

@@ -93,7 +93,10 @@ type DB struct {
 	closeMu sync.RWMutex // held for reading while sending on writes
 	closed  bool
 
-	cache    *plantCache // nil unless SoleServer
+	cache   *plantCache // nil unless SoleServer
+	replica *replica    // nil unless SoleServer
+	// loaded is closed when the replica's loader has returned.
+	loaded   chan struct{}
 	soleLock *os.File
 }
 
@@ -146,6 +149,12 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if soleLock != nil {
 		db.soleLock = soleLock
 		db.cache = newPlantCache(cachedPlants)
+		db.replica = newReplica(replicatedPlants)
+		db.loaded = make(chan struct{})
+		go func() {
+			defer close(db.loaded)
+			db.replica.load(db.life, db.readPlantsFrom)
+		}()
 		if err := db.releaseLeases(ctx); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("open %s: %w", path, err)
@@ -265,6 +274,9 @@ func (db *DB) Close() error {
 	}
 	<-db.writerDone
 	db.stopLife()
+	if db.loaded != nil {
+		<-db.loaded
+	}
 	db.tokenByHashStmt.Close()
 	db.closeWriterStmts()
 	errReaders := db.readers.close()

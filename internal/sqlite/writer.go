@@ -209,7 +209,14 @@ func (db *DB) commitBatch(batch []*writeRequest) (results []writeResult, err err
 			// A failed statement may have rolled the transaction back
 			// already; then this fails too, harmlessly.
 			c.exec(`ROLLBACK`)
+			if out.committing && db.replica != nil {
+				db.replica.reset() // the batch may have committed
+			}
 			return err
+		}
+		// Still holding the write connection: in commit order.
+		if db.replica != nil {
+			db.replica.apply(out.changes)
 		}
 		if out.enqueued && db.enqueued != nil {
 			defer db.enqueued()
@@ -242,13 +249,16 @@ func (db *DB) writerConn(dc driver.Conn) *rawConn {
 }
 
 // batchOutcome is what a batch did: each request's result, the ids whose
-// cached plants it changed, whether it wrote webhook deliveries, and how
-// many events it recorded.
+// cached plants it changed, its changes in order (the events it
+// recorded), whether it wrote webhook deliveries, and whether it got as
+// far as COMMIT (after which a failure leaves its outcome unknown).
 type batchOutcome struct {
-	results  []writeResult
-	forget   []int64
-	enqueued bool
-	events   int
+	results    []writeResult
+	forget     []int64
+	changes    []plantstore.Event
+	enqueued   bool
+	events     int
+	committing bool
 }
 
 // runBatch writes batch, and the event of every change it makes, in one
@@ -317,6 +327,7 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 	if out.enqueued, err = enqueueEvents(c, events, now); err != nil {
 		return out, err
 	}
+	out.committing, out.changes = true, events
 	if _, err := c.exec(`COMMIT`); err != nil {
 		return out, err
 	}

@@ -1,0 +1,213 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// The replica's blocks against a sorted model, through inserts in random
+// order (splitting blocks), replacements and deletes (emptying some), with
+// every page and point read compared.
+func TestReplicaBlocksMatchAModel(t *testing.T) {
+	r := newReplica(1 << 20)
+	r.state = replicaComplete
+	model := map[int64]plantstore.Plant{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := []int64{math.MinInt64, math.MaxInt64, 0, -1, 1}
+	for range 5000 {
+		ids = append(ids, rng.Int64N(20000)-10000)
+	}
+	for step, id := range ids {
+		p := plantstore.Plant{ID: id, Name: fmt.Sprint("v", step)}
+		r.apply([]plantstore.Event{{Type: plantstore.EventCreated, Plant: p}})
+		model[id] = p
+		if step%7 == 0 { // delete another
+			gone := ids[rng.IntN(step+1)]
+			r.apply([]plantstore.Event{{Type: plantstore.EventDeleted, Plant: plantstore.Plant{ID: gone}}})
+			delete(model, gone)
+		}
+	}
+	// Delete a run of neighbours, emptying whole blocks.
+	sorted := slices.Sorted(maps.Keys(model))
+	for _, id := range sorted[100:900] {
+		r.apply([]plantstore.Event{{Type: plantstore.EventDeleted, Plant: plantstore.Plant{ID: id}}})
+		delete(model, id)
+	}
+	checkReplica(t, r, model)
+}
+
+func checkReplica(t *testing.T, r *replica, model map[int64]plantstore.Plant) {
+	t.Helper()
+	sorted := slices.Sorted(maps.Keys(model))
+	if r.n != len(model) {
+		t.Fatalf("replica counts %d plants, the model has %d", r.n, len(model))
+	}
+	for b, block := range r.blocks {
+		if len(block) == 0 || len(block) > replicaBlock {
+			t.Fatalf("block %d holds %d plants", b, len(block))
+		}
+	}
+	all, ok := r.page(math.MinInt64, len(model)+1)
+	if !ok {
+		t.Fatal("a complete replica did not answer")
+	}
+	if len(all) != len(sorted) {
+		t.Fatalf("the whole table: %d plants, want %d", len(all), len(sorted))
+	}
+	for i, p := range all {
+		if p != model[sorted[i]] {
+			t.Fatalf("plant %d of the table: %+v, want %+v", i, p, model[sorted[i]])
+		}
+	}
+	for k := 0; k < len(sorted); k += 37 {
+		for _, lower := range []int64{sorted[k], sorted[k] - 1} {
+			page, _ := r.page(lower, 100)
+			first, _ := slices.BinarySearch(sorted, lower)
+			want := sorted[first:min(len(sorted), first+100)]
+			if len(page) != len(want) || (len(page) > 0 && (page[0].ID != want[0] || page[len(page)-1].ID != want[len(want)-1])) {
+				t.Fatalf("page from %d: %d plants, want %d from %d", lower, len(page), len(want), want[0])
+			}
+		}
+		if p, found, _ := r.get(sorted[k]); !found || p != model[sorted[k]] {
+			t.Fatalf("get %d: %+v, %t", sorted[k], p, found)
+		}
+	}
+	if _, found, ok := r.get(12345678); found || !ok {
+		t.Fatalf("get of a missing id: found %t, ok %t", found, ok)
+	}
+}
+
+// A store that grows past the replica's bound turns it off, and reads go
+// on from SQLite, right.
+func TestReplicaTurnsOffPastItsBound(t *testing.T) {
+	r := newReplica(10)
+	r.state = replicaComplete
+	for id := range int64(11) {
+		r.apply([]plantstore.Event{{Type: plantstore.EventCreated, Plant: plantstore.Plant{ID: id, Name: "x"}}})
+	}
+	if _, ok := r.page(0, 100); ok || r.state != replicaOff || r.blocks != nil {
+		t.Fatalf("past its bound the replica still answers (state %d)", r.state)
+	}
+}
+
+// The replica loads while writers change the table, in pages; when it is
+// complete it holds exactly what SQLite holds, and every read through the
+// store, from the replica or from SQLite, is what SQLite holds after the
+// writes it saw acknowledged.
+func TestReplicaLoadsRightUnderConcurrentWrites(t *testing.T) {
+	db, _ := openTest(t, Options{SoleServer: true})
+	ctx := context.Background()
+	const seeded = 3*replicaLoadPage + 17
+	for id := range int64(seeded) {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id * 2, Name: "seed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 3 {
+		table, err := db.readPlantsFrom(math.MinInt64, 10*seeded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.replica.reset() // load again, under the writers below
+		var writers sync.WaitGroup
+		for w := range int64(4) {
+			// Each writer owns the ids of its residue, so it knows what
+			// each of them must read after its own writes.
+			owned := map[int64]string{}
+			for _, p := range table {
+				if p.ID%4 == w {
+					owned[p.ID] = p.Name
+				}
+			}
+			writers.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(round), uint64(w)))
+				for i := range 300 {
+					id := rng.Int64N(seeded/2)*4 + w
+					name := fmt.Sprintf("r%d w%d i%d", round, w, i)
+					_, exists := owned[id]
+					switch rng.IntN(3) {
+					case 0:
+						db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: name})
+						if !exists {
+							owned[id] = name
+						}
+					case 1:
+						db.UpdatePlant(ctx, plantstore.Plant{ID: id, Name: name}, nil)
+						if exists {
+							owned[id] = name
+						}
+					default:
+						db.DeletePlant(ctx, id, nil)
+						delete(owned, id)
+					}
+					got, err := db.GetPlant(ctx, id)
+					want, exists := owned[id]
+					if exists && (err != nil || got.Name != want) || !exists && plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+						t.Errorf("round %d: plant %d after its write reads %+v, %v; want %q (exists %t)", round, id, got, err, want, exists)
+						return
+					}
+				}
+			})
+		}
+		writers.Wait()
+		waitComplete(t, db)
+		if table, err = db.readPlantsFrom(math.MinInt64, 10*seeded); err != nil {
+			t.Fatal(err)
+		}
+		db.replica.mu.RLock()
+		checkReplicaEqual(t, db.replica, table)
+		db.replica.mu.RUnlock()
+		page, err := db.ListPlants(ctx, plantstore.ListOptions{Limit: 1000})
+		if err != nil || len(page) != min(1000, len(table)) || !slices.EqualFunc(page, table[:len(page)], samePlant) {
+			t.Fatalf("round %d: the first page through the store differs from the table (%d plants, %v)", round, len(page), err)
+		}
+	}
+}
+
+func samePlant(a, b plantstore.Plant) bool {
+	return a.ID == b.ID && a.Name == b.Name && (a.Tag == nil) == (b.Tag == nil) && (a.Tag == nil || *a.Tag == *b.Tag)
+}
+
+func waitComplete(t *testing.T, db *DB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		db.replica.mu.RLock()
+		state := db.replica.state
+		db.replica.mu.RUnlock()
+		if state == replicaComplete {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not finish loading (state %d)", state)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkReplicaEqual compares the replica, which the caller holds, with the
+// table read from SQLite.
+func checkReplicaEqual(t *testing.T, r *replica, table []plantstore.Plant) {
+	t.Helper()
+	var held []plantstore.Plant
+	for _, block := range r.blocks {
+		held = append(held, block...)
+	}
+	if r.n != len(table) || len(held) != len(table) {
+		t.Fatalf("the replica holds %d plants (counts %d), the table %d", len(held), r.n, len(table))
+	}
+	for i := range table {
+		if held[i].ID != table[i].ID || held[i].Name != table[i].Name {
+			t.Fatalf("plant %d: the replica has %+v, the table %+v", i, held[i], table[i])
+		}
+	}
+}

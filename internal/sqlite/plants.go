@@ -12,16 +12,16 @@ import (
 // compares contents, in a transaction no other writer can come between
 // (writer.go).
 func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (bool, error) {
-	r := db.submit(ctx, writeRequest{kind: writeCreate, plant: p}, fmt.Sprintf("create plant %d", p.ID))
+	r := db.submit(ctx, writeRequest{kind: writeCreate, plant: p})
 	return r.created, r.err
 }
 
 func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantstore.Precondition) error {
-	return db.submit(ctx, writeRequest{kind: writeUpdate, plant: p, cond: cond}, fmt.Sprintf("update plant %d", p.ID)).err
+	return db.submit(ctx, writeRequest{kind: writeUpdate, plant: p, cond: cond}).err
 }
 
 func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) error {
-	return db.submit(ctx, writeRequest{kind: writeDelete, plant: plantstore.Plant{ID: id}, cond: cond}, fmt.Sprintf("delete plant %d", id)).err
+	return db.submit(ctx, writeRequest{kind: writeDelete, plant: plantstore.Plant{ID: id}, cond: cond}).err
 }
 
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {

@@ -57,6 +57,12 @@ type writeRequest struct {
 	done chan writeResult // buffered: the writer never blocks on it
 }
 
+// op names the write in errors; only a failed write pays for it.
+func (w *writeRequest) op() string {
+	verb := [...]string{writeCreate: "create", writeUpdate: "update", writeDelete: "delete"}[w.kind]
+	return fmt.Sprintf("%s plant %d", verb, w.plant.ID)
+}
+
 type writeResult struct {
 	created bool // a create stored a new plant
 	err     error
@@ -71,14 +77,14 @@ var writeRequests = sync.Pool{New: func() any { return &writeRequest{done: make(
 // When ctx ends first, it answers EUNAVAILABLE at once, and the write may
 // still commit: a retried create is an idempotent replay, a retried update
 // writes the same content again, a retried delete answers 404.
-func (db *DB) submit(ctx context.Context, w writeRequest, op string) writeResult {
+func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 	if !db.groupCommit {
 		var r writeResult
 		db.commit([]*writeRequest{&w}, func(_ int, res writeResult) { r = res })
 		return r
 	}
 	if err := ctx.Err(); err != nil {
-		return writeResult{err: storeError(op, err)}
+		return writeResult{err: storeError(w.op(), err)}
 	}
 	req := writeRequests.Get().(*writeRequest)
 	req.kind, req.plant, req.cond = w.kind, w.plant, w.cond
@@ -91,7 +97,7 @@ func (db *DB) submit(ctx context.Context, w writeRequest, op string) writeResult
 	case db.writes <- req:
 	case <-ctx.Done():
 		db.closeMu.RUnlock()
-		return writeResult{err: storeError(op, ctx.Err())}
+		return writeResult{err: storeError(w.op(), ctx.Err())}
 	}
 	db.closeMu.RUnlock()
 	select {
@@ -101,7 +107,7 @@ func (db *DB) submit(ctx context.Context, w writeRequest, op string) writeResult
 		return r
 	case <-ctx.Done():
 		// The write may still commit; the writer still holds req.
-		return writeResult{err: storeError(op, ctx.Err())}
+		return writeResult{err: storeError(w.op(), ctx.Err())}
 	}
 }
 

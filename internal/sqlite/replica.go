@@ -11,7 +11,7 @@ import (
 )
 
 // replica is the plants table in memory, in id order, while the store is
-// small enough to hold it (replicatedPlants), so reads of plants and pages
+// small enough to hold it (replicaBytes), so reads of plants and pages
 // of them cost no SQLite transaction. A page read from SQLite costs about
 // 1.2 µs a row on this project's machine (modernc's SQLite is C translated
 // to Go); from the replica it is a copy of the page's plants.
@@ -27,8 +27,9 @@ import (
 // mu while it reads a page: the writer applies changes only to plants
 // below next (the loaded ids), and a change to a plant from next on is
 // read by a later page, which begins after that change committed, or
-// waits for mu and then applies it. A store that grows past
-// replicatedPlants turns the replica off; reads go to SQLite (and
+// waits for mu and then applies it. A store too large for replicaBytes
+// (counted before loading, or reached while loading or by a write) turns
+// the replica off until the next start; reads go to SQLite (and
 // plantCache) as before.
 type replica struct {
 	mu    sync.RWMutex
@@ -38,8 +39,9 @@ type replica struct {
 	// empty, each block's ids below the next block's. Small blocks keep
 	// an insert or a delete a short copy.
 	blocks [][]plantstore.Plant
-	n      int
-	max    int
+	n      int // plants held
+	bytes  int // their size in memory, about (plantBytes)
+	max    int // bytes, at most
 
 	reload chan struct{} // a reset asks the loader to start again
 }
@@ -53,12 +55,27 @@ const (
 )
 
 const (
-	// replicatedPlants bounds the replica: about 10 MB of plants with
-	// short names. A larger store reads from SQLite.
-	replicatedPlants = 100_000
-	replicaBlock     = 256  // plants in a block, at most
-	replicaLoadPage  = 1000 // plants read per step of loading
+	// replicaBytes bounds the replica's memory: about 390,000 plants with
+	// short names (85 bytes each, measured), 80,000 with the longest
+	// names and tags. A larger store reads from SQLite.
+	replicaBytes    = 32 << 20
+	replicaBlock    = 256  // plants in a block, at most
+	replicaLoadPage = 1000 // plants read per step of loading
 )
+
+// plantBytes is about what p costs the replica: its place in a block,
+// its strings, and the tag's own header.
+func plantBytes(p plantstore.Plant) int {
+	n := 48 + len(p.Name)
+	if p.Tag != nil {
+		n += 16 + len(*p.Tag)
+	}
+	return n
+}
+
+// minPlantBytes is the least a plant costs; a store whose count times it
+// is past the bound is not loaded at all.
+const minPlantBytes = 48
 
 func newReplica(max int) *replica {
 	return &replica{max: max, next: math.MinInt64, reload: make(chan struct{}, 1)}
@@ -141,12 +158,17 @@ func (r *replica) apply(changes []plantstore.Event) {
 // put inserts p, or replaces the plant with its id.
 func (r *replica) put(p plantstore.Plant) {
 	b, i, found := r.find(p.ID)
+	size := plantBytes(p)
 	if found {
-		r.blocks[b][i] = p
+		size -= plantBytes(r.blocks[b][i])
+	}
+	if r.bytes+size > r.max {
+		r.turnOff()
 		return
 	}
-	if r.n >= r.max {
-		r.turnOff()
+	r.bytes += size
+	if found {
+		r.blocks[b][i] = p
 		return
 	}
 	r.n++
@@ -174,6 +196,7 @@ func (r *replica) remove(id int64) {
 		return
 	}
 	r.n--
+	r.bytes -= plantBytes(r.blocks[b][i])
 	r.blocks[b] = slices.Delete(r.blocks[b], i, i+1)
 	if len(r.blocks[b]) == 0 {
 		r.blocks = slices.Delete(r.blocks, b, b+1)
@@ -181,7 +204,7 @@ func (r *replica) remove(id int64) {
 }
 
 func (r *replica) turnOff() {
-	r.state, r.blocks, r.n = replicaOff, nil, 0
+	r.state, r.blocks, r.n, r.bytes = replicaOff, nil, 0, 0
 }
 
 // reset forgets everything and has the loader start again: after a
@@ -189,18 +212,31 @@ func (r *replica) turnOff() {
 func (r *replica) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.state, r.blocks, r.n, r.next = replicaLoading, nil, 0, math.MinInt64
+	r.state, r.blocks, r.n, r.bytes, r.next = replicaLoading, nil, 0, 0, math.MinInt64
 	select {
 	case r.reload <- struct{}{}:
 	default:
 	}
 }
 
+// replicaSource is the store as the replica's loader reads it.
+type replicaSource interface {
+	countPlants() (int64, error)
+	readPlantsFrom(from int64, limit int) ([]plantstore.Plant, error)
+}
+
 // load fills the replica from the store, a page at a time, until it is
-// complete or off, then waits for a reset; it returns when ctx ends.
-func (r *replica) load(ctx context.Context, readPage func(from int64, limit int) ([]plantstore.Plant, error)) {
+// complete or off, then waits for a reset; it returns when ctx ends. A
+// store too large to hold is not loaded: a million plants would cost a
+// passing 32 MB, and the time to read them, for nothing.
+func (r *replica) load(ctx context.Context, src replicaSource) {
 	for {
-		for ctx.Err() == nil && r.loadPage(readPage) {
+		if n, err := src.countPlants(); err == nil && n > int64(r.max/minPlantBytes) {
+			r.mu.Lock()
+			r.turnOff()
+			r.mu.Unlock()
+		}
+		for ctx.Err() == nil && r.loadPage(src.readPlantsFrom) {
 		}
 		select {
 		case <-ctx.Done():
@@ -234,6 +270,17 @@ func (r *replica) loadPage(readPage func(from int64, limit int) ([]plantstore.Pl
 	}
 	r.next = plants[len(plants)-1].ID + 1
 	return true
+}
+
+// countPlants counts the plants, for the replica's loader.
+func (db *DB) countPlants() (n int64, err error) {
+	err = db.readers.with(db.life, func(c *rawConn) error {
+		return c.query(`SELECT count(*) FROM plants`, nil, func(v []driver.Value) bool {
+			n = v[0].(int64)
+			return false
+		})
+	})
+	return n, err
 }
 
 // readPlantsFrom reads up to limit plants with ids from from on, in id

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,13 @@ func checkReplica(t *testing.T, r *replica, model map[int64]plantstore.Plant) {
 	if r.n != len(model) {
 		t.Fatalf("replica counts %d plants, the model has %d", r.n, len(model))
 	}
+	bytes := 0
+	for _, p := range model {
+		bytes += plantBytes(p)
+	}
+	if r.bytes != bytes {
+		t.Fatalf("replica counts %d bytes, its plants take %d", r.bytes, bytes)
+	}
 	for b, block := range r.blocks {
 		if len(block) == 0 || len(block) > replicaBlock {
 			t.Fatalf("block %d holds %d plants", b, len(block))
@@ -89,7 +97,7 @@ func checkReplica(t *testing.T, r *replica, model map[int64]plantstore.Plant) {
 // A store that grows past the replica's bound turns it off, and reads go
 // on from SQLite, right.
 func TestReplicaTurnsOffPastItsBound(t *testing.T) {
-	r := newReplica(10)
+	r := newReplica(10 * plantBytes(plantstore.Plant{Name: "x"}))
 	r.state = replicaComplete
 	for id := range int64(11) {
 		r.apply([]plantstore.Event{{Type: plantstore.EventCreated, Plant: plantstore.Plant{ID: id, Name: "x"}}})
@@ -97,6 +105,45 @@ func TestReplicaTurnsOffPastItsBound(t *testing.T) {
 	if _, ok := r.page(0, 100); ok || r.state != replicaOff || r.blocks != nil {
 		t.Fatalf("past its bound the replica still answers (state %d)", r.state)
 	}
+}
+
+// A store counted too large for the bound is not loaded at all: no page
+// is read, and the replica is off.
+func TestReplicaDoesNotLoadAStoreTooLarge(t *testing.T) {
+	r := newReplica(1000 * minPlantBytes)
+	src := &countingSource{count: 1001}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.load(ctx, src) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.RLock()
+		state := r.state
+		r.mu.RUnlock()
+		if state == replicaOff {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica of a store too large is in state %d", state)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if src.pages.Load() != 0 {
+		t.Errorf("%d pages read of a store too large to hold", src.pages.Load())
+	}
+}
+
+type countingSource struct {
+	count int64
+	pages atomic.Int64
+}
+
+func (s *countingSource) countPlants() (int64, error) { return s.count, nil }
+
+func (s *countingSource) readPlantsFrom(int64, int) ([]plantstore.Plant, error) {
+	s.pages.Add(1)
+	return nil, nil
 }
 
 // The replica loads while writers change the table, in pages; when it is

@@ -149,11 +149,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if soleLock != nil {
 		db.soleLock = soleLock
 		db.cache = newPlantCache(cachedPlants)
-		db.replica = newReplica(replicatedPlants)
+		db.replica = newReplica(replicaBytes)
 		db.loaded = make(chan struct{})
 		go func() {
 			defer close(db.loaded)
-			db.replica.load(db.life, db.readPlantsFrom)
+			db.replica.load(db.life, db)
 		}()
 		if err := db.releaseLeases(ctx); err != nil {
 			db.Close()

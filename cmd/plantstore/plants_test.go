@@ -11,45 +11,62 @@ func TestPlantsCLI(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := serve(t, dir)
-	token := mustToken(t, dir, "--name", "cli")
-	env := []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}
-	plants := func(args ...string) result {
-		t.Helper()
-		return cli(t, dir, env, append([]string{"plants"}, args...)...)
+	c := &plantsCLI{dir: dir, url: s.url, token: mustToken(t, dir, "--name", "cli")}
+	// In order: each phase works on what the one before left.
+	t.Run("add", c.add)
+	t.Run("list", c.list)
+	t.Run("get and update", c.getAndUpdate)
+	t.Run("negative ids", c.negativeIDs)
+	t.Run("errors", c.errors)
+}
+
+// plantsCLI runs "plantstore plants" against one server with one token.
+type plantsCLI struct{ dir, url, token string }
+
+func (c *plantsCLI) plants(t *testing.T, args ...string) result {
+	t.Helper()
+	env := []string{"PLANTSTORE_SERVER=" + c.url, "PLANTSTORE_TOKEN=" + c.token}
+	return cli(t, c.dir, env, append([]string{"plants"}, args...)...)
+}
+
+// tableRows checks that r succeeded and printed the table of rows.
+func tableRows(t *testing.T, r result, rows ...string) {
+	t.Helper()
+	if r.exit != 0 {
+		t.Fatalf("exit %d: %s", r.exit, r.stderr)
 	}
-	table := func(r result, rows ...string) {
-		t.Helper()
-		if r.exit != 0 {
-			t.Fatalf("exit %d: %s", r.exit, r.stderr)
-		}
-		lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
-		if want := append([]string{`ID\s+NAME\s+TAG`}, rows...); len(lines) != len(want) {
-			t.Fatalf("table %q, want rows %q", r.stdout, rows)
-		} else {
-			for i, w := range want {
-				if !regexp.MustCompile(`^` + w + `\s*$`).MatchString(lines[i]) {
-					t.Errorf("row %d %q, want %q", i, lines[i], w)
-				}
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if want := append([]string{`ID\s+NAME\s+TAG`}, rows...); len(lines) != len(want) {
+		t.Fatalf("table %q, want rows %q", r.stdout, rows)
+	} else {
+		for i, w := range want {
+			if !regexp.MustCompile(`^` + w + `\s*$`).MatchString(lines[i]) {
+				t.Errorf("row %d %q, want %q", i, lines[i], w)
 			}
 		}
 	}
-	// get and update show the plant's ETag too.
-	tagged := func(r result, row string) string {
-		t.Helper()
-		if r.exit != 0 {
-			t.Fatalf("exit %d: %s", r.exit, r.stderr)
-		}
-		lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
-		m := regexp.MustCompile(`^` + row + `\s+("[A-Za-z0-9_-]{22}")\s*$`).FindStringSubmatch(lines[len(lines)-1])
-		if len(lines) != 2 || !regexp.MustCompile(`^ID\s+NAME\s+TAG\s+ETAG\s*$`).MatchString(lines[0]) || m == nil {
-			t.Fatalf("table %q, want a row %q with its ETag", r.stdout, row)
-		}
-		return m[1]
+}
+
+// taggedRow checks the table of get and update, which show the plant's
+// ETag too, and returns the ETag.
+func taggedRow(t *testing.T, r result, row string) string {
+	t.Helper()
+	if r.exit != 0 {
+		t.Fatalf("exit %d: %s", r.exit, r.stderr)
 	}
-	table(plants("add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`)
-	table(plants("add", "--id", "3", "--name", "Aloe vera"), `3\s+Aloe vera\s+-`)
-	table(plants("add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`) // replay
-	r := plants("add", "--id", "9", "--name", "Cactus", "--json")
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	m := regexp.MustCompile(`^` + row + `\s+("[A-Za-z0-9_-]{22}")\s*$`).FindStringSubmatch(lines[len(lines)-1])
+	if len(lines) != 2 || !regexp.MustCompile(`^ID\s+NAME\s+TAG\s+ETAG\s*$`).MatchString(lines[0]) || m == nil {
+		t.Fatalf("table %q, want a row %q with its ETag", r.stdout, row)
+	}
+	return m[1]
+}
+
+func (c *plantsCLI) add(t *testing.T) {
+	tableRows(t, c.plants(t, "add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`)
+	tableRows(t, c.plants(t, "add", "--id", "3", "--name", "Aloe vera"), `3\s+Aloe vera\s+-`)
+	tableRows(t, c.plants(t, "add", "--id", "7", "--name", "Fern", "--tag", "indoor"), `7\s+Fern\s+indoor`) // replay
+	r := c.plants(t, "add", "--id", "9", "--name", "Cactus", "--json")
 	var added map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &added); err != nil || added["id"] != 9.0 || added["name"] != "Cactus" {
 		t.Errorf("add --json: %q %v", r.stdout, err)
@@ -57,68 +74,77 @@ func TestPlantsCLI(t *testing.T) {
 	if _, ok := added["tag"]; ok {
 		t.Errorf("a plant without a tag printed one: %q", r.stdout)
 	}
+}
 
-	r = plants("list", "--limit", "2")
-	table(r, `3\s+Aloe vera\s+-`, `7\s+Fern\s+indoor`)
+func (c *plantsCLI) list(t *testing.T) {
+	r := c.plants(t, "list", "--limit", "2")
+	tableRows(t, r, `3\s+Aloe vera\s+-`, `7\s+Fern\s+indoor`)
 	if !strings.Contains(r.stderr, "--after 7") {
 		t.Errorf("no hint about the next page: %q", r.stderr)
 	}
-	table(plants("list", "--limit", "2", "--after", "7"), `9\s+Cactus\s+-`)
-	table(plants("list", "--all", "--limit", "1"), `3\s+Aloe vera\s+-`, `7\s+Fern\s+indoor`, `9\s+Cactus\s+-`)
-	table(plants("list", "--tag", "indoor"), `7\s+Fern\s+indoor`)
-	r = plants("list", "--json", "--tag", "none")
+	tableRows(t, c.plants(t, "list", "--limit", "2", "--after", "7"), `9\s+Cactus\s+-`)
+	tableRows(t, c.plants(t, "list", "--all", "--limit", "1"), `3\s+Aloe vera\s+-`, `7\s+Fern\s+indoor`, `9\s+Cactus\s+-`)
+	tableRows(t, c.plants(t, "list", "--tag", "indoor"), `7\s+Fern\s+indoor`)
+	r = c.plants(t, "list", "--json", "--tag", "none")
 	if r.exit != 0 || strings.TrimSpace(r.stdout) != "[]" {
 		t.Errorf("an empty list as JSON: %q", r.stdout)
 	}
-	r = plants("list", "--all", "--json")
+	r = c.plants(t, "list", "--all", "--json")
 	var listed []map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 3 {
 		t.Errorf("list --all --json: %q %v", r.stdout, err)
 	}
+}
 
-	etag := tagged(plants("get", "7"), `7\s+Fern\s+indoor`)
-	newTag := tagged(plants("update", "7", "--name", "Boston fern", "--tag", "hanging", "--if-match", etag), `7\s+Boston fern\s+hanging`)
-	if r := plants("update", "7", "--name", "lost update", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
+func (c *plantsCLI) getAndUpdate(t *testing.T) {
+	etag := taggedRow(t, c.plants(t, "get", "7"), `7\s+Fern\s+indoor`)
+	newTag := taggedRow(t, c.plants(t, "update", "7", "--name", "Boston fern", "--tag", "hanging", "--if-match", etag), `7\s+Boston fern\s+hanging`)
+	if r := c.plants(t, "update", "7", "--name", "lost update", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
 		t.Errorf("update with a stale --if-match: %+v", r)
 	}
-	if r := plants("delete", "7", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
+	if r := c.plants(t, "delete", "7", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
 		t.Errorf("delete with a stale --if-match: %+v", r)
 	}
-	r = plants("get", "7", "--json")
+	r := c.plants(t, "get", "7", "--json")
 	var got map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got["etag"] != newTag || got["name"] != "Boston fern" {
 		t.Errorf("get --json: %q %v, want the etag %s", r.stdout, err, newTag)
 	}
 	// Only what is given changes.
-	tagged(plants("update", "7", "--name", "Fern"), `7\s+Fern\s+hanging`)
-	tagged(plants("update", "7", "--tag", "shade"), `7\s+Fern\s+shade`)
-	tagged(plants("update", "7", "--no-tag"), `7\s+Fern\s+-`)
-	tagged(plants("update", "7", "--tag", ""), `7\s+Fern\s+""`)
-	tagged(plants("update", "7", "--name", "Boston fern", "--no-tag"), `7\s+Boston fern\s+-`)
-	etag = tagged(plants("get", "7"), `7\s+Boston fern\s+-`)
-	tagged(plants("update", "7", "--tag", "hanging", "--if-match", etag), `7\s+Boston fern\s+hanging`)
-	if r := plants("update", "7", "--tag", "lost", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
+	taggedRow(t, c.plants(t, "update", "7", "--name", "Fern"), `7\s+Fern\s+hanging`)
+	taggedRow(t, c.plants(t, "update", "7", "--tag", "shade"), `7\s+Fern\s+shade`)
+	taggedRow(t, c.plants(t, "update", "7", "--no-tag"), `7\s+Fern\s+-`)
+	taggedRow(t, c.plants(t, "update", "7", "--tag", ""), `7\s+Fern\s+""`)
+	taggedRow(t, c.plants(t, "update", "7", "--name", "Boston fern", "--no-tag"), `7\s+Boston fern\s+-`)
+	etag = taggedRow(t, c.plants(t, "get", "7"), `7\s+Boston fern\s+-`)
+	taggedRow(t, c.plants(t, "update", "7", "--tag", "hanging", "--if-match", etag), `7\s+Boston fern\s+hanging`)
+	if r := c.plants(t, "update", "7", "--tag", "lost", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
 		t.Errorf("update --tag with a stale --if-match: %+v", r)
 	}
-	if r := plants("delete", "7"); r.exit != 0 || r.stdout != "" {
+	if r := c.plants(t, "delete", "7"); r.exit != 0 || r.stdout != "" {
 		t.Errorf("delete: %+v", r)
 	}
+}
+
+func (c *plantsCLI) negativeIDs(t *testing.T) {
 	// Negative ids are ids, not flags.
-	table(plants("add", "--id", "-5", "--name", "Negative"), `-5\s+Negative\s+-`)
-	tagged(plants("get", "-5", "--json=false"), `-5\s+Negative\s+-`)
-	tagged(plants("update", "--name", "Still negative", "-5"), `-5\s+Still negative\s+-`)
-	table(plants("list", "--after", "-6", "--limit", "1"), `-5\s+Still negative\s+-`)
-	if r := plants("delete", "-5"); r.exit != 0 {
+	tableRows(t, c.plants(t, "add", "--id", "-5", "--name", "Negative"), `-5\s+Negative\s+-`)
+	taggedRow(t, c.plants(t, "get", "-5", "--json=false"), `-5\s+Negative\s+-`)
+	taggedRow(t, c.plants(t, "update", "--name", "Still negative", "-5"), `-5\s+Still negative\s+-`)
+	tableRows(t, c.plants(t, "list", "--after", "-6", "--limit", "1"), `-5\s+Still negative\s+-`)
+	if r := c.plants(t, "delete", "-5"); r.exit != 0 {
 		t.Errorf("delete -5: %+v", r)
 	}
 	// The token is never shown, not even as a flag's default.
-	if r := plants("get", "--help"); strings.Contains(r.stdout+r.stderr, token) {
+	if r := c.plants(t, "get", "--help"); strings.Contains(r.stdout+r.stderr, c.token) {
 		t.Error("--help shows the token from PLANTSTORE_TOKEN")
 	}
-	if r := plants("get", "--bogus"); strings.Contains(r.stdout+r.stderr, token) {
+	if r := c.plants(t, "get", "--bogus"); strings.Contains(r.stdout+r.stderr, c.token) {
 		t.Error("a usage error shows the token from PLANTSTORE_TOKEN")
 	}
+}
 
+func (c *plantsCLI) errors(t *testing.T) {
 	// Errors: the server's message on stderr, a non-zero exit, nothing on stdout.
 	for _, tc := range []struct {
 		args []string
@@ -143,17 +169,17 @@ func TestPlantsCLI(t *testing.T) {
 		{[]string{"add", "--id", "1"}, 2, "needs --name"},
 		{[]string{"frobnicate"}, 2, "unknown plants subcommand"},
 	} {
-		r := plants(tc.args...)
+		r := c.plants(t, tc.args...)
 		if r.exit != tc.exit || !strings.Contains(r.stderr, tc.msg) || r.stdout != "" {
 			t.Errorf("plants %q: exit %d, stderr %q, stdout %q; want exit %d and %q", tc.args, r.exit, r.stderr, r.stdout, tc.exit, tc.msg)
 		}
 	}
-	if r := cli(t, dir, []string{"PLANTSTORE_SERVER=" + s.url}, "plants", "list"); r.exit != 2 || !strings.Contains(r.stderr, "no token") {
+	if r := cli(t, c.dir, []string{"PLANTSTORE_SERVER=" + c.url}, "plants", "list"); r.exit != 2 || !strings.Contains(r.stderr, "no token") {
 		t.Errorf("no token: %+v", r)
 	}
 	// --token and --server on the command line win over the environment.
-	r = cli(t, dir, []string{"PLANTSTORE_SERVER=http://127.0.0.1:1", "PLANTSTORE_TOKEN=x"}, "plants", "get", "3", "--server", s.url, "--token", token)
-	tagged(r, `3\s+Aloe vera\s+-`)
+	r := cli(t, c.dir, []string{"PLANTSTORE_SERVER=http://127.0.0.1:1", "PLANTSTORE_TOKEN=x"}, "plants", "get", "3", "--server", c.url, "--token", c.token)
+	taggedRow(t, r, `3\s+Aloe vera\s+-`)
 }
 
 // Every command explains itself and its flags, and asking is not an error.

@@ -318,97 +318,7 @@ func TestSlowAndOversizedClients(t *testing.T) {
 		"--max-body-bytes", "1024", "--max-header-bytes", "2048")
 	client := apitest.Client(t)
 
-	t.Run("slowloris", func(t *testing.T) {
-		// Others are served while slow clients hold connections.
-		stop := make(chan struct{})
-		var others sync.WaitGroup
-		served := 0
-		others.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
-				begin := time.Now()
-				req, _ := http.NewRequest("GET", s.url+"/plants?limit=1", nil)
-				if i%2 == 0 {
-					req, _ = http.NewRequest("POST", s.url+"/plants", strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"meanwhile"}`, 1000+i)))
-					req.Header.Set("Content-Type", "application/json")
-				}
-				req.Header.Set("Authorization", "Bearer "+token)
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Errorf("a request beside the slow clients: %v", err)
-					return
-				}
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					t.Errorf("%s %s beside the slow clients: %d", req.Method, req.URL, resp.StatusCode)
-				}
-				if took := time.Since(begin); took > time.Second {
-					t.Errorf("%s %s beside the slow clients took %v", req.Method, req.URL, took)
-				}
-				served++
-			}
-		})
-		var slow sync.WaitGroup
-		for range 20 {
-			slow.Go(func() {
-				// Not limDial: a goroutine must not end the test with Fatal.
-				conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				defer conn.Close()
-				begin := time.Now()
-				closed := make(chan []byte)
-				go func() {
-					got, _ := io.ReadAll(conn)
-					closed <- got
-				}()
-				request := "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 100)
-				for i := 0; ; i++ {
-					select {
-					case got := <-closed:
-						took := time.Since(begin)
-						if took > 1500*time.Millisecond {
-							t.Errorf("a slowloris client was cut off after %v, with --read-header-timeout 1s", took)
-						}
-						// Go answers 400 when the request line is
-						// incomplete, nothing when the headers are.
-						if len(got) > 0 {
-							resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(got))), nil)
-							if err != nil {
-								t.Errorf("a slowloris client got %q", got)
-								return
-							}
-							body, _ := io.ReadAll(resp.Body)
-							var e struct{ Error int }
-							if json.Unmarshal(body, &e) != nil || e.Error != resp.StatusCode || resp.Header.Get("Content-Type") != "application/json" {
-								t.Errorf("a slowloris client got %q, not the Error body", got)
-							}
-						}
-						return
-					case <-time.After(100 * time.Millisecond):
-						if i >= 50 {
-							t.Error("a slowloris client held its connection for 5 s")
-							return
-						}
-						conn.Write([]byte{request[i%len(request)]})
-					}
-				}
-			})
-		}
-		slow.Wait()
-		close(stop)
-		others.Wait()
-		t.Logf("%d requests served beside the slow clients", served)
-		if served < 4 {
-			t.Errorf("only %d requests served beside the slow clients in a second", served)
-		}
-	})
+	t.Run("slowloris", func(t *testing.T) { slowlorisBesideOthers(t, client, s.url, token) })
 
 	t.Run("slow body", func(t *testing.T) {
 		conn := limDial(t, s.url)
@@ -447,4 +357,105 @@ func TestSlowAndOversizedClients(t *testing.T) {
 		resp.Body.Close()
 		limWantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
 	})
+}
+
+// slowlorisBesideOthers holds 20 connections with headers sent a byte at a
+// time: each is cut off by --read-header-timeout, and requests of others
+// are served meanwhile.
+func slowlorisBesideOthers(t *testing.T, client *http.Client, url, token string) {
+	stop := make(chan struct{})
+	var others sync.WaitGroup
+	served := 0
+	others.Go(func() { served = requestsUntil(t, client, url, token, stop) })
+	var slow sync.WaitGroup
+	for range 20 {
+		slow.Go(func() { slowlorisClient(t, url) })
+	}
+	slow.Wait()
+	close(stop)
+	others.Wait()
+	t.Logf("%d requests served beside the slow clients", served)
+	if served < 4 {
+		t.Errorf("only %d requests served beside the slow clients in a second", served)
+	}
+}
+
+// requestsUntil sends creates and lists every 10 ms until stop, each of
+// which must be answered 200 within a second, and returns how many were.
+func requestsUntil(t *testing.T, client *http.Client, url, token string, stop <-chan struct{}) (served int) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return served
+		case <-time.After(10 * time.Millisecond):
+		}
+		begin := time.Now()
+		req, _ := http.NewRequest("GET", url+"/plants?limit=1", nil)
+		if i%2 == 0 {
+			req, _ = http.NewRequest("POST", url+"/plants", strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"meanwhile"}`, 1000+i)))
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("a request beside the slow clients: %v", err)
+			return served
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s %s beside the slow clients: %d", req.Method, req.URL, resp.StatusCode)
+		}
+		if took := time.Since(begin); took > time.Second {
+			t.Errorf("%s %s beside the slow clients took %v", req.Method, req.URL, took)
+		}
+		served++
+	}
+}
+
+// slowlorisClient sends a request's headers a byte every 100 ms and
+// checks that it is cut off within 1.5 s, with nothing or the Error body.
+func slowlorisClient(t *testing.T, url string) {
+	// Not limDial: a goroutine must not end the test with Fatal.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close()
+	begin := time.Now()
+	closed := make(chan []byte)
+	go func() {
+		got, _ := io.ReadAll(conn)
+		closed <- got
+	}()
+	request := "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 100)
+	for i := 0; ; i++ {
+		select {
+		case got := <-closed:
+			if took := time.Since(begin); took > 1500*time.Millisecond {
+				t.Errorf("a slowloris client was cut off after %v, with --read-header-timeout 1s", took)
+			}
+			// Go answers 400 when the request line is incomplete,
+			// nothing when the headers are.
+			if len(got) > 0 {
+				resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(got))), nil)
+				if err != nil {
+					t.Errorf("a slowloris client got %q", got)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				var e struct{ Error int }
+				if json.Unmarshal(body, &e) != nil || e.Error != resp.StatusCode || resp.Header.Get("Content-Type") != "application/json" {
+					t.Errorf("a slowloris client got %q, not the Error body", got)
+				}
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+			if i >= 50 {
+				t.Error("a slowloris client held its connection for 5 s")
+				return
+			}
+			conn.Write([]byte{request[i%len(request)]})
+		}
+	}
 }

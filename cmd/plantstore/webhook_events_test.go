@@ -33,24 +33,49 @@ func TestWebhookEventsParkAndRetry(t *testing.T) {
 }
 
 func testWebhookEventsParkAndRetry(t *testing.T, dir, db string) {
+	w := &parkAndRetry{dir: dir, db: db}
 	token := mustToken(t, dir, "--name", "app", "--db", db)
-	plain := newReceiver(t)
-	plainID := subscribe(t, dir, db, plain)
-	all := newReceiver(t)
-	all.refuse = func(e event) bool { return e.typ == "plant.created" && e.plantID == 1 }
+	w.subscribe(t)
+	w.change(t, token)
+	w.checkDeliveries(t)
+	w.checkList(t)
+	w.retry(t)
+}
+
+// parkAndRetry is the state of testWebhookEventsParkAndRetry's phases: a
+// subscriber without --events (plain), one with every event (all) whose
+// receiver refuses plant 1's create, the server, and what got parked.
+type parkAndRetry struct {
+	dir, db        string
+	plain, all     *receiver
+	plainID, allID string
+	s              *server
+	parked         []subscriberParkedJSON
+}
+
+// subscribe adds the two subscribers, after refused forms of --events.
+func (w *parkAndRetry) subscribe(t *testing.T) {
+	w.plain = newReceiver(t)
+	w.plainID = subscribe(t, w.dir, w.db, w.plain)
+	w.all = newReceiver(t)
+	w.all.refuse = func(e event) bool { return e.typ == "plant.created" && e.plantID == 1 }
 	for _, bad := range []string{"plant.moved", "", "plant.created,nope"} {
-		if res := cli(t, dir, nil, "webhook", "add", all.url(), "--events", bad, "--db", db); res.exit != 2 || res.stdout != "" {
+		if res := cli(t, w.dir, nil, "webhook", "add", w.all.url(), "--events", bad, "--db", w.db); res.exit != 2 || res.stdout != "" {
 			t.Errorf("webhook add --events %q: exit %d, stdout %q; want 2 and nothing", bad, res.exit, res.stdout)
 		}
 	}
-	res := cli(t, dir, nil, "webhook", "add", all.url(), "--events", "plant.deleted, plant.created,plant.updated", "--db", db)
+	res := cli(t, w.dir, nil, "webhook", "add", w.all.url(), "--events", "plant.deleted, plant.created,plant.updated", "--db", w.db)
 	if res.exit != 0 || !strings.Contains(res.stderr, "(plant.created,plant.updated,plant.deleted)") {
 		t.Fatalf("webhook add --events: exit %d, %s", res.exit, res.stderr)
 	}
-	all.setSecret(res.stdout)
-	allID := regexp.MustCompile(`subscriber (\d+) `).FindStringSubmatch(res.stderr)[1]
+	w.all.setSecret(res.stdout)
+	w.allID = regexp.MustCompile(`subscriber (\d+) `).FindStringSubmatch(res.stderr)[1]
+}
 
-	s := serve(t, dir, append([]string{"--db", db, "--webhook-park-after", "300ms", "--webhook-concurrency", "4"}, testWebhookFlags...)...)
+// change starts the server and makes the changes, some of which record
+// no event.
+func (w *parkAndRetry) change(t *testing.T, token string) {
+	w.s = serve(t, w.dir, append([]string{"--db", w.db, "--webhook-park-after", "300ms", "--webhook-concurrency", "4"}, testWebhookFlags...)...)
 	client := apitest.Client(t)
 	for _, step := range []struct{ method, path, body string }{
 		{"POST", "/plants", `{"id":1,"name":"fern","tag":"green"}`},
@@ -60,24 +85,28 @@ func testWebhookEventsParkAndRetry(t *testing.T, dir, db string) {
 		{"DELETE", "/plants/2", ""},
 		{"DELETE", "/plants/2", ""}, // 404: no event
 	} {
-		a := do(client, step.method, s.url+step.path, token, step.body)
+		a := do(client, step.method, w.s.url+step.path, token, step.body)
 		if a.err != nil || a.status >= 500 {
 			t.Fatalf("%s %s: %v", step.method, step.path, a)
 		}
 	}
+}
+
+// checkDeliveries checks what each receiver got, and waits for the
+// delivery its receiver refuses to be parked.
+func (w *parkAndRetry) checkDeliveries(t *testing.T) {
 	// The plain subscriber: the two creates, NewPlant bodies, nothing else.
-	plain.awaitDelivered(2, 10*time.Second, s.logs.String)
+	w.plain.awaitDelivered(2, 10*time.Second, w.s.logs.String)
 	// The other: everything but plant 1's create, which is parked.
-	all.awaitDelivered(3, 10*time.Second, s.logs.String)
-	var parked []subscriberParkedJSON
+	w.all.awaitDelivered(3, 10*time.Second, w.s.logs.String)
 	deadline := time.Now().Add(10 * time.Second)
-	for len(parked) == 0 && time.Now().Before(deadline) {
+	for len(w.parked) == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		parked = parkedOf(t, dir, db, allID)
+		w.parked = parkedOf(t, w.dir, w.db, w.allID)
 	}
 	time.Sleep(300 * time.Millisecond) // time for any wrong delivery to arrive
 	var plainGot []string
-	for _, e := range plain.events() {
+	for _, e := range w.plain.events() {
 		plainGot = append(plainGot, e.typ+" "+e.body)
 	}
 	if want := []string{`plant.created {"id":1,"name":"fern","tag":"green"}`, `plant.created {"id":2,"name":"moss"}`}; !slices.Equal(slices.Sorted(slices.Values(plainGot)), want) {
@@ -85,7 +114,7 @@ func testWebhookEventsParkAndRetry(t *testing.T, dir, db string) {
 	}
 	byPlant := map[int64][]string{}
 	var seqs = map[int64][]string{}
-	for _, e := range all.events() {
+	for _, e := range w.all.events() {
 		byPlant[e.plantID] = append(byPlant[e.plantID], fmt.Sprintf("%s %d", e.typ, e.status))
 		seqs[e.plantID] = append(seqs[e.plantID], e.seq)
 		if e.typ != "plant.created" {
@@ -114,57 +143,65 @@ func testWebhookEventsParkAndRetry(t *testing.T, dir, db string) {
 	if len(seqs[2]) == 2 && seqs[2][0] >= seqs[2][1] {
 		t.Errorf("plant 2's event ids %v do not increase", seqs[2])
 	}
+}
 
+// checkList checks that webhook list shows the parked delivery, in the
+// table and in JSON.
+func (w *parkAndRetry) checkList(t *testing.T) {
 	// webhook list: the parked delivery, in the table and in JSON.
 	// Plants go in parallel: plant 1's create is the first of its own
 	// requests, not necessarily the first to arrive.
 	firstOfOne := ""
-	for _, e := range all.events() {
+	for _, e := range w.all.events() {
 		if e.plantID == 1 {
 			firstOfOne = e.id
 			break
 		}
 	}
-	if len(parked) != 1 || parked[0].EventType != "plant.created" || parked[0].PlantID != 1 || parked[0].LastStatus != 503 ||
-		parked[0].WebhookID != firstOfOne || parked[0].EventID == 0 {
-		t.Fatalf("parked deliveries of subscriber %s: %+v", allID, parked)
+	if len(w.parked) != 1 || w.parked[0].EventType != "plant.created" || w.parked[0].PlantID != 1 || w.parked[0].LastStatus != 503 ||
+		w.parked[0].WebhookID != firstOfOne || w.parked[0].EventID == 0 {
+		t.Fatalf("parked deliveries of subscriber %s: %+v", w.allID, w.parked)
 	}
-	table := cli(t, dir, nil, "webhook", "list", "--db", db)
-	if !regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+%d\s+plant.created\s+1\s+\d+\s+\d{4}-\d\d-\d\dT\S+\s+503`, parked[0].ID, allID, parked[0].EventID)).MatchString(table.stdout) ||
-		!regexp.MustCompile(fmt.Sprintf(`(?m)^%s\s.*plant.created,plant.updated,plant.deleted\s+\w+\s+0\s+3\s+1\s`, allID)).MatchString(table.stdout) ||
-		!regexp.MustCompile(fmt.Sprintf(`(?m)^%s\s.*\splant.created\s+active\s+0\s+2\s+0\s`, plainID)).MatchString(table.stdout) {
+	table := cli(t, w.dir, nil, "webhook", "list", "--db", w.db)
+	if !regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+%d\s+plant.created\s+1\s+\d+\s+\d{4}-\d\d-\d\dT\S+\s+503`, w.parked[0].ID, w.allID, w.parked[0].EventID)).MatchString(table.stdout) ||
+		!regexp.MustCompile(fmt.Sprintf(`(?m)^%s\s.*plant.created,plant.updated,plant.deleted\s+\w+\s+0\s+3\s+1\s`, w.allID)).MatchString(table.stdout) ||
+		!regexp.MustCompile(fmt.Sprintf(`(?m)^%s\s.*\splant.created\s+active\s+0\s+2\s+0\s`, w.plainID)).MatchString(table.stdout) {
 		t.Errorf("webhook list does not show the events, counts and the parked delivery:\n%s", table.stdout)
 	}
+}
 
+// retry checks webhook retry's refused forms, then sends the parked
+// delivery again, with its webhook-id.
+func (w *parkAndRetry) retry(t *testing.T) {
 	// webhook retry: refused forms, then the delivery goes again, with its
 	// webhook-id.
-	for _, args := range [][]string{{}, {"x"}, {"1", "--subscriber", allID}} {
-		if res := cli(t, dir, nil, append([]string{"webhook", "retry", "--db", db}, args...)...); res.exit != 2 {
+	for _, args := range [][]string{{}, {"x"}, {"1", "--subscriber", w.allID}} {
+		if res := cli(t, w.dir, nil, append([]string{"webhook", "retry", "--db", w.db}, args...)...); res.exit != 2 {
 			t.Errorf("webhook retry %q: exit %d, %s; want 2", args, res.exit, res.stderr)
 		}
 	}
-	if res := cli(t, dir, nil, "webhook", "retry", "999999", "--db", db); res.exit != 1 || !strings.Contains(res.stderr, "parked") {
+	if res := cli(t, w.dir, nil, "webhook", "retry", "999999", "--db", w.db); res.exit != 1 || !strings.Contains(res.stderr, "parked") {
 		t.Errorf("webhook retry of no parked delivery: exit %d, %s; want 1", res.exit, res.stderr)
 	}
-	all.mu.Lock()
-	all.refuse = nil
-	all.mu.Unlock()
-	if res := cli(t, dir, nil, "webhook", "retry", fmt.Sprint(parked[0].ID), "--db", db); res.exit != 0 || !strings.Contains(res.stderr, "1 parked") {
+	w.all.mu.Lock()
+	w.all.refuse = nil
+	w.all.mu.Unlock()
+	if res := cli(t, w.dir, nil, "webhook", "retry", fmt.Sprint(w.parked[0].ID), "--db", w.db); res.exit != 0 || !strings.Contains(res.stderr, "1 parked") {
 		t.Fatalf("webhook retry: exit %d, %s", res.exit, res.stderr)
 	}
-	all.awaitDelivered(4, 10*time.Second, s.logs.String)
-	last := all.events()[len(all.events())-1]
-	if last.id != parked[0].WebhookID || last.typ != "plant.created" || last.plantID != 1 || last.status != 204 {
-		t.Errorf("the retried delivery: %+v, want webhook-id %s", last, parked[0].WebhookID)
+	w.all.awaitDelivered(4, 10*time.Second, w.s.logs.String)
+	last := w.all.events()[len(w.all.events())-1]
+	if last.id != w.parked[0].WebhookID || last.typ != "plant.created" || last.plantID != 1 || last.status != 204 {
+		t.Errorf("the retried delivery: %+v, want webhook-id %s", last, w.parked[0].WebhookID)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for len(parkedOf(t, dir, db, allID)) != 0 && time.Now().Before(deadline) {
+	deadline := time.Now().Add(10 * time.Second)
+	for len(parkedOf(t, w.dir, w.db, w.allID)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if p := parkedOf(t, dir, db, allID); len(p) != 0 {
+	if p := parkedOf(t, w.dir, w.db, w.allID); len(p) != 0 {
 		t.Errorf("still parked after the retry: %+v", p)
 	}
-	if res := cli(t, dir, nil, "webhook", "retry", "--subscriber", allID, "--db", db); res.exit != 0 || !strings.Contains(res.stderr, "0 parked") {
+	if res := cli(t, w.dir, nil, "webhook", "retry", "--subscriber", w.allID, "--db", w.db); res.exit != 0 || !strings.Contains(res.stderr, "0 parked") {
 		t.Errorf("webhook retry --subscriber with none parked: exit %d, %s", res.exit, res.stderr)
 	}
 }

@@ -21,23 +21,38 @@ func TestEventsCLI(t *testing.T) {
 	dir := t.TempDir()
 	s := serve(t, dir)
 	token := mustToken(t, dir, "--name", "cli")
-	env := []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}
-	run := func(args ...string) result {
-		t.Helper()
-		return cli(t, dir, env, args...)
-	}
-	ok := func(r result) string {
-		t.Helper()
-		if r.exit != 0 {
-			t.Fatalf("exit %d: %s", r.exit, r.stderr)
-		}
-		return r.stdout
-	}
-	ok(run("plants", "add", "--id", "7", "--name", "Fern", "--tag", "indoor"))
-	ok(run("plants", "update", "7", "--name", "Boston fern"))
-	ok(run("plants", "delete", "7"))
+	c := &eventsCLI{dir: dir, url: s.url, env: []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}}
+	c.ok(t, c.run(t, "plants", "add", "--id", "7", "--name", "Fern", "--tag", "indoor"))
+	c.ok(t, c.run(t, "plants", "update", "7", "--name", "Boston fern"))
+	c.ok(t, c.run(t, "plants", "delete", "7"))
+	t.Run("pages", c.pages)
+	t.Run("follow", c.follow)
+}
 
-	lines := strings.Split(strings.TrimRight(ok(run("events")), "\n"), "\n")
+// eventsCLI runs the command line against one server with one token.
+type eventsCLI struct {
+	dir, url string
+	env      []string
+}
+
+func (c *eventsCLI) run(t *testing.T, args ...string) result {
+	t.Helper()
+	return cli(t, c.dir, c.env, args...)
+}
+
+// ok returns what r printed, failing the test unless it exited 0.
+func (c *eventsCLI) ok(t *testing.T, r result) string {
+	t.Helper()
+	if r.exit != 0 {
+		t.Fatalf("exit %d: %s", r.exit, r.stderr)
+	}
+	return r.stdout
+}
+
+// pages: the three changes a page at a time, filtered, as JSON, and the
+// refused forms.
+func (c *eventsCLI) pages(t *testing.T) {
+	lines := strings.Split(strings.TrimRight(c.ok(t, c.run(t, "events")), "\n"), "\n")
 	want := []string{
 		`^1  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z  plant\.created  7  Fern  indoor$`,
 		`^2  \S+  plant\.updated  7  Boston fern  indoor$`,
@@ -59,26 +74,30 @@ func TestEventsCLI(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"plant"`
 	}
-	out := ok(run("events", "--json", "--type", "plant.deleted"))
+	out := c.ok(t, c.run(t, "events", "--json", "--type", "plant.deleted"))
 	if err := json.Unmarshal([]byte(out), &ev); err != nil || ev.ID != 3 || ev.Type != "plant.deleted" || ev.Plant.ID != 7 {
 		t.Errorf("events --json --type plant.deleted: %q (%v)", out, err)
 	}
-	if out := ok(run("events", "--after", "2")); !strings.HasPrefix(out, "3  ") || strings.Count(out, "\n") != 1 {
+	if out := c.ok(t, c.run(t, "events", "--after", "2")); !strings.HasPrefix(out, "3  ") || strings.Count(out, "\n") != 1 {
 		t.Errorf("events --after 2: %q", out)
 	}
 	for _, bad := range [][]string{{"--after", "x"}, {"--type", "plant.eaten"}, {"extra"}} {
-		if r := run(append([]string{"events"}, bad...)...); r.exit != 2 || r.stdout != "" {
+		if r := c.run(t, append([]string{"events"}, bad...)...); r.exit != 2 || r.stdout != "" {
 			t.Errorf("events %q: exit %d, stdout %q; want 2 and nothing", bad, r.exit, r.stdout)
 		}
 	}
-	if r := cli(t, dir, []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=pst_unknown"}, "events"); r.exit != 1 || !strings.Contains(r.stderr, "401") {
+	if r := cli(t, c.dir, []string{"PLANTSTORE_SERVER=" + c.url, "PLANTSTORE_TOKEN=pst_unknown"}, "events"); r.exit != 1 || !strings.Contains(r.stderr, "401") {
 		t.Errorf("events with an unknown token: exit %d, %q", r.exit, r.stderr)
 	}
+}
 
+// follow: --follow, from now, prints the changes made while it runs, as
+// they happen, and stops on SIGINT.
+func (c *eventsCLI) follow(t *testing.T) {
 	// --follow, from now: the changes made while it runs, as they happen.
 	follow := exec.Command(binary, "events", "--follow")
-	follow.Dir = dir
-	follow.Env = append(os.Environ(), env...)
+	follow.Dir = c.dir
+	follow.Env = append(os.Environ(), c.env...)
 	stdout, err := follow.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +120,7 @@ func TestEventsCLI(t *testing.T) {
 	// Each create is a new plant, so each has its own event.
 	var first string
 	for id := 100; first == ""; id++ {
-		ok(run("plants", "add", "--id", strconv.Itoa(id), "--name", "Cactus"))
+		c.ok(t, c.run(t, "plants", "add", "--id", strconv.Itoa(id), "--name", "Cactus"))
 		select {
 		case first = <-printed:
 		case <-time.After(500 * time.Millisecond):
@@ -113,7 +132,7 @@ func TestEventsCLI(t *testing.T) {
 	if !regexp.MustCompile(`^\d+  \S+  plant\.created  1\d\d  Cactus  -$`).MatchString(first) {
 		t.Errorf("events --follow printed %q", first)
 	}
-	ok(run("plants", "add", "--id", "8", "--name", "Aloe"))
+	c.ok(t, c.run(t, "plants", "add", "--id", "8", "--name", "Aloe"))
 	select {
 	case line := <-printed:
 		for strings.Contains(line, "Cactus") { // creates that raced the connection

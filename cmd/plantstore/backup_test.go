@@ -27,63 +27,12 @@ func TestBackupUnderLoadKeepsEveryAcknowledgedPlant(t *testing.T) {
 	s := serve(t, dir)
 	client := &http.Client{Timeout: 10 * time.Second}
 
-	var mu sync.Mutex
-	sent := maps.Clone(seeded) // every plant sent, whatever its answer
-	acked := maps.Clone(seeded)
+	l := &createLoad{sent: maps.Clone(seeded), acked: maps.Clone(seeded)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var writers sync.WaitGroup
-	for w := range int64(8) {
-		writers.Go(func() {
-			for i := int64(0); ctx.Err() == nil; i++ {
-				id := w<<32 | i
-				name := fmt.Sprintf("plant %d/%d", w, i)
-				mu.Lock()
-				sent[id] = name
-				mu.Unlock()
-				status, _, body, err := send(client, "POST", s.url+"/plants", token, fmt.Sprintf(`{"id":%d,"name":%q}`, id, name))
-				if err != nil || status != 200 {
-					t.Errorf("create %d: %d %s %v", id, status, body, err)
-					return
-				}
-				mu.Lock()
-				acked[id] = name
-				mu.Unlock()
-			}
-		})
-	}
-	acknowledged := func() map[int64]string {
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Clone(acked)
-	}
-
-	type backup struct {
-		file        string
-		ackedBefore map[int64]string // acknowledged before the backup began
-		sentBefore  map[int64]string // sent before it returned
-	}
-	var backups []backup
-	ackedDuring := 0
+	writers := l.start(ctx, t, client, s.url, token)
 	time.Sleep(300 * time.Millisecond)
-	for i := range 2 {
-		before := acknowledged()
-		file := filepath.Join(t.TempDir(), fmt.Sprintf("backup-%d.db", i))
-		start := time.Now()
-		r := cli(t, dir, nil, "backup", "--to", file)
-		took := time.Since(start)
-		if r.exit != 0 || r.stdout != "" || !strings.Contains(r.stderr, "backed up") {
-			t.Fatalf("backup %d: %+v", i, r)
-		}
-		mu.Lock()
-		sentBefore := maps.Clone(sent)
-		mu.Unlock()
-		during := len(acknowledged()) - len(before)
-		ackedDuring += during
-		t.Logf("backup %d took %v, %d creates acknowledged meanwhile: %s", i, took.Round(time.Millisecond), during, strings.TrimSpace(r.stderr))
-		backups = append(backups, backup{file, before, sentBefore})
-		time.Sleep(200 * time.Millisecond)
-	}
+	backups, ackedDuring := l.takeBackups(t, dir)
 	cancel()
 	writers.Wait()
 	if len(backups[0].ackedBefore) < 100 {
@@ -95,46 +44,119 @@ func TestBackupUnderLoadKeepsEveryAcknowledgedPlant(t *testing.T) {
 	if code := s.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("serve exited %d", code)
 	}
-
 	for i, b := range backups {
-		restoredDir := t.TempDir()
-		r := cli(t, restoredDir, nil, "restore", "--from", b.file, "--db", filepath.Join(restoredDir, "plantstore.db"))
-		if r.exit != 0 || !strings.Contains(r.stderr, "restored") {
-			t.Fatalf("restore of backup %d: %+v", i, r)
-		}
-		rs := serve(t, restoredDir)
-		stored := listAll(t, client, rs.url, token) // the backup holds the token too
-		lost, unsent := 0, 0
-		for id, name := range b.ackedBefore {
-			if stored[id] != name {
-				if lost++; lost <= 10 {
-					t.Errorf("backup %d: plant %d, acknowledged before it began, is %q, want %q", i, id, stored[id], name)
-				}
-			}
-		}
-		for id, name := range stored {
-			if b.sentBefore[id] != name {
-				if unsent++; unsent <= 10 {
-					t.Errorf("backup %d holds plant %d %q, which was not sent before the backup returned", i, id, name)
-				}
-			}
-		}
-		if lost+unsent > 0 {
-			t.Errorf("backup %d: %d acknowledged plants lost, %d plants never sent", i, lost, unsent)
-		}
-		checked := 0
-		for id, name := range b.ackedBefore {
-			status, _, body := call(t, client, "GET", fmt.Sprintf("%s/plants/%d", rs.url, id), token, "")
-			if want := fmt.Sprintf(`{"id":%d,"name":%q}`, id, name); status != 200 || string(body) != want {
-				t.Errorf("backup %d: GET plant %d: %d %s, want %s", i, id, status, body, want)
-			}
-			if checked++; checked == 50 {
-				break
-			}
-		}
-		t.Logf("backup %d: %d plants acknowledged before it began, %d in it, %d sent in all", i, len(b.ackedBefore), len(stored), len(sent))
-		rs.stop(t, syscall.SIGTERM)
+		checkRestoredBackup(t, i, b, client, token, len(l.sent))
 	}
+}
+
+// createLoad is eight writers creating plants: every plant sent,
+// whatever its answer, and every plant acknowledged, name by id.
+type createLoad struct {
+	mu          sync.Mutex
+	sent, acked map[int64]string
+}
+
+func (l *createLoad) start(ctx context.Context, t *testing.T, client *http.Client, url, token string) *sync.WaitGroup {
+	var writers sync.WaitGroup
+	for w := range int64(8) {
+		writers.Go(func() {
+			for i := int64(0); ctx.Err() == nil; i++ {
+				id := w<<32 | i
+				name := fmt.Sprintf("plant %d/%d", w, i)
+				l.mu.Lock()
+				l.sent[id] = name
+				l.mu.Unlock()
+				status, _, body, err := send(client, "POST", url+"/plants", token, fmt.Sprintf(`{"id":%d,"name":%q}`, id, name))
+				if err != nil || status != 200 {
+					t.Errorf("create %d: %d %s %v", id, status, body, err)
+					return
+				}
+				l.mu.Lock()
+				l.acked[id] = name
+				l.mu.Unlock()
+			}
+		})
+	}
+	return &writers
+}
+
+func (l *createLoad) acknowledged() map[int64]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.acked)
+}
+
+type loadBackup struct {
+	file        string
+	ackedBefore map[int64]string // acknowledged before the backup began
+	sentBefore  map[int64]string // sent before it returned
+}
+
+// takeBackups takes two backups beside the load, and says how many
+// creates were acknowledged while they ran.
+func (l *createLoad) takeBackups(t *testing.T, dir string) (backups []loadBackup, ackedDuring int) {
+	for i := range 2 {
+		before := l.acknowledged()
+		file := filepath.Join(t.TempDir(), fmt.Sprintf("backup-%d.db", i))
+		start := time.Now()
+		r := cli(t, dir, nil, "backup", "--to", file)
+		took := time.Since(start)
+		if r.exit != 0 || r.stdout != "" || !strings.Contains(r.stderr, "backed up") {
+			t.Fatalf("backup %d: %+v", i, r)
+		}
+		l.mu.Lock()
+		sentBefore := maps.Clone(l.sent)
+		l.mu.Unlock()
+		during := len(l.acknowledged()) - len(before)
+		ackedDuring += during
+		t.Logf("backup %d took %v, %d creates acknowledged meanwhile: %s", i, took.Round(time.Millisecond), during, strings.TrimSpace(r.stderr))
+		backups = append(backups, loadBackup{file, before, sentBefore})
+		time.Sleep(200 * time.Millisecond)
+	}
+	return backups, ackedDuring
+}
+
+// checkRestoredBackup restores backup i into a new directory, serves it,
+// and checks that it holds every plant acknowledged before it began and
+// only plants sent before it returned.
+func checkRestoredBackup(t *testing.T, i int, b loadBackup, client *http.Client, token string, sentInAll int) {
+	restoredDir := t.TempDir()
+	r := cli(t, restoredDir, nil, "restore", "--from", b.file, "--db", filepath.Join(restoredDir, "plantstore.db"))
+	if r.exit != 0 || !strings.Contains(r.stderr, "restored") {
+		t.Fatalf("restore of backup %d: %+v", i, r)
+	}
+	rs := serve(t, restoredDir)
+	stored := listAll(t, client, rs.url, token) // the backup holds the token too
+	lost, unsent := 0, 0
+	for id, name := range b.ackedBefore {
+		if stored[id] != name {
+			if lost++; lost <= 10 {
+				t.Errorf("backup %d: plant %d, acknowledged before it began, is %q, want %q", i, id, stored[id], name)
+			}
+		}
+	}
+	for id, name := range stored {
+		if b.sentBefore[id] != name {
+			if unsent++; unsent <= 10 {
+				t.Errorf("backup %d holds plant %d %q, which was not sent before the backup returned", i, id, name)
+			}
+		}
+	}
+	if lost+unsent > 0 {
+		t.Errorf("backup %d: %d acknowledged plants lost, %d plants never sent", i, lost, unsent)
+	}
+	checked := 0
+	for id, name := range b.ackedBefore {
+		status, _, body := call(t, client, "GET", fmt.Sprintf("%s/plants/%d", rs.url, id), token, "")
+		if want := fmt.Sprintf(`{"id":%d,"name":%q}`, id, name); status != 200 || string(body) != want {
+			t.Errorf("backup %d: GET plant %d: %d %s, want %s", i, id, status, body, want)
+		}
+		if checked++; checked == 50 {
+			break
+		}
+	}
+	t.Logf("backup %d: %d plants acknowledged before it began, %d in it, %d sent in all", i, len(b.ackedBefore), len(stored), sentInAll)
+	rs.stop(t, syscall.SIGTERM)
 }
 
 // What backup and restore refuse, and how they say it.
@@ -187,7 +209,13 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 		t.Errorf("plant 2, created after the backup: %d, want 404", status)
 	}
 	s.stop(t, syscall.SIGTERM)
+	backupUsageRefusals(t, dir)
+}
 
+// backupUsageRefusals: a missing store is not backed up (nor created), a
+// PostgreSQL store points to its own tools, wrong usage exits 2 without
+// showing a password, and the help explains the flags.
+func backupUsageRefusals(t *testing.T, dir string) {
 	missing := filepath.Join(t.TempDir(), "missing.db")
 	if r := cli(t, dir, nil, "backup", "--db", missing, "--to", filepath.Join(t.TempDir(), "b.db")); r.exit != 1 || !strings.Contains(r.stderr, "no store") {
 		t.Errorf("backup of a missing store: %+v", r)

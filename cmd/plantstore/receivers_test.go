@@ -58,7 +58,33 @@ func testReceiver(t *testing.T, interpreter, name string, program []byte) {
 		t.Fatalf("webhook add: exit %d, %s", add.exit, add.stderr)
 	}
 	secret := strings.TrimSpace(add.stdout)
+	out, receiverLogs := startReceiver(t, interpreter, script, secret, port)
 
+	token := mustToken(t, dir, "--name", "app")
+	s := serve(t, dir, testWebhookFlags...)
+	logs := func() string { return receiverLogs() + "\nserve's log:\n" + s.logs.String() }
+	client := apitest.Client(t)
+	for _, body := range []string{`{"id":7,"name":"Fern","tag":"indoor"}`, `{"id":9,"name":"Moss"}`} {
+		if status, b := create(t, client, s.url, token, body); status != 200 {
+			t.Fatalf("create %s: %d %s", body, status, b)
+		}
+	}
+	awaitPrinted(t, out, "new plant 7: Fern (indoor)\n", logs)
+	awaitPrinted(t, out, "new plant 9: Moss (no tag)\n", logs)
+	deadline := time.Now().Add(10 * time.Second)
+	for subs := listSubscribers(t, dir, "plantstore.db"); subs[0].Delivered != 2 || subs[0].State != "active"; subs = listSubscribers(t, dir, "plantstore.db") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the subscriber after two deliveries: %+v", subs[0])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sendByHand(t, hook, secret, out, logs)
+}
+
+// startReceiver runs the receiver's program and waits for it to listen
+// on port; it returns what the program prints and its output for
+// failure messages.
+func startReceiver(t *testing.T, interpreter, script, secret, port string) (*apitest.Buffer, func() string) {
 	out, errs := &apitest.Buffer{}, &apitest.Buffer{}
 	cmd := exec.Command(interpreter, script)
 	cmd.Env = append(os.Environ(), "PLANTSTORE_WEBHOOK_SECRET="+secret, "PORT="+port)
@@ -76,43 +102,31 @@ func testReceiver(t *testing.T, interpreter, name string, program []byte) {
 		conn, err := net.Dial("tcp", "127.0.0.1:"+port)
 		if err == nil {
 			conn.Close()
-			break
+			return out, logs
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the receiver does not listen: %v\n%s", err, logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
 
-	token := mustToken(t, dir, "--name", "app")
-	s := serve(t, dir, testWebhookFlags...)
-	client := apitest.Client(t)
-	for _, body := range []string{`{"id":7,"name":"Fern","tag":"indoor"}`, `{"id":9,"name":"Moss"}`} {
-		if status, b := create(t, client, s.url, token, body); status != 200 {
-			t.Fatalf("create %s: %d %s", body, status, b)
-		}
-	}
-	awaitOutput := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(out.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the receiver never printed %q\n%s\nserve's log:\n%s", want, logs(), s.logs)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	awaitOutput("new plant 7: Fern (indoor)\n")
-	awaitOutput("new plant 9: Moss (no tag)\n")
-	deadline = time.Now().Add(10 * time.Second)
-	for subs := listSubscribers(t, dir, "plantstore.db"); subs[0].Delivered != 2 || subs[0].State != "active"; subs = listSubscribers(t, dir, "plantstore.db") {
+// awaitPrinted waits up to 10 s for the receiver to print want.
+func awaitPrinted(t *testing.T, out *apitest.Buffer, want string, logs func() string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), want) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the subscriber after two deliveries: %+v", subs[0])
+			t.Fatalf("the receiver never printed %q\n%s", want, logs())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
+}
 
-	// By hand, as an attacker or a retry would send them.
+// sendByHand posts to the receiver as an attacker or a retry would: it
+// refuses what is forged, stale, signed with another key or unsigned, and
+// handles an event once however often it arrives.
+func sendByHand(t *testing.T, hook, secret string, out *apitest.Buffer, logs func() string) {
 	key, err := webhook.ParseSecret(secret)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +165,7 @@ func testReceiver(t *testing.T, interpreter, name string, program []byte) {
 			t.Errorf("%s: %d, want %d\n%s", tc.what, got, tc.want, logs())
 		}
 	}
-	awaitOutput("new plant 8: Ivy (no tag)\n")
+	awaitPrinted(t, out, "new plant 8: Ivy (no tag)\n", logs)
 	time.Sleep(100 * time.Millisecond)
 	if n := strings.Count(out.String(), "new plant 8:"); n != 1 || strings.Contains(out.String(), "Poison") {
 		t.Errorf("plant 8 handled %d times, or the forged one at all:\n%s", n, logs())

@@ -127,8 +127,14 @@ func TestCrashKeepsEveryAcknowledgedWrite(t *testing.T) {
 		t.Fatalf("too few writes were acknowledged for the test to prove much: %v", acked)
 	}
 
-	// The file, as the next start finds it.
-	path := filepath.Join(dir, "plantstore.db")
+	checkFileAfterCrashes(t, filepath.Join(dir, "plantstore.db"), expect)
+	checkServiceAfterCrashes(t, dir, token, expect, rng)
+}
+
+// checkFileAfterCrashes opens the file as the next start finds it: it
+// passes SQLite's integrity check and holds what the acknowledged writes
+// left, and the feed replays.
+func checkFileAfterCrashes(t *testing.T, path string, expect map[int64][]plantState) {
 	checkIntegrity(t, path)
 	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 	if err != nil {
@@ -149,8 +155,11 @@ func TestCrashKeepsEveryAcknowledgedWrite(t *testing.T) {
 	}
 	checkFeedReplays(t, db)
 	db.Close()
+}
 
-	// And the service, restarted, answers the same.
+// checkServiceAfterCrashes restarts the service: it lists and answers
+// what the file holds.
+func checkServiceAfterCrashes(t *testing.T, dir, token string, expect map[int64][]plantState, rng *rand.Rand) {
 	s := serve(t, dir)
 	checkListing(t, s.url, token, expect)
 	api := apitest.Client(t)

@@ -117,8 +117,13 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("create over HTTPS after a plain request: %d %s", status, body)
 	}
 
-	// health finds the server where serve's variables say it is, over
-	// HTTPS, trusting the certificate they name, and no other.
+	healthOverTLS(t, dir, base, certFile, keyFile)
+	tlsFlagRefusals(t, dir, certFile, keyFile)
+}
+
+// healthOverTLS: health finds the server where serve's variables say it
+// is, over HTTPS, trusting the certificate they name, and no other.
+func healthOverTLS(t *testing.T, dir, base, certFile, keyFile string) {
 	addr := strings.TrimPrefix(base, "https://")
 	env := []string{"PLANTSTORE_ADDR=" + addr, "PLANTSTORE_TLS_CERT=" + certFile, "PLANTSTORE_TLS_KEY=" + keyFile}
 	if r := cli(t, dir, env, "health"); r.exit != 0 || r.stdout != base+"/healthz: 200 OK\n" {
@@ -134,7 +139,11 @@ func TestTLS(t *testing.T) {
 	if r := cli(t, dir, []string{"PLANTSTORE_ADDR=" + addr}, "health"); r.exit != 1 || !strings.Contains(r.stderr, "400 Bad Request: the server serves HTTPS; give health the certificate serve uses, --tls-cert FILE or PLANTSTORE_TLS_CERT") {
 		t.Errorf("health over plain HTTP to the TLS port: %+v", r)
 	}
+}
 
+// tlsFlagRefusals: serve refuses half a TLS setting, swapped files and a
+// missing one, with exit 2.
+func tlsFlagRefusals(t *testing.T, dir, certFile, keyFile string) {
 	for _, args := range [][]string{
 		{"--tls-cert", certFile},
 		{"--tls-key", keyFile},

@@ -34,6 +34,7 @@ type App struct {
 	authn      *auth.Authenticator
 	metrics    *metrics.Metrics // nil unless MetricsAddr is set
 	dispatcher *webhook.Dispatcher
+	api        *httpapi.Server // the handler of server
 	server     *http.Server
 	wake       chan struct{}
 	// eventsWritten wakes the event streams' reader; a pending wake-up

@@ -90,6 +90,9 @@ func (a *App) newDispatcher() (err error) {
 		Lease:          hooks.Lease,
 		AttemptTimeout: hooks.Timeout,
 		Wake:           a.wake,
+		// Clients' requests first; the handler is built next, and the
+		// dispatcher runs once Serve starts.
+		Busy: func() bool { return a.api.Busy() },
 	})
 	return err
 }
@@ -142,6 +145,7 @@ func (a *App) newHTTPServer() {
 		api.EventPoll = cfg.Webhooks.Poll
 	}
 	handler := httpapi.NewServer(a.store, a.authn, api)
+	a.api = handler
 	a.server = httpapi.NewHTTPServer(handler, cfg.Server)
 	// Event streams never end by themselves: at shutdown they are closed,
 	// and their clients reconnect and resume.

@@ -166,6 +166,7 @@ type Server struct {
 	handler http.Handler
 
 	deadlines    *deadlines
+	serving      atomic.Int64 // plant operations in flight, for Busy
 	inFlight     atomic.Int64
 	perToken     *tokenSlots               // in flight by token; nil when off
 	tokenRate    *tokenBuckets[int64]      // by token ID; nil when off
@@ -247,7 +248,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	// throttle and the token's rate limit guard; see requireScope), then a
 	// slot in flight, of its token's and of the service's.
 	plants := func(scope string, h http.Handler) http.Handler {
-		return s.requireScope(scope, s.limitInFlight(h))
+		return s.countServing(s.requireScope(scope, s.limitInFlight(h)))
 	}
 	// The unauthenticated routes that cost something are limited per
 	// address; /healthz never is: a liveness probe failing under load
@@ -454,3 +455,17 @@ func newDocumentVariant(doc []byte, base string, withBase func([]byte, string) [
 	}
 	return &documentVariant{plain: plain, gzipped: gzipTo(nil, plain)}
 }
+
+// countServing counts the plant operations in flight, for Busy.
+func (s *Server) countServing(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serving.Add(1)
+		defer s.serving.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Busy says whether clients' plant operations are in flight: the
+// webhook dispatcher defers its deliveries while they are
+// (webhook.DispatcherConfig.Busy).
+func (s *Server) Busy() bool { return s.serving.Load() > 0 }

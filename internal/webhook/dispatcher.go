@@ -47,6 +47,14 @@ type DispatcherConfig struct {
 	// at once (the store signals it after a create enqueued some).
 	Wake <-chan struct{}
 	Now  func() time.Time
+	// Busy, when set, says whether clients' writes are in flight. While
+	// it does, deliveries wait, so that a saturated server spends its CPU
+	// on the writes clients wait for rather than on their notifications;
+	// a subscriber waits MaxDefer at most, then gets a window of
+	// Concurrency deliveries, so deliveries go on under any load, slower.
+	Busy func() bool
+	// MaxDefer bounds the wait for Busy; default 1 s.
+	MaxDefer time.Duration
 }
 
 // Dispatcher sends the outbox's deliveries in the background, at least
@@ -135,7 +143,37 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxDefer <= 0 {
+		cfg.MaxDefer = DefaultMaxDefer
+	}
 	return &Dispatcher{cfg: cfg, owner: newOwner()}, nil
+}
+
+// DefaultMaxDefer is how long deliveries wait, at most, for clients'
+// writes to end (DispatcherConfig.Busy).
+const DefaultMaxDefer = time.Second
+
+// busyCheck is how often a deferred window asks Busy again.
+const busyCheck = 5 * time.Millisecond
+
+// deferToWrites waits while clients' writes are in flight, MaxDefer at
+// most; it says whether it waited that long (the server is saturated).
+func (d *Dispatcher) deferToWrites(ctx context.Context) (saturated bool) {
+	if d.cfg.Busy == nil || !d.cfg.Busy() {
+		return false
+	}
+	deadline := time.Now().Add(d.cfg.MaxDefer)
+	for d.cfg.Busy() {
+		if !time.Now().Before(deadline) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(busyCheck):
+		}
+	}
+	return false
 }
 
 // DefaultConcurrency is the attempts in flight to one subscriber unless
@@ -263,8 +301,14 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 			case <-time.After(wait):
 			}
 		}
+		// Clients' writes first: a saturated server sends a small window
+		// after waiting MaxDefer, an idle one a full window at once.
+		n := window
+		if d.deferToWrites(ctx) {
+			n = min(window, d.cfg.Concurrency)
+		}
 		last = time.Now()
-		ds, err := d.cfg.Store.DueDeliveries(ctx, sub.ID, window)
+		ds, err := d.cfg.Store.DueDeliveries(ctx, sub.ID, n)
 		if err != nil || len(ds) == 0 {
 			if err != nil && ctx.Err() == nil {
 				log.Warn("webhook deliveries not read", "error", err)
@@ -272,7 +316,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 			record(nil, true)
 			return progress
 		}
-		if len(ds) == window {
+		if len(ds) == n {
 			last = time.Time{} // a full window: the next at once
 		}
 		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record)

@@ -585,3 +585,56 @@ func TestReusesConnections(t *testing.T) {
 		t.Errorf("%d connections opened for %d deliveries, %d at a time; want them reused", n, got.Load(), concurrency)
 	}
 }
+
+// While clients' requests are in flight (Busy), deliveries wait: none is
+// sent while the dispatcher keeps finding the server busy, and all go once
+// it is not.
+func TestDefersToClientsWhileBusy(t *testing.T) {
+	var busy atomic.Bool
+	busy.Store(true)
+	asked := make(chan struct{}, 1000)
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, MaxDefer: time.Hour, Busy: func() bool {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return busy.Load()
+	}})
+	r, _ := f.subscribe(nil)
+	f.create(1, 2, 3)
+	// The dispatcher asked again and again, and found the server busy.
+	for range 20 {
+		select {
+		case <-asked:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the dispatcher never asked whether the server is busy")
+		}
+	}
+	if n := len(r.deliveries()); n != 0 {
+		t.Fatalf("%d deliveries sent while the server was busy", n)
+	}
+	busy.Store(false)
+	eventually(t, "three deliveries once the server is idle", func() bool { return len(r.deliveries()) == 3 })
+}
+
+// A server that stays busy still gets its deliveries out: after MaxDefer,
+// a window of Concurrency of them at a time.
+func TestDeliversUnderEndlessLoadAfterMaxDefer(t *testing.T) {
+	const concurrency = 2
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, MaxDefer: 20 * time.Millisecond, Concurrency: concurrency,
+		Busy: func() bool { return true }})
+	r, _ := f.subscribe(nil)
+	f.create(1, 2, 3, 4, 5)
+	eventually(t, "five deliveries under endless load", func() bool { return len(r.deliveries()) == 5 })
+	// Windows of two, each after a wait: the five went in three groups.
+	ds := r.deliveries()
+	groups := 1
+	for i := 1; i < len(ds); i++ {
+		if ds[i].at.Sub(ds[i-1].at) >= 15*time.Millisecond {
+			groups++
+		}
+	}
+	if groups < 3 {
+		t.Errorf("five deliveries under endless load came in %d groups, want windows of %d after each wait", groups, concurrency)
+	}
+}

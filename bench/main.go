@@ -171,7 +171,7 @@ func run() error {
 	events := flag.Bool("events", false, "only measure the change feed's costs in each shape: creates against a binary from before it (-before), and with -streams streams open against none (results in docs/benchmarks/events.json unless -out is given)")
 	before := flag.String("before", "", "with -events: a git `REV` from before the change feed, to build and measure against")
 	streams := flag.Int("streams", 100, "with -events: how many streams to open")
-	webhooks := flag.Bool("webhooks", false, "only measure webhook deliveries, in the unpinned shape: the rate to one subscriber from a backlog, its receiver answering at once and after -webhook-delay, against the binary of -before if given; and creates with one subscriber against none (results in docs/benchmarks/webhooks.json unless -out is given)")
+	webhooks := flag.Bool("webhooks", false, "only measure webhook deliveries, in each of -shapes: the rate to one subscriber from a backlog, its receiver answering at once and after -webhook-delay, against the binary of -before if given; and creates with one subscriber against none (results in docs/benchmarks/webhooks.json unless -out is given)")
 	hookBacklog := flag.Int("webhook-backlog", 20_000, "with -webhooks: the events queued before the receiver lets them through")
 	hookDelay := flag.Duration("webhook-delay", 50*time.Millisecond, "with -webhooks: how long the slow receiver takes to answer")
 	hookWindow := flag.Duration("webhook-window", 15*time.Second, "with -webhooks: the longest a delivery run lasts (a slow baseline is measured over this window)")

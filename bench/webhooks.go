@@ -15,7 +15,9 @@ import (
 	"time"
 )
 
-// The webhook deliveries' costs (-webhooks), in the unpinned shape:
+// The webhook deliveries' costs (-webhooks), in each shape of -shapes
+// (the servers started as the shape says, the load generator and the
+// receiver, in its process, confined as it says):
 //
 //   - Delivery rate to one subscriber: a backlog of -webhook-backlog
 //     events is queued while the receiver (in this process, on loopback,
@@ -30,6 +32,7 @@ import (
 
 // webhooksResult is what -webhooks writes to -out.
 type webhooksResult struct {
+	Shape       string           `json:"shape"`
 	Before      string           `json:"before,omitempty"`
 	Concurrency int              `json:"webhook_concurrency"`
 	Delivery    []deliveryRate   `json:"delivery"`
@@ -141,32 +144,104 @@ func (r *hookReceiver) release() {
 	}
 }
 
+// awaitQuiet waits until nothing has arrived for quiet, or for limit.
+func (r *hookReceiver) awaitQuiet(quiet, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		last := r.last
+		r.mu.Unlock()
+		if time.Since(last) >= quiet {
+			return
+		}
+		time.Sleep(quiet / 4)
+	}
+}
+
 func (r *hookReceiver) count() (distinct, dups int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.seen), r.dups
 }
 
+// hookBinary is a plantstore binary the webhook costs are measured on.
+type hookBinary struct{ name, path string }
+
+// hookRun is what one shape's measurement of the webhook costs needs.
+type hookRun struct {
+	backlog     int
+	delay       time.Duration
+	window      time.Duration
+	concurrency int
+	before      string
+	bins        []hookBinary
+	recv        *hookReceiver
+	n           int // stores made so far
+}
+
 func runWebhookCosts(c config, dir, before string, backlog int, delay, window time.Duration, concurrency int) error {
-	res := webhooksResult{Before: before, Concurrency: concurrency, Command: "go run ./bench " + strings.Join(os.Args[1:], " ")}
 	recv, err := newHookReceiver()
 	if err != nil {
 		return err
 	}
-	type binary struct{ name, path string }
-	bins := []binary{{"current", c.bin}}
+	h := &hookRun{backlog: backlog, delay: delay, window: window, concurrency: concurrency, before: before, recv: recv,
+		bins: []hookBinary{{"current", c.bin}}}
 	if before != "" {
 		path, err := buildRevision(dir, before)
 		if err != nil {
 			return err
 		}
-		bins = append(bins, binary{before, path})
+		h.bins = append(h.bins, hookBinary{before, path})
 	}
-	n := 0
+	var results []webhooksResult
+	for _, name := range c.shapes {
+		sh, skip, err := setupShape(name)
+		if err != nil {
+			return err
+		}
+		if skip != "" {
+			fmt.Printf("\n## shape %s: skipped: %s\n", name, skip)
+			continue
+		}
+		fmt.Printf("\n# shape %s: %s\n", sh.name, sh.setup)
+		r, err := h.inShape(c, dir, sh)
+		sh.cleanup()
+		if err != nil {
+			return fmt.Errorf("shape %s: %w", name, err)
+		}
+		results = append(results, r)
+	}
+	data, _ := json.MarshalIndent(results, "", "  ")
+	if err := os.WriteFile(c.out, data, 0o644); err != nil {
+		return err
+	}
+	fmt.Println("\nresults written to", c.out)
+	return nil
+}
+
+// inShape measures the delivery rates and the creates with and without a
+// subscriber, the servers started as sh says and the load generator (and
+// the receiver, in its process) confined as it says.
+func (h *hookRun) inShape(c config, dir string, sh *shape) (webhooksResult, error) {
+	backlog, delay, window, concurrency, before, bins, recv := h.backlog, h.delay, h.window, h.concurrency, h.before, h.bins, h.recv
+	res := webhooksResult{Shape: sh.name, Before: before, Concurrency: concurrency, Command: "go run ./bench " + strings.Join(os.Args[1:], " ")}
+	var prefix []string
+	if sh.prefix != nil {
+		prefix = sh.prefix("plantstore")
+	}
+	if sh.generatorCPUs != nil {
+		restore, err := confine(sh.generatorCPUs)
+		if err != nil {
+			return res, err
+		}
+		defer restore()
+	}
+	type binary = hookBinary
 	// start runs bin on a fresh store with a token and, when subscribe,
 	// recv as its one subscriber.
 	start := func(bin binary, subscribe bool, extra ...string) (*process, target, error) {
-		n++
+		h.n++
+		n := h.n
 		cc := c
 		cc.bin = bin.path
 		db := filepath.Join(dir, fmt.Sprintf("webhooks-%d.db", n))
@@ -183,7 +258,7 @@ func runWebhookCosts(c config, dir, before string, backlog int, delay, window ti
 		if bin.name == "current" {
 			args = append(args, "--webhook-concurrency", fmt.Sprint(concurrency))
 		}
-		p, err := startPlantstoreLog(cc, dir, db, fmt.Sprintf("serve-webhooks-%d.log", n), nil, args...)
+		p, err := startPlantstoreLog(cc, dir, db, fmt.Sprintf("serve-webhooks-%d.log", n), prefix, args...)
 		if err != nil {
 			return nil, target{}, err
 		}
@@ -198,18 +273,18 @@ func runWebhookCosts(c config, dir, before string, backlog int, delay, window ti
 	if backlog == 0 {
 		delays = nil // creates only
 	} else {
-		fmt.Printf("\n## webhook delivery rate to one subscriber: a backlog of %d events, the receiver on loopback with keep-alive\n\n", backlog)
+		fmt.Printf("\n## %s: webhook delivery rate to one subscriber: a backlog of %d events, the receiver on loopback with keep-alive\n\n", sh.name, backlog)
 	}
 	for _, d := range delays {
 		for _, bin := range bins {
 			p, t, err := start(bin, true)
 			if err != nil {
-				return err
+				return res, err
 			}
 			recv.reset(d, true)
 			if err := seed(t, int64(backlog)); err != nil {
 				p.stop()
-				return err
+				return res, err
 			}
 			begin := time.Now()
 			recv.release()
@@ -247,16 +322,16 @@ func runWebhookCosts(c config, dir, before string, backlog int, delay, window ti
 		}
 	}
 
-	fmt.Printf("\n## creates with one subscriber (answering at once) against none: closed loop, %d connections, %v each, median of %d\n\n", c.connections, c.duration, eventRounds)
+	fmt.Printf("\n## %s: creates with one subscriber (answering at once) against none: closed loop, %d connections, %v each, median of %d\n\n", sh.name, c.connections, c.duration, eventRounds)
 	for _, bin := range bins {
 		none, noneT, err := start(bin, false)
 		if err != nil {
-			return err
+			return res, err
 		}
 		one, oneT, err := start(bin, true)
 		if err != nil {
 			none.stop()
-			return err
+			return res, err
 		}
 		recv.reset(0, false)
 		var counter atomic.Int64
@@ -266,6 +341,9 @@ func runWebhookCosts(c config, dir, before string, backlog int, delay, window ti
 			noS = append(noS, closedLoop(noneT, create, c.connections, c.warmup, c.duration, &counter))
 			oneS = append(oneS, closedLoop(oneT, create, c.connections, c.warmup, c.duration, &counter))
 			fmt.Printf("%s, round %d: %.0f creates/s with no subscriber, %.0f with one\n", bin.name, round+1, noS[round].RPS, oneS[round].RPS)
+			// The deliveries left behind go out before the next round,
+			// not during it: the two servers share the shape's CPU.
+			recv.awaitQuiet(200*time.Millisecond, 60*time.Second)
 		}
 		delivered, _ := recv.count()
 		// The outbox alone: the receiver holds every request, so the
@@ -295,10 +373,8 @@ func runWebhookCosts(c config, dir, before string, backlog int, delay, window ti
 		fmt.Printf("%s: the outbox alone (receiver holding): %.0f creates/s: %.2fx; server CPU %.0f µs per create\n\n", bin.name, wc.HeldRPS, wc.HeldRatio, wc.HeldCPUUs)
 	}
 
-	data, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(c.out, data, 0o644); err != nil {
-		return err
+	if sh.report != nil {
+		sh.report()
 	}
-	fmt.Println("\nresults written to", c.out)
-	return nil
+	return res, nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/plantstore/plantstore/internal/auth"
 	"github.com/plantstore/plantstore/internal/httpapi"
@@ -77,6 +78,9 @@ func (a *App) openStore(ctx context.Context) error {
 // enqueued deliveries wakes.
 func (a *App) newDispatcher() (err error) {
 	hooks := a.cfg.Webhooks
+	// Saturated: the median goroutine waits 250 µs or more for a CPU,
+	// which queueing reaches at about 80% of the CPUs the process may use.
+	saturated := newSaturation(250*time.Microsecond, 10*time.Millisecond)
 	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: hooks.AllowPrivate,
 		AllowMetadata: hooks.AllowMetadata, Timeout: hooks.Timeout, IdlePerHost: hooks.Concurrency})
 	a.dispatcher, err = webhook.NewDispatcher(webhook.DispatcherConfig{
@@ -90,9 +94,10 @@ func (a *App) newDispatcher() (err error) {
 		Lease:          hooks.Lease,
 		AttemptTimeout: hooks.Timeout,
 		Wake:           a.wake,
-		// Clients' requests first; the handler is built next, and the
-		// dispatcher runs once Serve starts.
-		Busy: func() bool { return a.api.Busy() },
+		// Clients' requests first, when they saturate the CPUs the
+		// process may use; the handler is built next, and the dispatcher
+		// runs once Serve starts.
+		Busy: func() bool { return a.api.Busy() && saturated.Saturated() },
 	})
 	return err
 }

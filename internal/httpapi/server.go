@@ -167,6 +167,7 @@ type Server struct {
 
 	deadlines    *deadlines
 	serving      atomic.Int64 // plant operations in flight, for Busy
+	servedAt     atomic.Int64 // when the last ended, in Unix nanoseconds
 	inFlight     atomic.Int64
 	perToken     *tokenSlots               // in flight by token; nil when off
 	tokenRate    *tokenBuckets[int64]      // by token ID; nil when off
@@ -456,16 +457,28 @@ func newDocumentVariant(doc []byte, base string, withBase func([]byte, string) [
 	return &documentVariant{plain: plain, gzipped: gzipTo(nil, plain)}
 }
 
-// countServing counts the plant operations in flight, for Busy.
+// countServing counts the plant operations in flight, and notes when the
+// last ended, for Busy.
 func (s *Server) countServing(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serving.Add(1)
-		defer s.serving.Add(-1)
+		defer func() {
+			s.servedAt.Store(time.Now().UnixNano())
+			s.serving.Add(-1)
+		}()
 		next.ServeHTTP(w, r)
 	})
 }
 
-// Busy says whether clients' plant operations are in flight: the
-// webhook dispatcher defers its deliveries while they are
+// busyGap is how long after its last plant operation a server still
+// counts as serving clients: between one request's answer and the next
+// request on a connection, none may be in flight.
+const busyGap = 5 * time.Millisecond
+
+// Busy says whether clients' plant operations are in flight, or were in
+// the last few milliseconds: the webhook dispatcher defers its
+// deliveries to them when the process is also saturated
 // (webhook.DispatcherConfig.Busy).
-func (s *Server) Busy() bool { return s.serving.Load() > 0 }
+func (s *Server) Busy() bool {
+	return s.serving.Load() > 0 || time.Now().UnixNano()-s.servedAt.Load() < int64(busyGap)
+}

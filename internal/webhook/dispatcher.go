@@ -47,11 +47,12 @@ type DispatcherConfig struct {
 	// at once (the store signals it after a create enqueued some).
 	Wake <-chan struct{}
 	Now  func() time.Time
-	// Busy, when set, says whether clients' writes are in flight. While
-	// it does, deliveries wait, so that a saturated server spends its CPU
-	// on the writes clients wait for rather than on their notifications;
-	// a subscriber waits MaxDefer at most, then gets a window of
-	// Concurrency deliveries, so deliveries go on under any load, slower.
+	// Busy, when set, says whether clients' requests keep the server
+	// saturated. While it does, deliveries wait, so that the server spends
+	// its CPU on the requests clients wait for rather than on their
+	// notifications; a subscriber waits MaxDefer at most, then gets a
+	// window of Concurrency deliveries, so deliveries go on under any
+	// load, slower.
 	Busy func() bool
 	// MaxDefer bounds the wait for Busy; default 1 s.
 	MaxDefer time.Duration

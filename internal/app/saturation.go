@@ -7,12 +7,15 @@ import (
 )
 
 // saturation says whether this process's goroutines wait for a CPU: the
-// median time the goroutines that became runnable since the last look
-// waited before they ran (runtime/metrics' /sched/latencies:seconds),
-// over threshold. Queueing makes that wait grow steeply as the CPUs the
-// process may use (a core, a quota) fill up: a few microseconds when idle,
-// about a goroutine's run when half busy, milliseconds when saturated. It
-// looks at most every interval, and answers the last look in between.
+// 90th percentile of the time the goroutines that became runnable since
+// the last look waited before they ran (runtime/metrics'
+// /sched/latencies:seconds), over threshold. Most goroutines run at once
+// (one readied by a channel or the poller just before the P takes it),
+// so the median stays at a microsecond or two even on a full core; the
+// tail is what grows with queueing: tens of microseconds idle, about a
+// millisecond and more when the CPUs the process may use (a core, a
+// quota) are full. It looks at most every interval, and answers the last
+// look in between.
 type saturation struct {
 	threshold, interval time.Duration
 
@@ -51,13 +54,13 @@ func (s *saturation) Saturated() bool {
 	for i, c := range h.Counts {
 		total += c - s.counts[i]
 	}
-	// The bucket that holds the median of what ran since the last look;
-	// its lower bound is what the median waited at least.
+	// The bucket that holds the 90th percentile of what ran since the
+	// last look; its lower bound is what that goroutine waited at least.
 	var seen uint64
 	s.busy = false
 	for i, c := range h.Counts {
 		seen += c - s.counts[i]
-		if total > 0 && 2*seen >= total {
+		if total > 0 && 10*seen >= 9*total {
 			s.busy = h.Buckets[i] >= s.threshold.Seconds()
 			break
 		}

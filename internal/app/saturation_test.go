@@ -11,7 +11,7 @@ import (
 // Idle, the process is not saturated; with more goroutines wanting one
 // CPU than it can run, it is.
 func TestSaturation(t *testing.T) {
-	s := newSaturation(250*time.Microsecond, 0)
+	s := newSaturation(500*time.Microsecond, 0)
 	s.Saturated() // the first look only counts
 	// Idle: some look says so (on a machine busy with other processes a
 	// look may catch a wake-up the OS delayed).

@@ -78,9 +78,10 @@ func (a *App) openStore(ctx context.Context) error {
 // enqueued deliveries wakes.
 func (a *App) newDispatcher() (err error) {
 	hooks := a.cfg.Webhooks
-	// Saturated: the median goroutine waits 250 µs or more for a CPU,
-	// which queueing reaches at about 80% of the CPUs the process may use.
-	saturated := newSaturation(250*time.Microsecond, 10*time.Millisecond)
+	// Saturated: one goroutine in ten waits 500 µs or more for a CPU
+	// (measured on one pinned core under creates: 0.5-2.6 ms; idle, a
+	// few microseconds).
+	saturated := newSaturation(500*time.Microsecond, 10*time.Millisecond)
 	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: hooks.AllowPrivate,
 		AllowMetadata: hooks.AllowMetadata, Timeout: hooks.Timeout, IdlePerHost: hooks.Concurrency})
 	a.dispatcher, err = webhook.NewDispatcher(webhook.DispatcherConfig{

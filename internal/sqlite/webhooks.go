@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"slices"
 	"time"
@@ -12,60 +11,6 @@ import (
 )
 
 var _ plantstore.WebhookStore = (*DB)(nil)
-
-// enqueueEvents writes the outbox rows for events, the batch's, which
-// recordEvents has just inserted, in the batch's transaction: one row per
-// active subscriber of the event's type. It reports whether it wrote any.
-// With no active subscriber it costs one small read per batch.
-func enqueueEvents(c *rawConn, events []plantstore.Event, now int64) (bool, error) {
-	if len(events) == 0 {
-		return false, nil
-	}
-	var active bool
-	err := c.query(anySubscriberSQL, nil, func(v []driver.Value) bool {
-		active = v[0].(int64) != 0
-		return false
-	})
-	if err != nil || !active {
-		return false, err
-	}
-	// The batch's events are the newest rows, their ids consecutive: one
-	// writer, in one transaction, and AUTOINCREMENT takes the next id.
-	var last int64
-	err = c.query(`SELECT seq FROM sqlite_sequence WHERE name = 'events'`, nil, func(v []driver.Value) bool {
-		last = v[0].(int64)
-		return false
-	})
-	if err != nil {
-		return false, err
-	}
-	var wrote bool
-	for i, e := range events {
-		seq := last - int64(len(events)) + 1 + int64(i)
-		p := e.Plant
-		n, err := c.exec(enqueueSQL, plantstore.NewEventID(), p.ID, p.Name, p.Tag, now, e.Type, seq)
-		if err != nil {
-			return false, err
-		}
-		wrote = wrote || n > 0
-	}
-	return wrote, nil
-}
-
-// A subscriber without a webhook_subscriber_events row gets plant.created
-// only. A plant.created delivery is written with a NULL event_type, as
-// earlier versions write it.
-const (
-	anySubscriberSQL = `SELECT EXISTS (SELECT 1 FROM webhook_subscribers WHERE disabled_at IS NULL)`
-	enqueueSQL       = `INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
-		SELECT s.id, ?1, ?2, ?3, ?4, ?5, ?5, nullif(?6, 'plant.created'), ?7
-		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
-		WHERE s.disabled_at IS NULL AND CASE ?6
-			WHEN 'plant.created' THEN coalesce(t.created, 1)
-			WHEN 'plant.updated' THEN coalesce(t.updated, 0)
-			ELSE coalesce(t.deleted, 0) END
-		ORDER BY s.id`
-)
 
 func (db *DB) AddSubscriber(ctx context.Context, url, secret string) (plantstore.Subscriber, error) {
 	return db.AddSubscriberFor(ctx, url, secret, []string{plantstore.EventCreated})

@@ -1,0 +1,121 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/plantstore/plantstore"
+)
+
+// TestOutboxInBatches writes creates, updates and deletes from many
+// goroutines at once, so that group commit gathers them into batches of
+// every size, for two subscribers of different event types: each gets a
+// delivery for each event of its types, once, in the feed's order, with
+// the event's feed id, and the two share each event's webhook-id.
+func TestOutboxInBatches(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	created, err := db.AddSubscriber(ctx, "https://created.example/", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	every, err := db.AddSubscriberFor(ctx, "https://every.example/", secret,
+		[]string{plantstore.EventCreated, plantstore.EventUpdated, plantstore.EventDeleted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 300 {
+		wg.Go(func() {
+			id := int64(i + 1)
+			if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: fmt.Sprint("plant ", id)}); err != nil {
+				t.Error(err)
+			}
+			switch i % 3 {
+			case 1:
+				err = db.UpdatePlant(ctx, plantstore.Plant{ID: id, Name: "renamed"}, nil)
+			case 2:
+				err = db.DeletePlant(ctx, id, nil)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	events, err := db.Events(ctx, plantstore.EventQuery{Limit: 1000})
+	if err != nil || len(events) != 500 {
+		t.Fatalf("Events: %d, %v; want 500", len(events), err)
+	}
+	ids := map[int64]string{} // feed id: webhook-id
+	for _, sub := range []plantstore.Subscriber{created, every} {
+		ds, err := db.DueDeliveries(ctx, sub.ID, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []plantstore.Event
+		for _, e := range events {
+			if sub.ID == every.ID || e.Type == plantstore.EventCreated {
+				want = append(want, e)
+			}
+		}
+		if len(ds) != len(want) {
+			t.Fatalf("subscriber %d: %d deliveries, want %d", sub.ID, len(ds), len(want))
+		}
+		for i, d := range ds {
+			e := want[i]
+			if d.Seq != e.ID || d.EventType != e.Type || d.Plant.ID != e.Plant.ID || d.Plant.Name != e.Plant.Name {
+				t.Fatalf("subscriber %d, delivery %d: %s of plant %d %q, feed id %d; want %s of plant %d %q, feed id %d",
+					sub.ID, i, d.EventType, d.Plant.ID, d.Plant.Name, d.Seq, e.Type, e.Plant.ID, e.Plant.Name, e.ID)
+			}
+			if id, ok := ids[d.Seq]; ok && id != d.EventID {
+				t.Errorf("event %d has webhook-id %s for one subscriber and %s for another", d.Seq, id, d.EventID)
+			}
+			ids[d.Seq] = d.EventID
+		}
+	}
+	if len(ids) != 500 {
+		t.Errorf("%d distinct events delivered, want 500", len(ids))
+	}
+}
+
+// BenchmarkCreateSubscribed creates distinct plants from 64 goroutines,
+// with group commit, with no webhook subscriber and with one: the
+// difference is what the outbox rows cost a create.
+func BenchmarkCreateSubscribed(b *testing.B) {
+	for _, subscribers := range []int{0, 1} {
+		b.Run(map[int]string{0: "none", 1: "one"}[subscribers], func(b *testing.B) {
+			db, err := Open(context.Background(), filepath.Join(b.TempDir(), "create.db"), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			for range subscribers {
+				if _, err := db.AddSubscriber(context.Background(), "https://hooks.example.com/", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Int64
+			b.SetParallelism(64)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := next.Add(1)
+					if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

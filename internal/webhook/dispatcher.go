@@ -448,17 +448,20 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 		return plantstore.AttemptResult{DeliveryID: dl.ID}, Retry
 	}
 	d.stats.attempts.Add(1)
-	attrs := []any{"event", dl.EventID, "type", dl.EventType, "seq", dl.Seq, "plant", dl.Plant.ID, "attempt", dl.Attempts + 1,
-		"status", res.Status, "outcome", res.Outcome.String(),
-		"duration_ms", float64(d.cfg.Now().Sub(start).Microseconds()) / 1000}
+	// Every attempt is logged; typed attributes through LogAttrs spare
+	// each line the key-value pairs' boxing and parsing.
+	attrs := []slog.Attr{slog.String("event", dl.EventID), slog.String("type", dl.EventType), slog.Int64("seq", dl.Seq),
+		slog.Int64("plant", dl.Plant.ID), slog.Int("attempt", dl.Attempts+1), slog.Int("status", res.Status),
+		slog.String("outcome", res.Outcome.String()),
+		slog.Float64("duration_ms", float64(d.cfg.Now().Sub(start).Microseconds())/1000)}
 	r := plantstore.AttemptResult{DeliveryID: dl.ID, Status: res.Status}
 	switch res.Outcome {
 	case Delivered:
 		d.stats.delivered.Add(1)
 		r.Delivered = true
-		log.Info("webhook delivered", attrs...)
+		log.LogAttrs(ctx, slog.LevelInfo, "webhook delivered", attrs...)
 	case Gone:
-		log.Warn("webhook subscriber answered 410 Gone; disabling it", attrs...)
+		log.LogAttrs(ctx, slog.LevelWarn, "webhook subscriber answered 410 Gone; disabling it", attrs...)
 	default:
 		r.Error = attemptError(res)
 		firstFailed := d.cfg.Now()
@@ -466,13 +469,13 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 			firstFailed = *dl.FirstFailedAt
 		}
 		r.NextAttempt, r.GiveUp = d.cfg.Schedule.Next(dl.Attempts+1, firstFailed, d.cfg.Now(), res.RetryAfter, nil)
-		attrs = append(attrs, "error", r.Error)
+		attrs = append(attrs, slog.String("error", r.Error))
 		if r.GiveUp {
 			d.stats.failed.Add(1)
-			log.Error("webhook delivery parked; its plant's later events go on (plantstore webhook retry sends it again)", attrs...)
+			log.LogAttrs(ctx, slog.LevelError, "webhook delivery parked; its plant's later events go on (plantstore webhook retry sends it again)", attrs...)
 		} else {
 			d.stats.retried.Add(1)
-			log.Warn("webhook attempt failed", append(attrs, "next_attempt", r.NextAttempt.UTC().Format(time.RFC3339))...)
+			log.LogAttrs(ctx, slog.LevelWarn, "webhook attempt failed", append(attrs, slog.String("next_attempt", r.NextAttempt.UTC().Format(time.RFC3339)))...)
 		}
 	}
 	return r, res.Outcome

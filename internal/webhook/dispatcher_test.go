@@ -617,24 +617,53 @@ func TestDefersToClientsWhileBusy(t *testing.T) {
 	eventually(t, "three deliveries once the server is idle", func() bool { return len(r.deliveries()) == 3 })
 }
 
-// A server that stays busy still gets its deliveries out: after MaxDefer,
-// a window of Concurrency of them at a time.
+// A server that stays busy still gets its deliveries out: each window
+// waits MaxDefer, asking Busy again and again, then sends Concurrency
+// deliveries at most before it asks again.
 func TestDeliversUnderEndlessLoadAfterMaxDefer(t *testing.T) {
-	const concurrency = 2
-	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, MaxDefer: 20 * time.Millisecond, Concurrency: concurrency,
-		Busy: func() bool { return true }})
-	r, _ := f.subscribe(nil)
+	const concurrency, maxDefer = 2, 50 * time.Millisecond
+	var mu sync.Mutex
+	var trace []string // "busy?" and "delivery", in the order they happened
+	var firstAsked time.Time
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, MaxDefer: maxDefer, Concurrency: concurrency,
+		Busy: func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if firstAsked.IsZero() {
+				firstAsked = time.Now()
+			}
+			trace = append(trace, "busy?")
+			return true
+		}})
+	r, _ := f.subscribe(func(int, delivery) (int, http.Header) {
+		mu.Lock()
+		defer mu.Unlock()
+		trace = append(trace, "delivery")
+		return http.StatusNoContent, nil
+	})
 	f.create(1, 2, 3, 4, 5)
 	eventually(t, "five deliveries under endless load", func() bool { return len(r.deliveries()) == 5 })
-	// Windows of two, each after a wait: the five went in three groups.
-	ds := r.deliveries()
-	groups := 1
-	for i := 1; i < len(ds); i++ {
-		if ds[i].at.Sub(ds[i-1].at) >= 15*time.Millisecond {
-			groups++
+	mu.Lock()
+	defer mu.Unlock()
+	if first := r.deliveries()[0].at; first.Sub(firstAsked) < maxDefer {
+		t.Errorf("the first delivery went %s after the dispatcher found the server busy, want MaxDefer (%s) at least",
+			first.Sub(firstAsked), maxDefer)
+	}
+	// Between two looks at Busy, one window: Concurrency deliveries at most.
+	run, windows := 0, 0
+	for _, e := range trace {
+		if e == "busy?" {
+			run = 0
+			continue
+		}
+		if run++; run == 1 {
+			windows++
+		}
+		if run > concurrency {
+			t.Fatalf("%d deliveries between two looks at Busy, want %d at most: %v", run, concurrency, trace)
 		}
 	}
-	if groups < 3 {
-		t.Errorf("five deliveries under endless load came in %d groups, want windows of %d after each wait", groups, concurrency)
+	if windows < 3 {
+		t.Errorf("five deliveries in %d windows, want three at least (of %d): %v", windows, concurrency, trace)
 	}
 }

@@ -28,7 +28,13 @@ import (
 //     baseline of the same run.
 //   - Creates with one subscriber (answering at once) against creates
 //     with none, closed-loop at -connections for -duration, alternating
-//     three times; the figure is the median of the three.
+//     hookRounds times. The ratio is the median of the rounds' ratios
+//     (each round's two runs are next to each other in time, so a
+//     neighbour's load that comes and goes moves both), with the ratio
+//     of the medians beside it, and the same of the server's CPU time
+//     per create. During each one-subscriber run the receiver counts
+//     what it got (the deliveries that went out under the load), and
+//     after it how long the backlog took to drain.
 
 // webhooksResult is what -webhooks writes to -out.
 type webhooksResult struct {
@@ -50,11 +56,27 @@ type deliveryRate struct {
 	Duplicates int     `json:"duplicates"`
 }
 
+// hookRounds is how many times creates with and without a subscriber
+// are measured, alternating: the machine is shared, and a median of
+// five is steadier than one of three.
+const hookRounds = 5
+
 type webhookCreates struct {
 	Binary           string  `json:"binary"`
 	NoSubscriberRPS  float64 `json:"no_subscriber_rps"`
 	OneSubscriberRPS float64 `json:"one_subscriber_rps"`
-	Ratio            float64 `json:"ratio"`
+	Ratio            float64 `json:"ratio"` // of the medians
+	// The median of the rounds' ratios (one subscriber ÷ none, each
+	// round's two runs next to each other), and its lowest and highest.
+	RoundRatio    float64   `json:"round_ratio"`
+	RoundRatios   []float64 `json:"round_ratios"`
+	RoundCPURatio float64   `json:"round_cpu_ratio"` // median of the rounds' CPU per create, none ÷ one
+	// Under the load: the deliveries the receiver got per second during
+	// the one-subscriber runs (warm-up included), and then the seconds
+	// until the backlog left behind was delivered (the median of the
+	// rounds).
+	DeliveredPerSecondUnderLoad float64 `json:"delivered_per_second_under_load"`
+	CatchUpSeconds              float64 `json:"catch_up_seconds"`
 	// The server's CPU time per create, the deliveries' included.
 	NoSubscriberCPUUs  float64 `json:"no_subscriber_server_cpu_us_per_create"`
 	OneSubscriberCPUUs float64 `json:"one_subscriber_server_cpu_us_per_create"`
@@ -144,15 +166,16 @@ func (r *hookReceiver) release() {
 	}
 }
 
-// awaitQuiet waits until nothing has arrived for quiet, or for limit.
-func (r *hookReceiver) awaitQuiet(quiet, limit time.Duration) {
+// awaitQuiet waits until nothing has arrived for quiet, or for limit, and
+// returns when the last delivery arrived.
+func (r *hookReceiver) awaitQuiet(quiet, limit time.Duration) time.Time {
 	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
+	for {
 		r.mu.Lock()
 		last := r.last
 		r.mu.Unlock()
-		if time.Since(last) >= quiet {
-			return
+		if time.Since(last) >= quiet || !time.Now().Before(deadline) {
+			return last
 		}
 		time.Sleep(quiet / 4)
 	}
@@ -162,6 +185,35 @@ func (r *hookReceiver) count() (distinct, dups int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.seen), r.dups
+}
+
+// awaitDrained waits until the subscribers of the store at db have no
+// pending delivery (webhook list), for limit at most.
+func awaitDrained(bin, db string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		out, err := exec.Command(bin, "webhook", "list", "--json", "--db", db).Output()
+		if err != nil {
+			return fmt.Errorf("webhook list: %w", err)
+		}
+		var subs []struct {
+			Pending int `json:"pending"`
+		}
+		if err := json.Unmarshal(out, &subs); err != nil {
+			return fmt.Errorf("webhook list: %w", err)
+		}
+		pending := 0
+		for _, s := range subs {
+			pending += s.Pending
+		}
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d deliveries still pending after %s", pending, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // hookBinary is a plantstore binary the webhook costs are measured on.
@@ -239,6 +291,7 @@ func (h *hookRun) inShape(c config, dir string, sh *shape) (webhooksResult, erro
 	type binary = hookBinary
 	// start runs bin on a fresh store with a token and, when subscribe,
 	// recv as its one subscriber.
+	dbs := map[*process]string{}
 	start := func(bin binary, subscribe bool, extra ...string) (*process, target, error) {
 		h.n++
 		n := h.n
@@ -266,6 +319,7 @@ func (h *hookRun) inShape(c config, dir string, sh *shape) (webhooksResult, erro
 		if p.metricsURL != "" {
 			t.metrics = []string{p.metricsURL}
 		}
+		dbs[p] = db
 		return p, t, nil
 	}
 
@@ -322,7 +376,7 @@ func (h *hookRun) inShape(c config, dir string, sh *shape) (webhooksResult, erro
 		}
 	}
 
-	fmt.Printf("\n## %s: creates with one subscriber (answering at once) against none: closed loop, %d connections, %v each, median of %d\n\n", sh.name, c.connections, c.duration, eventRounds)
+	fmt.Printf("\n## %s: creates with one subscriber (answering at once) against none: closed loop, %d connections, %v each, median of %d\n\n", sh.name, c.connections, c.duration, hookRounds)
 	for _, bin := range bins {
 		none, noneT, err := start(bin, false)
 		if err != nil {
@@ -337,13 +391,29 @@ func (h *hookRun) inShape(c config, dir string, sh *shape) (webhooksResult, erro
 		var counter atomic.Int64
 		create := scenarios(0, 0)["create"]
 		var noS, oneS []result
-		for round := range eventRounds {
+		var ratios, cpuRatios, underLoad, catchUp []float64
+		for round := range hookRounds {
 			noS = append(noS, closedLoop(noneT, create, c.connections, c.warmup, c.duration, &counter))
+			before, _ := recv.count()
+			began := time.Now()
 			oneS = append(oneS, closedLoop(oneT, create, c.connections, c.warmup, c.duration, &counter))
-			fmt.Printf("%s, round %d: %.0f creates/s with no subscriber, %.0f with one\n", bin.name, round+1, noS[round].RPS, oneS[round].RPS)
+			ended := time.Now()
+			after, _ := recv.count()
 			// The deliveries left behind go out before the next round,
-			// not during it: the two servers share the shape's CPU.
-			recv.awaitQuiet(200*time.Millisecond, 60*time.Second)
+			// not during it: the two servers share the shape's CPU. (The
+			// receiver's silence does not say so: deferred, deliveries
+			// come a second apart under the load.)
+			if err := awaitDrained(bin.path, dbs[one], 60*time.Second); err != nil {
+				return res, err
+			}
+			last := recv.awaitQuiet(200*time.Millisecond, 5*time.Second)
+			no, one := noS[round], oneS[round]
+			ratios = append(ratios, one.RPS/no.RPS)
+			cpuRatios = append(cpuRatios, no.ServerCPUUs/one.ServerCPUUs)
+			underLoad = append(underLoad, float64(after-before)/ended.Sub(began).Seconds())
+			catchUp = append(catchUp, max(0, last.Sub(ended).Seconds()))
+			fmt.Printf("%s, round %d: %.0f creates/s with no subscriber, %.0f with one: %.2fx (server CPU %.0f µs a create against %.0f); %.0f deliveries/s under the load, the rest %.1f s after it\n",
+				bin.name, round+1, no.RPS, one.RPS, ratios[round], one.ServerCPUUs, no.ServerCPUUs, underLoad[round], catchUp[round])
 		}
 		delivered, _ := recv.count()
 		// The outbox alone: the receiver holds every request, so the
@@ -367,9 +437,12 @@ func (h *hookRun) inShape(c config, dir string, sh *shape) (webhooksResult, erro
 			NoSubscriberCPUUs: mn.ServerCPUUs, OneSubscriberCPUUs: mo.ServerCPUUs, GeneratorBusyPct: mo.GeneratorBusyPct,
 			HeldRPS: mh.RPS, HeldRatio: mh.RPS / mn.RPS, HeldCPUUs: mh.ServerCPUUs}
 		wc.Delivered = delivered
+		wc.RoundRatio, wc.RoundRatios, wc.RoundCPURatio = medianOf(ratios), ratios, medianOf(cpuRatios)
+		wc.DeliveredPerSecondUnderLoad, wc.CatchUpSeconds = medianOf(underLoad), medianOf(catchUp)
 		res.Creates = append(res.Creates, wc)
-		fmt.Printf("%s: creates with one subscriber %.0f/s against %.0f with none: %.2fx; server CPU %.0f µs per create against %.0f; the subscriber received %d events meanwhile\n",
-			bin.name, wc.OneSubscriberRPS, wc.NoSubscriberRPS, wc.Ratio, wc.OneSubscriberCPUUs, wc.NoSubscriberCPUUs, wc.Delivered)
+		fmt.Printf("%s: creates with one subscriber ÷ none, the median of the rounds: %.2fx (from %.2f to %.2f); of the medians %.0f/s ÷ %.0f: %.2fx; server CPU per create, none ÷ one: %.2fx (medians %.0f µs against %.0f); under the load %.0f deliveries/s, the backlog delivered %.1f s after it; the subscriber received %d events in all\n",
+			bin.name, wc.RoundRatio, slices.Min(ratios), slices.Max(ratios), wc.OneSubscriberRPS, wc.NoSubscriberRPS, wc.Ratio,
+			wc.RoundCPURatio, wc.OneSubscriberCPUUs, wc.NoSubscriberCPUUs, wc.DeliveredPerSecondUnderLoad, wc.CatchUpSeconds, wc.Delivered)
 		fmt.Printf("%s: the outbox alone (receiver holding): %.0f creates/s: %.2fx; server CPU %.0f µs per create\n\n", bin.name, wc.HeldRPS, wc.HeldRatio, wc.HeldCPUUs)
 	}
 
@@ -377,4 +450,11 @@ func (h *hookRun) inShape(c config, dir string, sh *shape) (webhooksResult, erro
 		sh.report()
 	}
 	return res, nil
+}
+
+// medianOf returns the median of xs (the upper one of an even count).
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -37,8 +37,10 @@ func TestOutboxInBatches(t *testing.T) {
 	for i := range 300 {
 		wg.Go(func() {
 			id := int64(i + 1)
-			if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: fmt.Sprint("plant ", id)}); err != nil {
+			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: fmt.Sprint("plant ", id)})
+			if err != nil {
 				t.Error(err)
+				return
 			}
 			switch i % 3 {
 			case 1:

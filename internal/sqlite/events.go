@@ -96,7 +96,9 @@ const pruneChunk = 1000
 
 // PruneEvents deletes, oldest first, the events recorded before cutoff,
 // stopping at the first that is not: ids increase with time but a clock
-// can step back, and the feed must stay whole after its horizon.
+// can step back, and the feed must stay whole after its horizon. It also
+// stops at the outbox cursor: the webhook deliveries of the events after
+// it are not written yet.
 func (db *DB) PruneEvents(ctx context.Context, cutoff time.Time) (int, error) {
 	pruned := 0
 	for {
@@ -117,7 +119,12 @@ func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, er
 		return 0, false, err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT id, at FROM events ORDER BY id LIMIT ?`, pruneChunk)
+	// Not past the outbox cursor (outbox.go).
+	var bound int64
+	if err := tx.QueryRowContext(ctx, pruneBoundSQL).Scan(&bound); err != nil {
+		return 0, false, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, at FROM events WHERE id <= ? ORDER BY id LIMIT ?`, bound, pruneChunk)
 	if err != nil {
 		return 0, false, err
 	}

@@ -1,73 +1,161 @@
 package sqlite
 
 import (
+	"context"
+	"database/sql"
 	"database/sql/driver"
 	"math/bits"
 	"strings"
+	"time"
 
 	"github.com/plantstore/plantstore"
 )
 
-// enqueueEvents writes the outbox rows for events, the batch's, which
-// recordEvents has just inserted, in the batch's transaction: one row per
-// active subscriber of the event's type, in the order of the events and,
-// within one, of the subscribers. It reports whether it wrote any. With
-// no active subscriber it costs one small read per batch.
-//
-// The rows go in multi-row INSERTs of power-of-two sizes, as the plants
-// and the events do: a statement per event cost a create about as much as
-// its plant and its event together (measured on one core: 12 µs a create).
-func enqueueEvents(c *rawConn, events []plantstore.Event, now int64) (bool, error) {
-	if len(events) == 0 {
-		return false, nil
-	}
+// The outbox is the change feed itself. A change writes only its event;
+// the webhook deliveries of the events after outbox_cursor are written
+// later, by copyOutbox, which the dispatcher runs before it reads a
+// window (DueDeliveries). So a create costs the same with subscribers as
+// without (one outbox row per create and subscriber cost it about 15% on
+// one core, in the webhook harness), and the copying waits with the
+// deliveries while clients saturate the server. The events after the
+// cursor are kept until they are copied (PruneEvents stops there).
+
+// subscribersActive reports, in the batch's transaction, whether any
+// subscriber is active, so the writer wakes the dispatcher after the
+// commit only when there may be something to deliver: one small read per
+// batch.
+func subscribersActive(c *rawConn) (bool, error) {
 	var active bool
 	err := c.query(anySubscriberSQL, nil, func(v []driver.Value) bool {
 		active = v[0].(int64) != 0
 		return false
 	})
-	if err != nil || !active {
-		return false, err
-	}
-	// The batch's events are the newest rows, their ids consecutive: one
-	// writer, in one transaction, and AUTOINCREMENT takes the next id.
-	var last int64
-	err = c.query(`SELECT seq FROM sqlite_sequence WHERE name = 'events'`, nil, func(v []driver.Value) bool {
-		last = v[0].(int64)
-		return false
-	})
+	return active, err
+}
+
+const anySubscriberSQL = `SELECT EXISTS (SELECT 1 FROM webhook_subscribers WHERE disabled_at IS NULL)`
+
+// outboxChunk bounds the events one copyOutbox transaction copies, so it
+// holds the write lock briefly.
+const outboxChunk = 4 * maxBatch
+
+// outboxBehind reports whether events after the outbox cursor wait to be
+// copied: one read of two one-row tables.
+func (db *DB) outboxBehind(ctx context.Context) (bool, error) {
+	var behind bool
+	err := db.read.QueryRowContext(ctx, `SELECT `+outboxFromSQL+` < `+lastEventSQL).Scan(&behind)
+	return behind, err
+}
+
+// outboxFromSQL is the last event no active subscriber needs copied:
+// the cursor, or the oldest active subscriber's since_event if later (the
+// events before it no subscriber will get), and the largest id when no
+// subscriber is active.
+const outboxFromSQL = `max((SELECT through FROM outbox_cursor),
+	coalesce((SELECT min(since_event) FROM webhook_subscribers WHERE disabled_at IS NULL), 9223372036854775807))`
+
+// lastEventSQL is the id of the last event recorded, pruned or not (0 for
+// none): AUTOINCREMENT keeps it in sqlite_sequence.
+const lastEventSQL = `coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`
+
+// copyOutbox copies the next events after the outbox cursor, outboxChunk
+// at most, into webhook_deliveries, in one transaction that moves the
+// cursor past them, and reports whether events remain after it. Each
+// event gets a row for each subscriber that was active when it was
+// recorded and is now, and asked for its type; the rows of one event
+// share its webhook-id.
+func (db *DB) copyOutbox(ctx context.Context) (more bool, err error) {
+	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
 	}
-	first := last - int64(len(events)) + 1
-	var wrote bool
+	defer tx.Rollback()
+	var through, last int64
+	if err := tx.QueryRowContext(ctx, `SELECT `+outboxFromSQL+`, `+lastEventSQL).Scan(&through, &last); err != nil {
+		return false, err
+	}
+	if through >= last {
+		return false, nil
+	}
+	events, err := eventsAfter(ctx, tx, through, outboxChunk)
+	if err != nil {
+		return false, err
+	}
+	// Ids have no gaps but pruned ones: fewer events than asked for means
+	// every event up to the last was read.
+	more = len(events) == outboxChunk
+	if more {
+		last = events[len(events)-1].ID
+	}
+	if err := enqueueEvents(ctx, tx, events); err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE outbox_cursor SET through = ?`, last); err != nil {
+		return false, err
+	}
+	return more, tx.Commit()
+}
+
+// copyWholeOutbox copies every event after the cursor.
+func (db *DB) copyWholeOutbox(ctx context.Context) error {
+	for {
+		more, err := db.copyOutbox(ctx)
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// eventsAfter reads up to n events after id, in id order.
+func eventsAfter(ctx context.Context, tx *sql.Tx, id int64, n int) ([]plantstore.Event, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, type, plant_id, name, tag, at FROM events WHERE id > ? ORDER BY id LIMIT ?`, id, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var events []plantstore.Event
+	for rows.Next() {
+		var e plantstore.Event
+		var tag sql.NullString
+		var at int64
+		if err := rows.Scan(&e.ID, &e.Type, &e.Plant.ID, &e.Plant.Name, &tag, &at); err != nil {
+			return nil, err
+		}
+		if tag.Valid {
+			e.Plant.Tag = &tag.String
+		}
+		e.At = time.UnixMilli(at)
+		events = append(events, e)
+	}
+	return events, rows.Err()
+}
+
+// enqueueEvents writes the outbox rows of events, in multi-row INSERTs of
+// power-of-two sizes: one per subscriber that wants the event, in the
+// order of the events and, within one, of the subscribers.
+func enqueueEvents(ctx context.Context, tx *sql.Tx, events []plantstore.Event) error {
 	for start := 0; start < len(events); {
 		chunk := events[start : start+prevPowerOfTwo(len(events)-start)]
 		args := make([]any, 0, 7*len(chunk))
-		for i, e := range chunk {
+		for _, e := range chunk {
 			p := e.Plant
-			args = append(args, plantstore.NewEventID(), p.ID, p.Name, p.Tag, e.Type, first+int64(start+i), now)
+			args = append(args, plantstore.NewEventID(), p.ID, p.Name, p.Tag, e.Type, e.ID, millis(e.At))
 		}
-		n, err := c.exec(multiEnqueueSQL[bits.TrailingZeros(uint(len(chunk)))], args...)
-		if err != nil {
-			return false, err
+		if _, err := tx.ExecContext(ctx, multiEnqueueSQL[bits.TrailingZeros(uint(len(chunk)))], args...); err != nil {
+			return err
 		}
-		wrote = wrote || n > 0
 		start += len(chunk)
 	}
-	return wrote, nil
+	return nil
 }
-
-// A subscriber without a webhook_subscriber_events row gets plant.created
-// only. A plant.created delivery is written with a NULL event_type, as
-// earlier versions write it.
-const anySubscriberSQL = `SELECT EXISTS (SELECT 1 FROM webhook_subscribers WHERE disabled_at IS NULL)`
 
 // multiEnqueueSQL holds the statements enqueueing 1, 2, 4, ... maxBatch
 // events, by log2 of their count: seven parameters an event (its
-// webhook-id, plant id, name, tag, type, feed id and the time). They are
+// webhook-id, plant id, name, tag, type, feed id and time). They are
 // anonymous: the driver looks up each numbered one (?NNN) by a linear
-// scan, which made binding 256 rows cost more than inserting them.
+// scan. A subscriber without a webhook_subscriber_events row gets
+// plant.created only; a plant.created delivery is written with a NULL
+// event_type, as earlier versions write it.
 var multiEnqueueSQL = func() (stmts [maxBatchLog2 + 1]string) {
 	for i := range stmts {
 		var rows strings.Builder
@@ -80,12 +168,51 @@ var multiEnqueueSQL = func() (stmts [maxBatchLog2 + 1]string) {
 		stmts[i] = `INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
 		SELECT s.id, v.column1, v.column2, v.column3, v.column4, v.column7, v.column7, nullif(v.column5, 'plant.created'), v.column6
 		FROM (VALUES ` + rows.String() + `) v
-		JOIN webhook_subscribers s LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
-		WHERE s.disabled_at IS NULL AND CASE v.column5
-			WHEN 'plant.created' THEN coalesce(t.created, 1)
-			WHEN 'plant.updated' THEN coalesce(t.updated, 0)
-			ELSE coalesce(t.deleted, 0) END
+		JOIN webhook_subscribers s ON s.since_event < v.column6
+		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
+		WHERE s.disabled_at IS NULL AND ` + wantsEventSQL("v.column5") + `
 		ORDER BY v.column6, s.id`
 	}
 	return stmts
 }()
+
+// wantsEventSQL is true when subscriber s, with its events row t (LEFT
+// JOINed), asks for events of the type in column.
+func wantsEventSQL(column string) string {
+	return `CASE ` + column + `
+			WHEN 'plant.created' THEN coalesce(t.created, 1)
+			WHEN 'plant.updated' THEN coalesce(t.updated, 0)
+			ELSE coalesce(t.deleted, 0) END`
+}
+
+// pendingInFeedSQL counts the events not yet copied that subscriber s
+// (its events row t LEFT JOINed) will get.
+var pendingInFeedSQL = `(SELECT count(*) FROM events e
+	WHERE e.id > max(s.since_event, (SELECT through FROM outbox_cursor)) AND s.disabled_at IS NULL AND ` + wantsEventSQL("e.type") + `)`
+
+// copyOutboxFor copies the outbox until the subscriber has n pending
+// deliveries or no event is left to copy: enough for its next window, and
+// no more, while the deliveries wait for clients.
+func (db *DB) copyOutboxFor(ctx context.Context, subscriberID int64, n int) error {
+	for {
+		behind, err := db.outboxBehind(ctx)
+		if err != nil || !behind {
+			return err
+		}
+		var pending int
+		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries
+			WHERE subscriber_id = ? AND failed_at IS NULL LIMIT ?)`, subscriberID, n).Scan(&pending); err != nil {
+			return err
+		}
+		if pending >= n {
+			return nil
+		}
+		if _, err := db.copyOutbox(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// pruneBoundSQL is the last event PruneEvents may delete: the events
+// after outboxFromSQL are still to be copied.
+const pruneBoundSQL = `SELECT ` + outboxFromSQL

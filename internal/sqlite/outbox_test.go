@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/plantstore/plantstore"
 )
@@ -119,5 +120,79 @@ func BenchmarkCreateSubscribed(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestOutboxFromTheFeed: a change writes no webhook delivery; the
+// deliveries of its event are written by the dispatcher's read
+// (DueDeliveries), and meanwhile the counts include them, the events are
+// not pruned, and a subscriber disabled gets them as failed.
+func TestOutboxFromTheFeed(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Now()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "feed.db"), Options{Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "before any subscriber"}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := db.AddSubscriber(ctx, "https://one.example/", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(2); id <= 4; id++ {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: fmt.Sprint("plant ", id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.UpdatePlant(ctx, plantstore.Plant{ID: 2, Name: "renamed"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() (n int) {
+		t.Helper()
+		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := rows(); n != 0 {
+		t.Errorf("%d webhook_deliveries rows after the writes, want none: the feed is the outbox", n)
+	}
+	if c, err := db.CountDeliveries(ctx); err != nil || c.Pending != 3 {
+		t.Errorf("CountDeliveries = %+v, %v; want the 3 creates after the subscriber pending", c, err)
+	}
+	if subs, err := db.Subscribers(ctx); err != nil || len(subs) != 1 || subs[0].Pending != 3 {
+		t.Errorf("Subscribers = %+v, %v; want one with 3 pending", subs, err)
+	}
+	claimed, err := db.ClaimSubscribers(ctx, "owner", time.Minute, 10)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != sub.ID {
+		t.Fatalf("ClaimSubscribers = %+v, %v; want the subscriber, whose events wait in the feed", claimed, err)
+	}
+	// Retention may not take events whose deliveries are not written.
+	if n, err := db.PruneEvents(ctx, clock.Add(time.Hour)); err != nil || n != 1 {
+		t.Errorf("PruneEvents before the copy = %d, %v; want 1, the event before the subscriber", n, err)
+	}
+	ds, err := db.DueDeliveries(ctx, sub.ID, 2)
+	if err != nil || len(ds) != 2 || ds[0].Plant.ID != 2 || ds[1].Plant.ID != 3 {
+		t.Fatalf("DueDeliveries(2) = %+v, %v; want the creates of 2 and 3", ds, err)
+	}
+	if n := rows(); n != 3 {
+		t.Errorf("%d webhook_deliveries rows after the read, want 3 (the update is not the subscriber's)", n)
+	}
+	if n, err := db.PruneEvents(ctx, clock.Add(time.Hour)); err != nil || n != 4 {
+		t.Errorf("PruneEvents after the copy = %d, %v; want the 4 other events", n, err)
+	}
+	// A subscriber disabled fails its events not yet copied too.
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 5, Name: "plant 5"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DisableSubscriber(ctx, sub.ID, "410 Gone"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := db.CountDeliveries(ctx); err != nil || c.Pending != 0 || c.Failed != 4 {
+		t.Errorf("CountDeliveries after the disable = %+v, %v; want 4 failed, none pending", c, err)
 	}
 }

@@ -40,9 +40,10 @@ type Options struct {
 	// it, and keeps read plants in memory (see cache.go). The token CLI
 	// opens without it.
 	SoleServer bool
-	// Enqueued, when set, is called after each commit that wrote webhook
-	// deliveries, so a dispatcher can start at once instead of at its next
-	// poll. It must not block.
+	// Enqueued, when set, is called after each commit that recorded events
+	// while a webhook subscriber is active (or retried deliveries), so a
+	// dispatcher can start at once instead of at its next poll. It must
+	// not block.
 	Enqueued func()
 	// ObserveBatch, when set, is told the size of each group commit's
 	// batch (for metrics). It must not block.

@@ -92,7 +92,7 @@ func (f upgradeFixture) plants() []plantstore.Plant {
 // neverNewest are the schema versions no commit on main ended at: each
 // arrived in one commit with the version after it, so no binary ever ran
 // at it, no store can be at it, and it has no fixture. (4, the change
-// feed, came with 5, the webhook subscribers' last error.)
+// feed, came with 5, the webhook subscribers' last error; 6 has v6.db.)
 var neverNewest = map[int]bool{4: true, 5: true}
 
 // earlierVersions are the schema versions before current that a binary
@@ -457,7 +457,21 @@ var downMigrations = map[int]string{
 		ALTER TABLE webhook_deliveries DROP COLUMN event_seq;
 		ALTER TABLE webhook_deliveries DROP COLUMN event_type;
 		DELETE FROM schema_migrations WHERE version = 6;`,
+	7: reverseOutboxCursor + `
+		DROP TABLE outbox_cursor;
+		ALTER TABLE webhook_subscribers DROP COLUMN since_event;
+		DELETE FROM schema_migrations WHERE version = 7;`,
 }
+
+// reverseOutboxCursor writes the outbox rows of the events after the
+// cursor, which version 6 would have written with each change.
+const reverseOutboxCursor = `INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
+		SELECT s.id, 'msg_' || lower(hex(randomblob(16))), e.plant_id, e.name, e.tag, e.at, e.at, nullif(e.type, 'plant.created'), e.id
+		FROM events e JOIN webhook_subscribers s ON s.since_event < e.id
+		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
+		WHERE e.id > (SELECT through FROM outbox_cursor) AND s.disabled_at IS NULL
+		  AND CASE e.type WHEN 'plant.created' THEN coalesce(t.created, 1) WHEN 'plant.updated' THEN coalesce(t.updated, 0) ELSE coalesce(t.deleted, 0) END
+		ORDER BY e.id, s.id;`
 
 // TestMigrationsReversibleByHand upgrades each fixture, writes to it, then
 // runs the documented reversals back to the fixture's version: the schema
@@ -506,6 +520,15 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			var n int
 			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM plants WHERE id = 1000`).Scan(&n); err != nil || n != 1 {
 				t.Errorf("the plant written after the upgrade: %d rows, %v", n, err)
+			}
+			// Its webhook deliveries, for the fixture's subscribers and the
+			// one added: version 7 had not written them yet (they were in
+			// the change feed), its reversal did.
+			if v >= 3 {
+				f := readUpgradeFixture(t, filepath.Join("testdata", "upgrade", fmt.Sprintf("v%d.json", v)))
+				if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries WHERE plant_id = 1000 AND failed_at IS NULL`).Scan(&n); err != nil || n != 1+len(f.Subscribers) {
+					t.Errorf("the deliveries of the plant written after the upgrade: %d, %v; want %d", n, err, 1+len(f.Subscribers))
+				}
 			}
 			conn.Close()
 			checkIntegrity(t, path)

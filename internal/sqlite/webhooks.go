@@ -28,7 +28,9 @@ func (db *DB) AddSubscriberFor(ctx context.Context, url, secret string, events [
 		return plantstore.Subscriber{}, storeError(op, err)
 	}
 	defer tx.Rollback()
-	err = tx.QueryRowContext(ctx, `INSERT INTO webhook_subscribers (url, secret, created_at) VALUES (?, ?, ?) RETURNING id`,
+	// It gets the events recorded after this transaction (outbox.go).
+	err = tx.QueryRowContext(ctx, `INSERT INTO webhook_subscribers (url, secret, created_at, since_event)
+		VALUES (?, ?, ?, `+lastEventSQL+`) RETURNING id`,
 		url, secret, millis(s.CreatedAt)).Scan(&s.ID)
 	if err != nil {
 		return plantstore.Subscriber{}, storeError(op, err)
@@ -64,7 +66,7 @@ func subscribedEvents(valid, created, updated, deleted bool) []string {
 
 func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) {
 	rows, err := db.read.QueryContext(ctx, `SELECT s.id, s.url, s.created_at, s.disabled_at, s.disabled_reason, s.delivered, s.last_error, e.last_error_at,
-			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL),
+			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL) + `+pendingInFeedSQL+`,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL),
 			t.subscriber_id IS NOT NULL, coalesce(t.created, 0), coalesce(t.updated, 0), coalesce(t.deleted, 0)
 		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id
@@ -109,17 +111,21 @@ func (db *DB) RemoveSubscriber(ctx context.Context, id int64) error {
 	return mustHaveAffected(res, "webhook subscriber %d not found", id)
 }
 
-// ClaimSubscribers claims subscribers with a due pending delivery. That
-// delivery may wait behind another of its plant which is not due: then
-// the claim finds nothing to send, and gives the subscriber back.
+// ClaimSubscribers claims subscribers with a due pending delivery, or
+// events after the outbox cursor recorded since they were added (the
+// claim's DueDeliveries copies them; they may be of types the subscriber
+// does not want). A delivery may wait behind another of its plant which
+// is not due: then the claim finds nothing to send, and gives the
+// subscriber back.
 func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]plantstore.Subscriber, error) {
 	now := db.now()
 	rows, err := db.write.QueryContext(ctx, `UPDATE webhook_subscribers SET lease_owner = ?1, lease_until = ?2
 		WHERE id IN (
 			SELECT s.id FROM webhook_subscribers s
 			WHERE s.disabled_at IS NULL AND (s.lease_until IS NULL OR s.lease_until <= ?3)
-			  AND EXISTS (SELECT 1 FROM webhook_deliveries d
+			  AND (EXISTS (SELECT 1 FROM webhook_deliveries d
 			       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL AND d.next_attempt_at <= ?3)
+			    OR max(s.since_event, (SELECT through FROM outbox_cursor)) < `+lastEventSQL+`)
 			ORDER BY s.id LIMIT ?4)
 		RETURNING id, url, secret`, owner, millis(now.Add(lease)), millis(now), n)
 	if err != nil {
@@ -168,6 +174,9 @@ func scanDelivery(rows *sql.Rows) (plantstore.Delivery, error) {
 }
 
 func (db *DB) DueDeliveries(ctx context.Context, subscriberID int64, n int) ([]plantstore.Delivery, error) {
+	if err := db.copyOutboxFor(ctx, subscriberID, n); err != nil {
+		return nil, storeError("copy webhook deliveries from the change feed", err)
+	}
 	// The subquery probes webhook_deliveries_waiting, which holds only
 	// the deliveries that failed and wait for a retry: few.
 	rows, err := db.read.QueryContext(ctx, `SELECT `+deliveryColumns+`
@@ -358,6 +367,10 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 
 func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) error {
 	const op = "disable webhook subscriber"
+	// Its events not yet copied fail with the others.
+	if err := db.copyWholeOutbox(ctx); err != nil {
+		return storeError(op, err)
+	}
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return storeError(op, err)
@@ -413,7 +426,9 @@ func clearLastError(ctx context.Context, tx *sql.Tx, subscriberID int64) error {
 func (db *DB) CountDeliveries(ctx context.Context) (plantstore.DeliveryCounts, error) {
 	var c plantstore.DeliveryCounts
 	err := db.read.QueryRowContext(ctx, `SELECT
-			(SELECT count(*) FROM webhook_deliveries WHERE failed_at IS NULL),
+			(SELECT count(*) FROM webhook_deliveries WHERE failed_at IS NULL) +
+			(SELECT coalesce(sum(`+pendingInFeedSQL+`), 0) FROM webhook_subscribers s
+			 LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id),
 			(SELECT coalesce(sum(delivered), 0) FROM webhook_subscribers),
 			(SELECT count(*) FROM webhook_deliveries WHERE failed_at IS NOT NULL)`).Scan(&c.Pending, &c.Delivered, &c.Failed)
 	if err != nil {

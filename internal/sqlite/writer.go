@@ -256,8 +256,9 @@ func (db *DB) writerConn(dc driver.Conn) *rawConn {
 
 // batchOutcome is what a batch did: each request's result, the ids whose
 // cached plants it changed, its changes in order (the events it
-// recorded), whether it wrote webhook deliveries, and whether it got as
-// far as COMMIT (after which a failure leaves its outcome unknown).
+// recorded), whether it recorded events while a subscriber is active,
+// and whether it got as far as COMMIT (after which a failure leaves its
+// outcome unknown).
 type batchOutcome struct {
 	results    []writeResult
 	forget     []int64
@@ -329,9 +330,12 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 		return out, err
 	}
 	out.events = len(events)
-	// The outbox rows commit with the plants, or neither does.
-	if out.enqueued, err = enqueueEvents(c, events, now); err != nil {
-		return out, err
+	// The events are the outbox (outbox.go): wake the dispatcher when a
+	// subscriber may want them.
+	if len(events) > 0 {
+		if out.enqueued, err = subscribersActive(c); err != nil {
+			return out, err
+		}
 	}
 	out.committing, out.changes = true, events
 	if _, err := c.exec(`COMMIT`); err != nil {

@@ -135,7 +135,7 @@ func eventsAfter(ctx context.Context, tx *sql.Tx, id int64, n int) ([]plantstore
 // order of the events and, within one, of the subscribers.
 func enqueueEvents(ctx context.Context, tx *sql.Tx, events []plantstore.Event) error {
 	for start := 0; start < len(events); {
-		chunk := events[start : start+prevPowerOfTwo(len(events)-start)]
+		chunk := events[start : start+prevPowerOfTwo(min(len(events)-start, maxBatch))]
 		args := make([]any, 0, 7*len(chunk))
 		for _, e := range chunk {
 			p := e.Plant

@@ -196,3 +196,54 @@ func TestOutboxFromTheFeed(t *testing.T) {
 		t.Errorf("CountDeliveries after the disable = %+v, %v; want 4 failed, none pending", c, err)
 	}
 }
+
+// TestOutboxBacklogInWindows drains a backlog of several copies' worth of
+// events in windows, as the dispatcher does: every event once, in order.
+func TestOutboxBacklogInWindows(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "backlog.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sub, err := db.AddSubscriber(ctx, "https://backlog.example/", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const backlog = 2*outboxChunk + 100
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for id := int64(w); id < backlog; id += 8 {
+				if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "p"}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var last int64
+	seen := 0
+	for seen < backlog {
+		ds, err := db.DueDeliveries(ctx, sub.ID, 300)
+		if err != nil || len(ds) == 0 {
+			t.Fatalf("DueDeliveries after %d: %d, %v", seen, len(ds), err)
+		}
+		results := make([]plantstore.AttemptResult, len(ds))
+		for i, d := range ds {
+			if d.Seq <= last {
+				t.Fatalf("event %d after %d", d.Seq, last)
+			}
+			last = d.Seq
+			results[i] = plantstore.AttemptResult{DeliveryID: d.ID, Delivered: true}
+		}
+		if _, err := db.RecordAttempts(ctx, "owner", sub.ID, results, time.Minute, false); err != nil {
+			t.Fatal(err)
+		}
+		seen += len(ds)
+	}
+	if c, err := db.CountDeliveries(ctx); err != nil || c.Pending != 0 || c.Delivered != backlog {
+		t.Errorf("CountDeliveries = %+v, %v; want %d delivered, none pending", c, err, backlog)
+	}
+}

@@ -132,18 +132,24 @@ func BenchmarkCreateParallel(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer db.Close()
-			var next atomic.Int64
-			b.SetParallelism(32) // 64 goroutines on 2 cores
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					id := next.Add(1)
-					if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			createInParallel(b, db, 32) // 64 goroutines on 2 cores
 		})
 	}
+}
+
+// createInParallel times b.N creates of distinct plants from parallelism
+// goroutines per CPU.
+func createInParallel(b *testing.B, db *DB, parallelism int) {
+	var next atomic.Int64
+	b.SetParallelism(parallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := next.Add(1)
+			if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,18 +106,7 @@ func BenchmarkCreateSubscribed(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			var next atomic.Int64
-			b.SetParallelism(64)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					id := next.Add(1)
-					if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			createInParallel(b, db, 64)
 		})
 	}
 }

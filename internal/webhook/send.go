@@ -112,10 +112,10 @@ func Send(ctx context.Context, c *http.Client, m Message, now time.Time) Result 
 	// Canonical keys, set directly: what Header.Set would make of them.
 	h["User-Agent"] = []string{userAgent}
 	if m.Type != "" {
-		h["Plantstore-Event-Type"] = []string{m.Type}
+		h[canonicalEventType] = []string{m.Type}
 	}
 	if m.Seq > 0 {
-		h["Plantstore-Event-Id"] = []string{strconv.FormatInt(m.Seq, 10)}
+		h[canonicalEventID] = []string{strconv.FormatInt(m.Seq, 10)}
 	}
 	req.Header = h
 

@@ -64,6 +64,8 @@ var (
 	canonicalID        = http.CanonicalHeaderKey(verify.HeaderID)
 	canonicalTimestamp = http.CanonicalHeaderKey(verify.HeaderTimestamp)
 	canonicalSignature = http.CanonicalHeaderKey(verify.HeaderSignature)
+	canonicalEventType = http.CanonicalHeaderKey(HeaderEventType)
+	canonicalEventID   = http.CanonicalHeaderKey(HeaderEventID)
 )
 
 // Verify is what a receiver does with a message (verify.VerifyKey). We

@@ -466,7 +466,7 @@ var downMigrations = map[int]string{
 // reverseOutboxCursor writes the outbox rows of the events after the
 // cursor, which version 6 would have written with each change.
 const reverseOutboxCursor = `INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_type, event_seq)
-		SELECT s.id, 'msg_' || lower(hex(randomblob(16))), e.plant_id, e.name, e.tag, e.at, e.at, nullif(e.type, 'plant.created'), e.id
+		SELECT s.id, 'msg_' || lower(hex(randomblob(13))), e.plant_id, e.name, e.tag, e.at, e.at, nullif(e.type, 'plant.created'), e.id
 		FROM events e JOIN webhook_subscribers s ON s.since_event < e.id
 		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id
 		WHERE e.id > (SELECT through FROM outbox_cursor) AND s.disabled_at IS NULL
@@ -528,6 +528,12 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 				f := readUpgradeFixture(t, filepath.Join("testdata", "upgrade", fmt.Sprintf("v%d.json", v)))
 				if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries WHERE plant_id = 1000 AND failed_at IS NULL`).Scan(&n); err != nil || n != 1+len(f.Subscribers) {
 					t.Errorf("the deliveries of the plant written after the upgrade: %d, %v; want %d", n, err, 1+len(f.Subscribers))
+				}
+				// With webhook-ids of the documented form (api/openapi.yaml).
+				var bad int
+				if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries WHERE plant_id = 1000
+					AND (length(event_id) != 30 OR substr(event_id, 1, 4) != 'msg_' OR substr(event_id, 5) GLOB '*[^0-9a-hjkmnp-tv-z]*')`).Scan(&bad); err != nil || bad != 0 {
+					t.Errorf("%d deliveries with a webhook-id not of the form msg_ and 26 of [0-9a-hjkmnp-tv-z], %v", bad, err)
 				}
 			}
 			conn.Close()

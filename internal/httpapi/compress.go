@@ -9,9 +9,11 @@ import (
 )
 
 // Compression: an answer over compressAbove bytes is sent gzipped to a
-// client that accepts gzip. Only pages of plants and the documents are
-// compressed: errors and single plants are small, and a single plant's
-// strong ETag would need a variant per coding. BestSpeed, because a page
+// client that accepts gzip: pages of plants and events, a single plant
+// with a long name (its strong ETag then has a variant of its own,
+// gzipETag), and the documents. Errors are never compressed; every
+// answer of those routes, errors included, carries Vary:
+// Accept-Encoding (varyEncoding). BestSpeed, because a page
 // is compressed afresh each time and its CPU is the request's: on a
 // 100-plant page it costs a few µs and takes the body from about 4.8 KB
 // to about 0.7 KB (BenchmarkLayer/gzip-page). The standard library's gzip
@@ -53,4 +55,14 @@ func acceptsGzip(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// varyEncoding marks every answer of a route whose answers may be
+// gzipped, its errors and 304s included: a cache must key them on
+// Accept-Encoding.
+func varyEncoding(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Accept-Encoding")
+		h.ServeHTTP(w, r)
+	})
 }

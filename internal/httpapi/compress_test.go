@@ -132,3 +132,64 @@ func TestNextLinkAbsolute(t *testing.T) {
 		}
 	})
 }
+
+// A single plant over 1 KiB goes gzipped to a gzip client, under an ETag
+// of its own that either coding's tag matches in If-None-Match and
+// If-Match; every answer of the compressible routes, errors included,
+// says Vary: Accept-Encoding.
+func TestPlantCompressedAndVary(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		long := strings.Repeat("🌿", 200) // 800 bytes of name
+		e.create(fmt.Sprintf(`{"id":7,"name":%q,"tag":%q}`, long, strings.Repeat("🪴", 100)))
+		auth := map[string]string{"Authorization": "Bearer " + e.readToken}
+		gzAuth := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": "gzip"}
+		identity := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": "identity"}
+		plain, plainBody := e.do("GET", "/plants/7", identity, nil)
+		resp, body := e.do("GET", "/plants/7", gzAuth, nil)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" || len(plainBody) <= 1024 {
+			t.Fatalf("a %d-byte plant to a gzip client: %d, Content-Encoding %q", len(plainBody), resp.StatusCode, resp.Header.Get("Content-Encoding"))
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if unzipped, _ := io.ReadAll(zr); !bytes.Equal(unzipped, plainBody) {
+			t.Errorf("the gzipped plant decompresses to %q, want %q", unzipped, plainBody)
+		}
+		plainTag, gzTag := plain.Header.Get("ETag"), resp.Header.Get("ETag")
+		if plain.Header.Get("Content-Encoding") != "" || plainTag == gzTag || strings.HasPrefix(gzTag, "W/") ||
+			gzTag != strings.TrimSuffix(plainTag, `"`)+`-gz"` {
+			t.Errorf("ETags: %q plain, %q gzipped; want two strong tags, the gzipped one ending -gz", plainTag, gzTag)
+		}
+		for _, tag := range []string{plainTag, gzTag} {
+			h := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": "gzip", "If-None-Match": tag}
+			if resp, _ := e.do("GET", "/plants/7", h, nil); resp.StatusCode != 304 || resp.Header.Get("ETag") != gzTag {
+				t.Errorf("If-None-Match %s to a gzip client: %d, ETag %q; want 304 with %q", tag, resp.StatusCode, resp.Header.Get("ETag"), gzTag)
+			}
+		}
+		put := func(ifMatch string) int {
+			resp, _ := e.do("PUT", "/plants/7", map[string]string{"Authorization": "Bearer " + e.writeToken,
+				"Content-Type": "application/json", "If-Match": ifMatch}, strings.NewReader(`{"name":"short now"}`))
+			return resp.StatusCode
+		}
+		if status := put(`"` + strings.Repeat("A", 22) + `-gz"`); status != 412 {
+			t.Errorf("PUT with a made-up gzip tag: %d, want 412", status)
+		}
+		if status := put(gzTag); status != 200 {
+			t.Errorf("PUT with If-Match the gzipped answer's tag: %d, want 200", status)
+		}
+		for _, c := range []struct {
+			path   string
+			header map[string]string
+		}{
+			{"/plants", nil}, {"/plants/7", nil}, {"/events", nil}, // 401
+			{"/plants?limit=0", auth}, {"/plants/x", auth}, {"/plants/404", auth}, {"/events?limit=0", auth},
+		} {
+			resp, body := e.do("GET", c.path, c.header, nil)
+			if resp.StatusCode < 400 || !slices.Contains(resp.Header.Values("Vary"), "Accept-Encoding") {
+				t.Errorf("GET %s: %d %s, Vary %q; want an error saying Vary: Accept-Encoding", c.path, resp.StatusCode, body, resp.Header.Values("Vary"))
+			}
+		}
+	})
+}

@@ -13,8 +13,8 @@ import (
 // Conditional requests (RFC 9110 section 13). A plant's ETag is strong
 // and made from its content, a hash of its id, name and tag: it changes
 // whenever the plant does, is the same on every instance and engine, and
-// needs nothing stored beside the plant. A page's ETag is weak, a hash of
-// the page's body.
+// needs nothing stored beside the plant; its gzipped answer's tag ends in
+// "-gz" (gzipETag). A page's ETag is weak, a hash of the page's body.
 //
 // GET answers 304 when If-None-Match names the current ETag. PUT and
 // DELETE with If-Match change the plant only if it still has one of the
@@ -35,6 +35,18 @@ func plantETag(p plantstore.Plant) string {
 	}
 	sum := sha256.Sum256(b)
 	return quoteTag(sum[:])
+}
+
+// gzipETag is the ETag of the gzipped answer whose identity answer has
+// the strong tag: a strong validator names one sequence of bytes, so the
+// two codings need two tags (RFC 9110 section 8.8.3). Either names the
+// plant's state in If-Match and If-None-Match. A weak tag is the same for
+// both.
+func gzipETag(tag string) string {
+	if strings.HasPrefix(tag, "W/") {
+		return tag
+	}
+	return strings.TrimSuffix(tag, `"`) + `-gz"`
 }
 
 // appendField appends s length first, so no two plants hash the same
@@ -108,7 +120,8 @@ func ifMatch(r *http.Request) plantstore.Precondition {
 		return nil
 	}
 	return func(stored plantstore.Plant) bool {
-		return any || strongMatch(tags, plantETag(stored))
+		tag := plantETag(stored)
+		return any || strongMatch(tags, tag) || strongMatch(tags, gzipETag(tag))
 	}
 }
 

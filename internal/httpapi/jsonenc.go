@@ -172,30 +172,31 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 		b = append(b, out...)
 	}
 	h := w.Header()
-	if compressible {
-		h.Add("Vary", "Accept-Encoding") // on a 304 too: it stands for the answer
-	}
+	gz := compressible && len(b) > compressAbove && acceptsGzip(r)
 	if etag != nil {
 		tag := etag(b)
-		if r != nil && notModified(r, tag) {
-			answerNotModified(w, tag)
+		sent := tag
+		if gz {
+			sent = gzipETag(tag)
+		}
+		// Either coding's tag names the same state of the resource.
+		if r != nil && (notModified(r, tag) || notModified(r, sent)) {
+			answerNotModified(w, sent)
 			putBuffer(bp, b)
 			return
 		}
-		h["Etag"] = []string{tag}
+		h["Etag"] = []string{sent}
 		h["Cache-Control"] = revalidate
 	} else {
 		h["Cache-Control"] = noStore
 	}
 	h["Content-Type"] = jsonContentType
-	if compressible {
-		if len(b) > compressAbove && acceptsGzip(r) {
-			zp := bodyBuffers.Get().(*[]byte)
-			z := gzipTo((*zp)[:0], b)
-			putBuffer(bp, b)
-			bp, b = zp, z
-			h["Content-Encoding"] = gzipCoding
-		}
+	if gz {
+		zp := bodyBuffers.Get().(*[]byte)
+		z := gzipTo((*zp)[:0], b)
+		putBuffer(bp, b)
+		bp, b = zp, z
+		h["Content-Encoding"] = gzipCoding
 	}
 	if len(b) > chunkingThreshold || compressible {
 		// Said up front, a long body goes out as is; net/http would

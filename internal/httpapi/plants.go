@@ -63,7 +63,7 @@ func (s *Server) handleGetPlant() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSONTagged(w, r, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) }, false)
+		writeJSONTagged(w, r, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) }, true)
 	})
 }
 

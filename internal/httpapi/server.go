@@ -256,14 +256,14 @@ func (s *Server) routes(mux *http.ServeMux) {
 	// would restart a healthy process.
 	public := s.limitAddress
 	handle := func(pattern string, h http.Handler) { mux.Handle(pattern, withRoute(pattern, h)) }
-	handle("GET /plants", plants(read, s.handleListPlants()))
+	handle("GET /plants", varyEncoding(plants(read, s.handleListPlants())))
 	handle("POST /plants", plants(write, s.handleCreatePlant()))
-	handle("GET /plants/{id}", plants(read, s.handleGetPlant()))
+	handle("GET /plants/{id}", varyEncoding(plants(read, s.handleGetPlant())))
 	handle("PUT /plants/{id}", plants(write, s.handleUpdatePlant()))
 	handle("DELETE /plants/{id}", plants(write, s.handleDeletePlant()))
 	// A page of events is like a plant operation; a stream holds a stream
 	// slot instead of one in flight (handleEvents).
-	handle("GET /events", queryToken(s.requireScope(read, s.handleEvents())))
+	handle("GET /events", varyEncoding(queryToken(s.requireScope(read, s.handleEvents()))))
 
 	handle("GET /healthz", s.handleHealth())
 	handle("GET /readyz", public(s.handleReady()))

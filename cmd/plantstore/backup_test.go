@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plantstore/plantstore/internal/apitest"
 )
 
 // Eight writers create plants through the server while two backups are
@@ -164,8 +166,8 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "me")
-	client := &http.Client{Timeout: 10 * time.Second}
 	s := serve(t, dir)
+	client := apitest.Served(t, &http.Client{Timeout: 10 * time.Second}, s.url)
 	if status, _, body := call(t, client, "POST", s.url+"/plants", token, `{"id":1,"name":"before"}`); status != 200 {
 		t.Fatalf("create: %d %s", status, body)
 	}

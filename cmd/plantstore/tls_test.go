@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/plantstore/plantstore/internal/apitest"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key, and returns
@@ -67,7 +69,8 @@ func TestTLS(t *testing.T) {
 		t.Errorf("the listening line does not say https:\n%s", s.logs)
 	}
 	base := "https://" + strings.TrimPrefix(s.url, "http://")
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	client := apitest.Served(t, &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}, base)
 	if status, body := create(t, client, base, token, plantBody(1)); status != 200 {
 		t.Fatalf("create over HTTPS: %d %s", status, body)
 	}
@@ -83,6 +86,7 @@ func TestTLS(t *testing.T) {
 	if got := resp.Header.Get("Strict-Transport-Security"); got != "max-age=63072000" {
 		t.Errorf("Strict-Transport-Security %q over HTTPS", got)
 	}
+	checkHTTPSLinks(t, client, base, token)
 
 	// TLS 1.1 and older are refused, as are TLS 1.2 suites without forward
 	// secrecy or AEAD.
@@ -164,7 +168,7 @@ func TestPublicURL(t *testing.T) {
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "app")
 	s := serve(t, dir, "--public-url", "https://api.example.com/store/")
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Served(t, &http.Client{Timeout: 10 * time.Second}, s.url)
 	for i := int64(1); i <= 3; i++ {
 		create(t, client, s.url, token, plantBody(i))
 	}
@@ -204,5 +208,36 @@ func TestPublicURL(t *testing.T) {
 		if r := cli(t, dir, nil, "serve", "--addr", "127.0.0.1:0", "--public-url", bad); r.exit != 2 || !strings.Contains(r.stderr, "--public-url") {
 			t.Errorf("--public-url %q: exit %d, %q", bad, r.exit, r.stderr)
 		}
+	}
+}
+
+// checkHTTPSLinks checks that a server serving TLS itself names https URLs
+// in the next page's Link and in the served document's servers.
+func checkHTTPSLinks(t *testing.T, client *http.Client, base, token string) {
+	t.Helper()
+	if status, body := create(t, client, base, token, plantBody(2)); status != 200 {
+		t.Fatalf("create over HTTPS: %d %s", status, body)
+	}
+	req, _ := http.NewRequest("GET", base+"/plants?limit=1", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if want := "<" + base + "/plants?after=1&limit=1>; rel=\"next\""; resp.Header.Get("Link") != want {
+		t.Errorf("Link over HTTPS %q, want %q", resp.Header.Get("Link"), want)
+	}
+	resp, err = client.Get(base + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Servers []struct{ URL string } `json:"servers"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if err != nil || len(doc.Servers) != 1 || doc.Servers[0].URL != base {
+		t.Errorf("the served document's servers over HTTPS: %+v, %v; want %s", doc.Servers, err, base)
 	}
 }

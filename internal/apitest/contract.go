@@ -311,6 +311,29 @@ func Client(t testing.TB) *http.Client {
 	return &http.Client{Transport: &Transport{T: t, Contract: c}}
 }
 
+// Served returns c with every response checked against the document the
+// server at base serves (GET base/openapi.json, fetched through c), not
+// the copy built into the tests; c's timeout and redirect policy are kept.
+func Served(t testing.TB, c *http.Client, base string) *http.Client {
+	t.Helper()
+	resp, err := c.Get(base + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s/openapi.json: %d, %v", base, resp.StatusCode, err)
+	}
+	contract, err := Parse(doc)
+	if err != nil {
+		t.Fatalf("the served document: %v", err)
+	}
+	checked := *c
+	checked.Transport = &Transport{T: t, Contract: contract, Base: c.Transport}
+	return &checked
+}
+
 // CheckRaw checks a response read off a raw connection (for requests no
 // http.Client would send).
 func CheckRaw(t testing.TB, req *http.Request, resp *http.Response) []byte {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plantstore/plantstore/internal/apitest"
 )
 
 // What a new user meets first (issue 17): variables, new stores, the
@@ -43,7 +45,7 @@ func TestOtherCommandsVariablesDoNotStopServe(t *testing.T) {
 		t.Errorf("no word on PLANTSTORE_ALL:\n%s", s.logs)
 	}
 	for id := int64(1); id <= 3; id++ {
-		create(t, http.DefaultClient, s.url, token, plantBody(id))
+		create(t, apitest.Client(t), s.url, token, plantBody(id))
 	}
 	// PLANTSTORE_JSON applies; PLANTSTORE_ALL does not make one page all.
 	r = cli(t, dir, []string{"PLANTSTORE_SERVER=" + s.url}, "plants", "list", "--limit", "2")
@@ -223,10 +225,10 @@ func TestTokenCreateReplace(t *testing.T) {
 		t.Fatalf("token create --replace: %+v", r)
 	}
 	replacement := strings.TrimSpace(r.stdout)
-	if status, body := create(t, http.DefaultClient, s.url, replacement, plantBody(1)); status != 200 {
+	if status, body := create(t, apitest.Client(t), s.url, replacement, plantBody(1)); status != 200 {
 		t.Errorf("the replacement: %d %s", status, body)
 	}
-	if status, _ := create(t, http.DefaultClient, s.url, old, plantBody(1)); status != 401 {
+	if status, _ := create(t, apitest.Client(t), s.url, old, plantBody(1)); status != 401 {
 		t.Errorf("the replaced token: %d, want 401", status)
 	}
 	// --replace on a free name simply creates.
@@ -255,7 +257,7 @@ func TestRootAndDocsURL(t *testing.T) {
 	if !strings.Contains(s.logs.String(), `"docs":"`+s.url+`/docs"`) {
 		t.Errorf("the listening line does not give the reference's URL:\n%s", s.logs)
 	}
-	noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	noRedirects := apitest.Served(t, &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, s.url)
 	get := func(path, accept string) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", s.url+path, nil)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/plantstore/plantstore/internal/apitest"
 )
 
 // The SQLite stores that earlier versions wrote, with what they hold
@@ -148,7 +150,7 @@ func upgradeRequest(t *testing.T, method, url, token, body string) (int, string)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apitest.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

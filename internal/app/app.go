@@ -20,6 +20,7 @@ import (
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/http1"
 	"github.com/plantstore/plantstore/internal/httpapi"
 	"github.com/plantstore/plantstore/internal/metrics"
 	"github.com/plantstore/plantstore/internal/webhook"
@@ -35,7 +36,8 @@ type App struct {
 	metrics    *metrics.Metrics // nil unless MetricsAddr is set
 	dispatcher *webhook.Dispatcher
 	api        *httpapi.Server // the handler of server
-	server     *http.Server
+	server     *http.Server    // serves what fast hands it
+	fast       *http1.Server
 	wake       chan struct{}
 	// eventsWritten wakes the event streams' reader; a pending wake-up
 	// covers any number of writes.
@@ -101,13 +103,19 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	dispatching.Go(func() { a.dispatcher.Run(dispatchCtx) })
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- a.server.Serve(httpapi.JSONErrorListener(ln, a.log)) }()
+	// net/http serves the connections the fast path hands it; its Serve
+	// ends at its Shutdown.
+	go a.server.Serve(httpapi.JSONErrorListener(a.fast.Handoffs(), a.log))
+	go func() { serveErr <- a.fast.Serve(ln) }()
 	select {
 	case err = <-serveErr:
+		a.server.Close()
 	case <-ctx.Done():
 		a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout.String())
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
-		err = a.server.Shutdown(shutdownCtx)
+		fastErr := make(chan error, 1)
+		go func() { fastErr <- a.fast.Shutdown(shutdownCtx) }()
+		err = errors.Join(a.server.Shutdown(shutdownCtx), <-fastErr)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("in-flight requests did not finish within %s", a.cfg.ShutdownTimeout)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/http1"
 	"github.com/plantstore/plantstore/internal/httpapi"
 	"github.com/plantstore/plantstore/internal/metrics"
 	"github.com/plantstore/plantstore/internal/webhook"
@@ -162,4 +163,14 @@ func (a *App) newHTTPServer() {
 	// and their clients reconnect and resume.
 	a.server.RegisterOnShutdown(handler.CloseStreams)
 	a.server.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
+	// The plant operations' plain requests are answered by a leaner
+	// HTTP/1.1 server, which hands every other connection to net/http
+	// (internal/http1; BENCHMARKS.md has what it saves).
+	limits := cfg.Server.WithDefaults()
+	a.fast = http1.New(handler, httpapi.FastRoute, http1.Limits{
+		ReadHeaderTimeout: limits.ReadHeaderTimeout,
+		ReadTimeout:       limits.ReadTimeout,
+		WriteTimeout:      limits.WriteTimeout,
+		IdleTimeout:       limits.IdleTimeout,
+	}, a.log)
 }

@@ -29,8 +29,8 @@ type ServerLimits struct {
 	MaxHeaderBytes    int           // default 16 KiB
 }
 
-// NewHTTPServer returns an *http.Server for handler with limits applied.
-func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
+// WithDefaults returns l with its zero limits set to their defaults.
+func (l ServerLimits) WithDefaults() ServerLimits {
 	if l.ReadHeaderTimeout <= 0 {
 		l.ReadHeaderTimeout = 5 * time.Second
 	}
@@ -46,6 +46,12 @@ func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
+	return l
+}
+
+// NewHTTPServer returns an *http.Server for handler with limits applied.
+func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
+	l = l.WithDefaults()
 	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,

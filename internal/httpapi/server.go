@@ -275,6 +275,23 @@ func (s *Server) routes(mux *http.ServeMux) {
 	handle("GET /{$}", public(s.handleRoot()))
 }
 
+// FastRoute says which requests the lean HTTP/1.1 server (internal/http1)
+// may answer with this handler instead of net/http: the plant operations,
+// whose answers are short and whole. HEAD, OPTIONS, the event stream, the
+// documents and the probes stay with net/http.
+func FastRoute(method, path string) bool {
+	switch method {
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete:
+	default:
+		return false
+	}
+	if path == "/plants" {
+		return true
+	}
+	id, ok := strings.CutPrefix(path, "/plants/")
+	return ok && id != "" && !strings.ContainsAny(id, "/.")
+}
+
 // withRoute notes the pattern that matched, for metrics: the mux sets it
 // on its own copy of the request, which the outer layers never see.
 func withRoute(pattern string, h http.Handler) http.Handler {

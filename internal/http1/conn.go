@@ -1,0 +1,280 @@
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// conn is one connection the fast path serves, until it ends or is
+// handed off.
+type conn struct {
+	srv    *Server
+	c      net.Conn
+	remote string
+	br     *bufio.Reader
+	idle   atomic.Bool // waiting for a request: Shutdown may close it
+	out    []byte      // the answer being assembled, kept between requests
+	w      response
+	body   body
+}
+
+func newConn(s *Server, c net.Conn) *conn {
+	cc := &conn{srv: s, c: c, remote: c.RemoteAddr().String()}
+	cc.w.conn = cc
+	cc.w.header = http.Header{}
+	return cc
+}
+
+// longAgo is a deadline in the past, which wakes a blocked read.
+var longAgo = time.Unix(1, 0)
+
+func (c *conn) wakeIfIdle() {
+	if c.idle.Load() {
+		c.c.SetReadDeadline(longAgo)
+	}
+}
+
+func (c *conn) serve() {
+	handedOff := false
+	defer func() {
+		if c.br != nil {
+			c.br.Reset(nil)
+			readers.Put(c.br)
+		}
+		if !handedOff {
+			c.c.Close()
+		}
+		c.srv.untrack(c)
+	}()
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(c.c)
+	lim := c.srv.limits
+	first := true
+	for {
+		// Wait for a request's first byte: a first request's head has
+		// ReadHeaderTimeout from the accept, a later one IdleTimeout.
+		c.idle.Store(true)
+		if c.srv.closing.Load() {
+			return
+		}
+		if first {
+			setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
+		} else {
+			setDeadline(c.c.SetReadDeadline, lim.IdleTimeout)
+		}
+		// Between requests net/http waits for four bytes, and closes
+		// without an answer when fewer come; so does this.
+		wait := 4
+		if first {
+			wait = 1
+		}
+		if _, err := c.br.Peek(wait); err != nil {
+			return
+		}
+		c.idle.Store(false)
+		started := time.Now()
+		if !first {
+			setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
+		}
+		first = false
+		head, ok := c.readHead()
+		if !ok {
+			return
+		}
+		req, take := parseRequest(head, c.srv.take)
+		if !take {
+			handedOff = c.handOff()
+			return
+		}
+		c.br.Discard(len(head))
+		if !c.serveRequest(req, started) {
+			return
+		}
+	}
+}
+
+// readHead returns the buffered head of the next request, through the
+// empty line that ends it, without consuming it. It returns nil, and true,
+// when the head does not fit in the buffer or the client stopped sending
+// in the middle of it (net/http will read it and answer), and false when
+// the wait for it timed out (net/http, too, just closes then). An empty
+// line after a bare LF ends a head too, for net/http to answer.
+func (c *conn) readHead() ([]byte, bool) {
+	searched := 0
+	for {
+		n := c.br.Buffered()
+		buf, _ := c.br.Peek(n)
+		if end := headEnd(buf, max(0, searched-3)); end > 0 {
+			return buf[:end], true
+		}
+		searched = n
+		if n == bufferSize {
+			return nil, true
+		}
+		if _, err := c.br.Peek(n + 1); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil, false
+			}
+			return nil, true
+		}
+	}
+}
+
+// headEnd returns the length of the head in buf, through its first empty
+// line ("\n\r\n" or "\n\n"), looking from index from; 0 when there is none.
+func headEnd(buf []byte, from int) int {
+	for i := from; i < len(buf); i++ {
+		j := bytes.IndexByte(buf[i:], '\n')
+		if j < 0 {
+			return 0
+		}
+		i += j
+		switch {
+		case i+1 < len(buf) && buf[i+1] == '\n':
+			return i + 2
+		case i+2 < len(buf) && buf[i+1] == '\r' && buf[i+2] == '\n':
+			return i + 3
+		}
+	}
+	return 0
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// handOff gives the connection, and what was read of it, to net/http.
+func (c *conn) handOff() bool {
+	pending, _ := c.br.Peek(c.br.Buffered())
+	rc := &replayConn{Conn: c.c, pending: bytes.Clone(pending)}
+	// net/http sets its own deadlines; clear ours.
+	c.c.SetDeadline(time.Time{})
+	return c.srv.handoffs.give(rc)
+}
+
+// maxDiscard is how much of a body its handler left unread is read and
+// dropped so the connection can serve another request, as net/http does;
+// with more left, the connection closes after the answer.
+const maxDiscard = 256 << 10
+
+// serveRequest answers one request, and reports whether the connection
+// may serve another.
+func (c *conn) serveRequest(req *http.Request, started time.Time) bool {
+	lim := c.srv.limits
+	c.body = body{br: c.br, remaining: req.ContentLength}
+	if req.ContentLength > 0 {
+		if lim.ReadTimeout > 0 {
+			c.c.SetReadDeadline(started.Add(lim.ReadTimeout))
+		}
+		req.Body = &c.body
+	} else {
+		req.Body = http.NoBody
+	}
+	setDeadline(c.c.SetWriteDeadline, lim.WriteTimeout)
+	req.RemoteAddr = c.remote
+	w := &c.w
+	w.reset(req)
+	if !c.callHandler(w, req) {
+		return false
+	}
+	keep := !req.Close && !c.srv.closing.Load()
+	unread := c.body.remaining > 0
+	if unread {
+		if c.body.remaining > maxDiscard {
+			keep = false
+		} else if _, err := io.CopyN(io.Discard, &c.body, c.body.remaining); err != nil {
+			keep = false
+		}
+	}
+	if len(w.header["Connection"]) > 0 {
+		keep = keep && !hasToken(w.header["Connection"], "close")
+	}
+	c.out = w.appendAnswer(c.out[:0], keep)
+	_, err := c.c.Write(c.out)
+	if cap(c.out) > 64<<10 {
+		c.out = nil // a large page's buffer is not kept for the next answer
+	}
+	if err != nil {
+		return false
+	}
+	if !keep && unread && c.body.remaining > 0 {
+		c.closeWriteAndWait()
+	}
+	return keep
+}
+
+// callHandler runs the handler, and reports false when it panicked: the
+// answer is then cut short, and the connection closed, as net/http does
+// (logging the panic unless it is http.ErrAbortHandler).
+func (c *conn) callHandler(w *response, req *http.Request) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			if v != http.ErrAbortHandler {
+				c.srv.log.Error("panic serving "+c.remote, "panic", v, "stack", string(debug.Stack()))
+			}
+		}
+	}()
+	c.srv.handler.ServeHTTP(w, req)
+	return true
+}
+
+// closeWriteAndWait sends FIN and waits a moment before closing, so that
+// the client reads the answer before the reset its unread body provokes
+// (net/http's rstAvoidanceDelay).
+func (c *conn) closeWriteAndWait() {
+	if tc, ok := c.c.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+	}
+	time.Sleep(500 * time.Millisecond)
+}
+
+func setDeadline(set func(time.Time) error, d time.Duration) {
+	if d > 0 {
+		set(time.Now().Add(d))
+	} else {
+		set(time.Time{})
+	}
+}
+
+// body is a request body framed by its Content-Length.
+type body struct {
+	br        *bufio.Reader
+	remaining int64
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.remaining <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.remaining {
+		p = p[:b.remaining]
+	}
+	n, err := b.br.Read(p)
+	b.remaining -= int64(n)
+	if err == io.EOF && b.remaining > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *body) Close() error { return nil }
+
+// hasToken says whether any of a field's values lists token.
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}

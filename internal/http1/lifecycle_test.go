@@ -1,0 +1,250 @@
+package http1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// dial opens a connection to addr that fails the test if it hangs.
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+// closedWithin reports whether the server closes c within d.
+func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	_, err := br.ReadByte()
+	return errors.Is(err, io.EOF) || (err != nil && strings.Contains(err.Error(), "reset"))
+}
+
+func TestIdleAndHeaderTimeouts(t *testing.T) {
+	addr, _ := listen(t, echo(nil), true, Limits{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+
+	t.Run("an idle kept-alive connection is closed", func(t *testing.T) {
+		c, br := dial(t, addr)
+		fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("answer: %v %v", res, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		if !closedWithin(c, br, 2*time.Second) {
+			t.Fatal("the idle connection was not closed")
+		}
+	})
+	t.Run("a head sent too slowly is cut off", func(t *testing.T) {
+		c, br := dial(t, addr)
+		fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\n")
+		start := time.Now()
+		for i := 0; i < 20; i++ {
+			if _, err := fmt.Fprint(c, "X-A: 1\r\n"); err != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !closedWithin(c, br, 2*time.Second) {
+			t.Fatal("the slow head's connection was not closed")
+		}
+		if took := time.Since(start); took > 1500*time.Millisecond {
+			t.Fatalf("closed after %v; the head timeout is 300ms", took)
+		}
+	})
+	t.Run("a connection that sends nothing is closed", func(t *testing.T) {
+		c, br := dial(t, addr)
+		if !closedWithin(c, br, 2*time.Second) {
+			t.Fatal("the silent connection was not closed")
+		}
+	})
+}
+
+func TestBodyReadTimeout(t *testing.T) {
+	addr, _ := listen(t, echo(nil), true, Limits{ReadTimeout: 300 * time.Millisecond})
+	c, br := dial(t, addr)
+	fmt.Fprint(c, "POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nsome")
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "timeout") || !res.Close {
+		t.Fatalf("got %d %q close=%v; want 400 with the read's timeout, closing", res.StatusCode, body, res.Close)
+	}
+}
+
+// A body its handler left unread and over 256 KiB is not read: the answer
+// says the connection closes, and arrives whole.
+func TestLargeUnreadBodyCloses(t *testing.T) {
+	addr, _ := listen(t, echo(nil), true, Limits{})
+	c, br := dial(t, addr)
+	fmt.Fprintf(c, "POST /plants HTTP/1.1\r\nHost: x\r\nX-Read: no\r\nContent-Length: %d\r\n\r\n", 1<<20)
+	c.Write(make([]byte, 64<<10))
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	if res.StatusCode != http.StatusOK || !res.Close {
+		t.Fatalf("got %d close=%v; want 200, closing", res.StatusCode, res.Close)
+	}
+}
+
+// A handler's panic closes its connection, as net/http does, and the
+// server goes on serving.
+func TestPanicClosesTheConnection(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/plants/panic" {
+			panic("boom")
+		}
+		if r.URL.Path == "/plants/abort" {
+			panic(http.ErrAbortHandler)
+		}
+		io.WriteString(w, "fine")
+	})
+	addr, _ := listen(t, h, true, Limits{})
+	for _, path := range []string{"/plants/panic", "/plants/abort"} {
+		c, br := dial(t, addr)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+		if !closedWithin(c, br, 2*time.Second) {
+			t.Fatalf("%s: the connection stayed open", path)
+		}
+	}
+	res, err := http.Get("http://" + addr + "/plants/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(body) != "fine" {
+		t.Fatalf("after the panics: %q", body)
+	}
+}
+
+// Shutdown closes idle connections at once, lets a request in flight
+// finish and closes its connection after the answer, refuses new ones, and
+// Serve returns http.ErrServerClosed.
+func TestShutdown(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/plants/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "done")
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(h, takePlants, Limits{}, nil)
+	std := &http.Server{Handler: h}
+	go std.Serve(s.Handoffs())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	addr := ln.Addr().String()
+
+	idle, idleBr := dial(t, addr)
+	fmt.Fprint(idle, "GET /plants/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if res, err := http.ReadResponse(idleBr, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		io.Copy(io.Discard, res.Body)
+	}
+	busy, busyBr := dial(t, addr)
+	fmt.Fprint(busy, "GET /plants/slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if !closedWithin(idle, idleBr, 2*time.Second) {
+		t.Fatal("the idle connection was not closed at shutdown")
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v with a request in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	busy.SetReadDeadline(time.Now().Add(5 * time.Second))
+	res, err := http.ReadResponse(busyBr, nil)
+	if err != nil {
+		t.Fatalf("the request in flight: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if string(body) != "done" || !res.Close {
+		t.Fatalf("the request in flight got %q close=%v; want done, closing", body, res.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve returned %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("a connection was accepted after Shutdown")
+	}
+	std.Close()
+}
+
+// Many clients at once, on kept-alive connections, fast and handed-off
+// requests side by side: every answer is the right one (run with -race).
+// A connection once handed off stays with net/http, so the plant requests
+// have a client of their own, and all of them take the fast path.
+func TestConcurrentClients(t *testing.T) {
+	var taken atomic.Int64
+	addr, _ := listen(t, echo(&taken), true, Limits{IdleTimeout: time.Minute})
+	plants := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	others := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	const clients, each = 16, 50
+	for g := range clients {
+		wg.Go(func() {
+			client, prefix := plants, "/plants/"
+			if g%4 == 3 {
+				client, prefix = others, "/other/"
+			}
+			for i := range each {
+				path := fmt.Sprintf("%s%d-%d", prefix, g, i)
+				body := fmt.Sprintf(`{"g":%d,"i":%d}`, g, i)
+				res, err := client.Post("http://"+addr+path, "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if !strings.Contains(string(got), "POST "+path+" ") || !strings.Contains(string(got), fmt.Sprintf("body=%q", body)) {
+					errs <- fmt.Errorf("%s: got %q", path, got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n, want := taken.Load(), int64(clients*3/4*each); n != want {
+		t.Errorf("the fast path served %d plant requests, want all %d", n, want)
+	}
+}

@@ -1,0 +1,242 @@
+// Package http1 is a lean HTTP/1.1 server for a service's busiest routes,
+// standing in front of net/http.
+//
+// It serves the plain requests its Take function accepts (HTTP/1.1, a head
+// that fits in one 4 KiB buffer, a body framed by a single Content-Length,
+// an origin-form target of ordinary characters), calling an ordinary
+// http.Handler with a response writer that sends the whole answer in one
+// write. Any request it does not take, it does not answer: it hands the
+// connection, with every byte read from it put back, to net/http
+// (Handoffs), which serves that connection from then on exactly as it
+// would have from its first byte. So every unusual request (chunked
+// bodies, Expect, obsolete line folding, HTTP/1.0, HEAD, OPTIONS, streams,
+// oversized or malformed heads) keeps net/http's behaviour, and this
+// package needs to be right only about the plain ones.
+//
+// What it saves, per request, is net/http's generality: its background
+// read per request (which lets a request's context end when the client
+// hangs up; here handlers get context.Background() and must bound their
+// work themselves), its header map copy, sorting and chunking logic, and
+// its separate writes. BENCHMARKS.md has the figures.
+package http1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limits bound each connection, with net/http's meanings.
+type Limits struct {
+	ReadHeaderTimeout time.Duration // from a request's first byte to the end of its head
+	ReadTimeout       time.Duration // from a request's first byte to the end of its body
+	WriteTimeout      time.Duration // from the end of a request's head to the end of its answer
+	IdleTimeout       time.Duration // between requests on a kept-alive connection
+}
+
+// Server is the fast path. Create it with New; serve with Serve, and serve
+// Handoffs with a net/http server configured alike.
+type Server struct {
+	handler http.Handler
+	take    func(method, path string) bool
+	limits  Limits
+	log     *slog.Logger
+
+	handoffs *handoffListener
+
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    map[*conn]struct{}
+	closing  atomic.Bool
+	closed   chan struct{} // closed by Shutdown
+	draining sync.WaitGroup
+}
+
+// New returns a server that answers with handler the requests take
+// accepts (by method and path, before any routing) and hands the rest to
+// whoever serves Handoffs. Zero limits are off. log receives the panics
+// that escape handler (nil: discarded).
+func New(handler http.Handler, take func(method, path string) bool, limits Limits, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{handler: handler, take: take, limits: limits, log: log, conns: map[*conn]struct{}{}, closed: make(chan struct{})}
+	s.handoffs = &handoffListener{conns: make(chan net.Conn), closed: s.closed}
+	return s
+}
+
+// Handoffs is the listener of the connections this server does not serve:
+// give it to a net/http server's Serve. Its Addr is the served listener's.
+func (s *Server) Handoffs() net.Listener { return s.handoffs }
+
+// Serve accepts connections on ln until Shutdown, serving each in a
+// goroutine of its own. It returns http.ErrServerClosed after Shutdown,
+// like net/http, and any other error of Accept that is not temporary.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.ln = ln
+	s.handoffs.addr.Store(&addrHolder{ln.Addr()})
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// As net/http does for temporary errors (out of file
+				// descriptors): wait, doubling up to a second, and go on.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		cc := s.track(c)
+		if cc == nil {
+			c.Close()
+			return http.ErrServerClosed
+		}
+		go cc.serve()
+	}
+}
+
+func (s *Server) track(c net.Conn) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return nil
+	}
+	cc := newConn(s, c)
+	s.conns[cc] = struct{}{}
+	s.draining.Add(1)
+	return cc
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.draining.Done()
+}
+
+// Shutdown stops accepting, closes the connections waiting for a request,
+// lets those serving one finish it (and close), and waits for them until
+// ctx ends. The connections handed off are the net/http server's to shut
+// down; Handoffs stops handing more.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closing.Swap(true) {
+		close(s.closed)
+		if s.ln != nil {
+			s.ln.Close()
+		}
+	}
+	for c := range s.conns {
+		c.wakeIfIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.draining.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// handoffListener yields the connections the fast path hands to net/http.
+type handoffListener struct {
+	conns  chan net.Conn
+	closed <-chan struct{}
+	once   sync.Once
+	stop   chan struct{}
+	addr   atomic.Pointer[addrHolder]
+}
+
+type addrHolder struct{ net.Addr }
+
+func (l *handoffListener) stopped() chan struct{} {
+	l.once.Do(func() { l.stop = make(chan struct{}) })
+	return l.stop
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-l.stopped():
+		return nil, net.ErrClosed
+	}
+}
+
+// Close is net/http's, at its shutdown: from then on a connection that
+// would be handed off is closed instead.
+func (l *handoffListener) Close() error {
+	stop := l.stopped()
+	select {
+	case <-stop:
+	default:
+		close(stop)
+	}
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr {
+	if a := l.addr.Load(); a != nil {
+		return a.Addr
+	}
+	return &net.TCPAddr{}
+}
+
+// give hands c to net/http, or reports false when it no longer accepts.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.closed:
+	case <-l.stopped():
+	}
+	return false
+}
+
+// replayConn reads the bytes the fast path read, before the rest of the
+// connection.
+type replayConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// The fast path's connection buffer, which must hold a whole head: a
+// longer head goes to net/http, whose limits then apply.
+const bufferSize = 4 << 10
+
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, bufferSize) }}

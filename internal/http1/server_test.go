@@ -1,0 +1,275 @@
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// echo answers with what it was asked, so two servers' answers differ
+// wherever their requests did. It reads the body only when asked to
+// (X-Read: no leaves it unread) and notes which server called it.
+func echo(fast *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := w.(*response); ok && fast != nil {
+			fast.Add(1)
+		}
+		var body []byte
+		if r.Header.Get("X-Read") != "no" {
+			var err error
+			if body, err = io.ReadAll(r.Body); err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprintf(w, "body: %v", err)
+				return
+			}
+		}
+		names := slices.Sorted(func(yield func(string) bool) {
+			for name := range r.Header {
+				if !yield(name) {
+					return
+				}
+			}
+		})
+		if r.Header.Get("X-Status") == "204" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if r.Header.Get("X-Type") != "" {
+			w.Header().Set("Content-Type", r.Header.Get("X-Type"))
+		}
+		w.Header().Set("X-Echo", "a\r\nb") // a line break net/http sends as a space
+		fmt.Fprintf(w, "%s %s path=%q query=%q proto=%s host=%q length=%d close=%v\n",
+			r.Method, r.RequestURI, r.URL.Path, r.URL.RawQuery, r.Proto, r.Host, r.ContentLength, r.Close)
+		for _, name := range names {
+			fmt.Fprintf(w, "%s=%q\n", name, r.Header[name])
+		}
+		fmt.Fprintf(w, "body=%q\n", body)
+	})
+}
+
+func takePlants(method, path string) bool {
+	return path == "/plants" || strings.HasPrefix(path, "/plants/")
+}
+
+// listen starts a server on loopback and returns its address: net/http
+// alone when fast is false, else the fast path with net/http serving
+// what it hands off.
+func listen(t *testing.T, h http.Handler, fast bool, limits Limits) (string, *Server) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	std := &http.Server{Handler: h, ReadHeaderTimeout: limits.ReadHeaderTimeout, ReadTimeout: limits.ReadTimeout,
+		WriteTimeout: limits.WriteTimeout, IdleTimeout: limits.IdleTimeout, ErrorLog: nil}
+	if !fast {
+		go std.Serve(ln)
+		t.Cleanup(func() { std.Close() })
+		return ln.Addr().String(), nil
+	}
+	s := New(h, takePlants, limits, nil)
+	go std.Serve(s.Handoffs())
+	go s.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		std.Close()
+	})
+	return ln.Addr().String(), s
+}
+
+// exchange sends raw on a new connection, half-closes it, and returns the
+// answers read until the server closed it, each as text without its Date.
+func exchange(t *testing.T, addr, raw string) []string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	all, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading the answers: %v", err)
+	}
+	var answers []string
+	br := bufio.NewReader(bytes.NewReader(all))
+	for {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			if br.Buffered() > 0 {
+				rest, _ := io.ReadAll(br)
+				answers = append(answers, fmt.Sprintf("unparsed: %q", rest))
+			}
+			return answers
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Header.Del("Date")
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s\n", res.Status)
+		res.Header.Write(&b)
+		fmt.Fprintf(&b, "length=%d close=%v\n%s", res.ContentLength, res.Close, body)
+		answers = append(answers, b.String())
+	}
+}
+
+// The requests the fast path takes are answered as net/http answers them,
+// byte for byte but the Date; those it does not take reach net/http, with
+// every byte read put back. Each case's name says which side serves it.
+func TestAnswersAsNetHTTP(t *testing.T) {
+	cases := answerCases
+	var taken atomic.Int64
+	stdAddr, _ := listen(t, echo(nil), false, Limits{})
+	fastAddr, _ := listen(t, echo(&taken), true, Limits{})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want := exchange(t, stdAddr, tc.raw)
+			before := taken.Load()
+			got := exchange(t, fastAddr, tc.raw)
+			if tc.saysClose && len(got) > 0 {
+				got[0] = strings.Replace(strings.Replace(got[0], "Connection: close\r\n", "", 1), "close=true", "close=false", 1)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("answers differ\nnet/http:\n%s\nfast path:\n%s", strings.Join(want, "\n----\n"), strings.Join(got, "\n----\n"))
+			}
+			if n := taken.Load() - before; n != int64(tc.taken) {
+				t.Errorf("the fast path served %d requests, want %d", n, tc.taken)
+			}
+			if len(want) == 0 {
+				t.Errorf("net/http answered nothing: the case tests nothing")
+			}
+		})
+	}
+}
+
+type answerCase struct {
+	name  string
+	raw   string
+	taken int // requests the fast path must have served
+	// saysClose: the fast path answers "Connection: close" where
+	// net/http closes without saying so (the body was cut short).
+	saysClose bool
+}
+
+const h = "Host: example.com\r\n"
+
+// answerCases are the requests TestAnswersAsNetHTTP sends, and the fuzz
+// target's seeds.
+var answerCases = []answerCase{
+	{"fast: a plain GET", "GET /plants/7 HTTP/1.1\r\n" + h + "Authorization: Bearer x\r\n\r\n", 1, false},
+	{"fast: a query", "GET /plants?limit=5&after=10&tag=a%20b HTTP/1.1\r\n" + h + "\r\n", 1, false},
+	{"fast: an empty query", "GET /plants? HTTP/1.1\r\n" + h + "\r\n", 1, false},
+	{"fast: a POST with a body", "POST /plants HTTP/1.1\r\n" + h + "Content-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"id\":1,\"n\":2}", 1, false},
+	{"fast: PUT and DELETE", "PUT /plants/1 HTTP/1.1\r\n" + h + "Content-Length: 2\r\n\r\n{}DELETE /plants/1 HTTP/1.1\r\n" + h + "\r\n", 2, false},
+	{"fast: pipelined, keep-alive", strings.Repeat("GET /plants/1 HTTP/1.1\r\n"+h+"\r\n", 5), 5, false},
+	{"fast: Connection: close ends the connection", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: close\r\n\r\nGET /plants/2 HTTP/1.1\r\n" + h + "\r\n", 1, false},
+	{"fast: Connection: keep-alive", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: Keep-Alive\r\n\r\n", 1, false},
+	{"fast: lower-case and repeated fields", "GET /plants/1 HTTP/1.1\r\nhost: example.com\r\nx-a: 1\r\nX-A: 2\r\naccept-encoding:gzip \r\n\r\n", 1, false},
+	{"fast: obs-text in a value", "GET /plants/1 HTTP/1.1\r\n" + h + "X-Name: caf\xc3\xa9\r\n\r\n", 1, false},
+	{"fast: an unread body is dropped", "POST /plants HTTP/1.1\r\n" + h + "X-Read: no\r\nContent-Length: 5\r\n\r\nhelloGET /plants/2 HTTP/1.1\r\n" + h + "\r\n", 2, false},
+	{"fast: a body cut short", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 50\r\n\r\nshort", 1, true},
+	{"fast: no content type, sniffed", "GET /plants/1 HTTP/1.1\r\n" + h + "\r\n", 1, false},
+	{"fast: a set content type", "GET /plants/1 HTTP/1.1\r\n" + h + "X-Type: application/json\r\n\r\n", 1, false},
+	{"fast: 204 has no length", "DELETE /plants/1 HTTP/1.1\r\n" + h + "X-Status: 204\r\n\r\n", 1, false},
+	{"fast: a GET with a body", "GET /plants/1 HTTP/1.1\r\n" + h + "Content-Length: 3\r\n\r\nabc", 1, false},
+	{"fast: leading zeros in the length", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 002\r\n\r\nab", 1, false},
+	{"fast, then net/http on the same connection", "GET /plants/1 HTTP/1.1\r\n" + h + "\r\nGET /other HTTP/1.1\r\n" + h + "\r\nGET /plants/3 HTTP/1.1\r\n" + h + "\r\n", 1, false},
+
+	{"net/http: another path", "GET /other HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: HEAD", "HEAD /plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: OPTIONS", "OPTIONS /plants HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: PATCH", "PATCH /plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: HTTP/1.0", "GET /plants/1 HTTP/1.0\r\n" + h + "\r\n", 0, false},
+	{"net/http: absolute form", "GET http://example.com/plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: an escaped path", "GET /plants/%31 HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: dot segments", "GET /plants/../plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: a fragment", "GET /plants/1#x HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: chunked", "POST /plants HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 0, false},
+	{"net/http: chunked and a length (smuggling)", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /plants/9 HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: two lengths", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc", 0, false},
+	{"net/http: two different lengths", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 0, false},
+	{"net/http: a signed length", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: +3\r\n\r\nabc", 0, false},
+	{"net/http: a length in hex", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 0x3\r\n\r\nabc", 0, false},
+	{"net/http: Expect", "POST /plants HTTP/1.1\r\n" + h + "Expect: 100-continue\r\nContent-Length: 2\r\n\r\n{}", 0, false},
+	{"net/http: an unknown expectation", "POST /plants HTTP/1.1\r\n" + h + "Expect: magic\r\nContent-Length: 2\r\n\r\n{}", 0, false},
+	{"net/http: Upgrade", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 0, false},
+	{"net/http: obsolete folding", "GET /plants/1 HTTP/1.1\r\n" + h + "X-A: 1\r\n  2\r\n\r\n", 0, false},
+	{"net/http: a space before the colon", "GET /plants/1 HTTP/1.1\r\n" + h + "X-A : 1\r\n\r\n", 0, false},
+	{"net/http: bare LF", "GET /plants/1 HTTP/1.1\n" + h + "\n", 0, false},
+	{"net/http: bare LF in a field", "GET /plants/1 HTTP/1.1\r\n" + h + "X-A: 1\nX-B: 2\r\n\r\n", 0, false},
+	{"net/http: a control character", "GET /plants/1 HTTP/1.1\r\n" + h + "X-A: a\x01b\r\n\r\n", 0, false},
+	{"net/http: no Host", "GET /plants/1 HTTP/1.1\r\n\r\n", 0, false},
+	{"net/http: two Hosts", "GET /plants/1 HTTP/1.1\r\n" + h + h + "\r\n", 0, false},
+	{"net/http: an odd Host", "GET /plants/1 HTTP/1.1\r\nHost: a b\r\n\r\n", 0, false},
+	{"net/http: a head over 4 KiB", "GET /plants/1 HTTP/1.1\r\n" + h + "X-Big: " + strings.Repeat("b", 5000) + "\r\n\r\n", 0, false},
+	{"net/http: a head cut short", "GET /plants/1 HTTP/1.1\r\n" + h, 0, false},
+	{"net/http: a head cut short after a request", "GET /plants/1 HTTP/1.1\r\n" + h + "\r\nGET /plants/2 HTTP/1.1\r\n", 1, false},
+	{"net/http: garbage", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 0, false},
+	{"net/http: a lower-case method", "get /plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: an unknown Connection option", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: X-Foo\r\n\r\n", 0, false},
+}
+
+// normalized drops what may differ between the two servers' answers to
+// the same bytes: whether a connection about to close says so.
+func normalized(answers []string) []string {
+	out := make([]string, len(answers))
+	for i, a := range answers {
+		a = strings.Replace(a, "Connection: close\r\n", "", 1)
+		out[i] = strings.Replace(a, "close=true", "close=false", 1)
+	}
+	return out
+}
+
+// FuzzAnswersAsNetHTTP sends any bytes to net/http and to the fast path:
+// their answers must be the same (see normalized).
+func FuzzAnswersAsNetHTTP(f *testing.F) {
+	for _, tc := range answerCases {
+		f.Add([]byte(tc.raw))
+	}
+	stdAddr, stdStop := listenFuzz(f, false)
+	defer stdStop()
+	fastAddr, fastStop := listenFuzz(f, true)
+	defer fastStop()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		want := normalized(exchange(t, stdAddr, string(raw)))
+		got := normalized(exchange(t, fastAddr, string(raw)))
+		if !slices.Equal(got, want) {
+			t.Errorf("answers to %q differ\nnet/http:\n%s\nfast path:\n%s", raw, strings.Join(want, "\n----\n"), strings.Join(got, "\n----\n"))
+		}
+	})
+}
+
+// listenFuzz is listen for a fuzz target, whose servers outlive each input.
+func listenFuzz(f *testing.F, fast bool) (string, func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	std := &http.Server{Handler: echo(nil), ReadHeaderTimeout: 2 * time.Second}
+	if !fast {
+		go std.Serve(ln)
+		return ln.Addr().String(), func() { std.Close() }
+	}
+	s := New(echo(nil), takePlants, Limits{ReadHeaderTimeout: 2 * time.Second}, nil)
+	go std.Serve(s.Handoffs())
+	go s.Serve(ln)
+	return ln.Addr().String(), func() {
+		s.Shutdown(context.Background())
+		std.Close()
+	}
+}

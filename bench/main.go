@@ -154,7 +154,7 @@ func run() error {
 	flag.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured time before each measurement")
 	flag.IntVar(&c.connections, "connections", 64, "concurrent connections")
 	flag.IntVar(&c.rate, "rate", 0, "requests per second of the open-loop runs (0: half the slower target's closed-loop rate)")
-	flag.StringVar(&scenarioList, "scenarios", "create,get,list,mixed", "scenarios to run")
+	flag.StringVar(&scenarioList, "scenarios", "list,create,get,mixed", "scenarios to run, in order (list first: its pages come from the replica only while the store is under its bound, which the creates can pass)")
 	flag.StringVar(&shapeList, "shapes", strings.Join(shapeNames, ","), "shapes to run, in order: pinned, quota, unpinned")
 	flag.StringVar(&sweepList, "sweep", "1,8,64,256", "connection counts for the chart (create and get, closed loop, unpinned shape only); empty to skip")
 	flag.DurationVar(&c.sweepDuration, "sweep-duration", 3*time.Second, "how long each sweep point runs")

@@ -64,7 +64,7 @@ func takePlants(method, path string) bool {
 // listen starts a server on loopback and returns its address: net/http
 // alone when fast is false, else the fast path with net/http serving
 // what it hands off.
-func listen(t *testing.T, h http.Handler, fast bool, limits Limits) (string, *Server) {
+func listen(t testing.TB, h http.Handler, fast bool, limits Limits) (string, *Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -62,13 +62,16 @@ func (c *conn) serve() {
 		// Wait for a request's first byte: a first request's head has
 		// ReadHeaderTimeout from the accept, a later one IdleTimeout.
 		c.idle.Store(true)
-		if c.srv.closing.Load() {
-			return
-		}
 		if first {
 			setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
 		} else {
 			setDeadline(c.c.SetReadDeadline, lim.IdleTimeout)
+		}
+		// Checked after the deadline is set: a Shutdown that began before
+		// is seen here, one that begins after sees idle and sets a
+		// deadline in the past, which this one cannot overwrite.
+		if c.srv.closing.Load() {
+			return
 		}
 		// Between requests net/http waits for four bytes, and closes
 		// without an answer when fewer come; so does this.

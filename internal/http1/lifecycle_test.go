@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -246,5 +248,48 @@ func TestConcurrentClients(t *testing.T) {
 	}
 	if n, want := taken.Load(), int64(clients*3/4*each); n != want {
 		t.Errorf("the fast path served %d plant requests, want all %d", n, want)
+	}
+}
+
+// flakyListener fails its first Accepts as a process out of file
+// descriptors does.
+type flakyListener struct {
+	net.Listener
+	failures atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.failures.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// Running out of file descriptors does not stop the server: it waits and
+// accepts again, as net/http does.
+func TestAcceptRetriesWhenOutOfDescriptors(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &flakyListener{Listener: inner}
+	ln.failures.Store(3)
+	s := New(echo(nil), takePlants, Limits{}, nil)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	defer s.Shutdown(context.Background())
+	client := &http.Client{Timeout: 5 * time.Second}
+	res, err := client.Get("http://" + inner.Addr().String() + "/plants/1")
+	if err != nil {
+		t.Fatalf("after the failed accepts: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v", err)
+	default:
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -94,11 +95,11 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return http.ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if retryable(err) {
 				// As net/http does for temporary errors (out of file
 				// descriptors): wait, doubling up to a second, and go on.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "in", backoff.String())
 				time.Sleep(backoff)
 				continue
 			}
@@ -112,6 +113,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		go cc.serve()
 	}
+}
+
+// retryable says whether an Accept error passes: a timeout, or the
+// process or system out of descriptors or buffers for now.
+func retryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 func (s *Server) track(c net.Conn) *conn {

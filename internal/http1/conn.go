@@ -57,7 +57,7 @@ func (c *conn) serve() {
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(c.c)
 	lim := c.srv.limits
-	first := true
+	first, lastPost := true, false
 	for {
 		// Wait for a request's first byte: a first request's head has
 		// ReadHeaderTimeout from the accept, a later one IdleTimeout.
@@ -83,6 +83,13 @@ func (c *conn) serve() {
 			return
 		}
 		c.idle.Store(false)
+		if lastPost {
+			// As net/http, after a POST: up to four CR or LF before the
+			// next request are dropped (RFC 7230, section 3.5), whichever
+			// server reads it.
+			peek, _ := c.br.Peek(4)
+			c.br.Discard(leadingCRorLF(peek))
+		}
 		started := time.Now()
 		if !first {
 			setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
@@ -98,6 +105,7 @@ func (c *conn) serve() {
 			return
 		}
 		c.br.Discard(len(head))
+		lastPost = req.Method == http.MethodPost
 		if !c.serveRequest(req, started) {
 			return
 		}
@@ -269,6 +277,14 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error { return nil }
+
+func leadingCRorLF(b []byte) int {
+	n := 0
+	for n < len(b) && (b[n] == '\r' || b[n] == '\n') {
+		n++
+	}
+	return n
+}
 
 // hasToken says whether any of a field's values lists token.
 func hasToken(values []string, token string) bool {

@@ -190,6 +190,9 @@ var answerCases = []answerCase{
 	{"fast: leading zeros in the length", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 002\r\n\r\nab", 1, false},
 	{"fast, then net/http on the same connection", "GET /plants/1 HTTP/1.1\r\n" + h + "\r\nGET /other HTTP/1.1\r\n" + h + "\r\nGET /plants/3 HTTP/1.1\r\n" + h + "\r\n", 1, false},
 
+	{"fast: CRLF after a POST's body is dropped", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 2\r\n\r\n{}\r\nGET /plants/1 HTTP/1.1\r\n" + h + "\r\n", 2, false},
+	{"fast, then net/http after a POST's CRLF", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 2\r\n\r\n{}\r\n\nGET /other HTTP/1.1\r\n" + h + "\r\n", 1, false},
+	{"net/http: CRLF after a GET is not dropped", "GET /plants/1 HTTP/1.1\r\n" + h + "\r\n\r\nGET /plants/2 HTTP/1.1\r\n" + h + "\r\n", 1, false},
 	{"net/http: another path", "GET /other HTTP/1.1\r\n" + h + "\r\n", 0, false},
 	{"net/http: HEAD", "HEAD /plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
 	{"net/http: OPTIONS", "OPTIONS /plants HTTP/1.1\r\n" + h + "\r\n", 0, false},

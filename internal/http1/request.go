@@ -61,7 +61,13 @@ func parseRequest(raw []byte, take func(method, path string) bool) (*http.Reques
 	fields := head[len(line)+2 : len(head)-2] // each ends with CRLF
 	n := strings.Count(fields, "\r\n")
 	header := make(http.Header, n)
-	values := make([]string, n)
+	// The request, its URL and the fields' values in one allocation.
+	parsed := new(parsedRequest)
+	values := parsed.values[:0]
+	if n > len(parsed.values) {
+		values = make([]string, 0, n)
+	}
+	values = values[:n]
 	var host string
 	var hosts, lengths int
 	contentLength := int64(0)
@@ -113,9 +119,10 @@ func parseRequest(raw []byte, take func(method, path string) bool) (*http.Reques
 	if hosts != 1 || host == "" || !allIn(host, &hostChars) {
 		return nil, false
 	}
-	return &http.Request{
+	parsed.url = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	parsed.req = http.Request{
 		Method:        method,
-		URL:           &url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""},
+		URL:           &parsed.url,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
@@ -124,7 +131,16 @@ func parseRequest(raw []byte, take func(method, path string) bool) (*http.Reques
 		Close:         closeAfter,
 		Host:          host,
 		RequestURI:    target,
-	}, true
+	}
+	return &parsed.req, true
+}
+
+// parsedRequest holds what parseRequest allocates for a request of up to
+// eight fields, at once.
+type parsedRequest struct {
+	req    http.Request
+	url    url.URL
+	values [8]string
 }
 
 // parseLength parses a Content-Length of 1 to 18 digits.

@@ -21,9 +21,11 @@ type conn struct {
 	remote string
 	br     *bufio.Reader
 	idle   atomic.Bool // waiting for a request: Shutdown may close it
-	out    []byte      // the answer being assembled, kept between requests
-	w      response
-	body   body
+	// headDeadline is when the head being read must be in (zero: never).
+	headDeadline time.Time
+	out          []byte // the answer being assembled, kept between requests
+	w            response
+	body         body
 }
 
 func newConn(s *Server, c net.Conn) *conn {
@@ -63,7 +65,7 @@ func (c *conn) serve() {
 		// ReadHeaderTimeout from the accept, a later one IdleTimeout.
 		c.idle.Store(true)
 		if first {
-			setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
+			c.headDeadline = setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
 		} else {
 			setDeadline(c.c.SetReadDeadline, lim.IdleTimeout)
 		}
@@ -92,7 +94,7 @@ func (c *conn) serve() {
 		}
 		started := time.Now()
 		if !first {
-			setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
+			c.headDeadline = setDeadline(c.c.SetReadDeadline, lim.ReadHeaderTimeout)
 		}
 		first = false
 		head, ok := c.readHead()
@@ -164,7 +166,7 @@ var crlfcrlf = []byte("\r\n\r\n")
 // handOff gives the connection, and what was read of it, to net/http.
 func (c *conn) handOff() bool {
 	pending, _ := c.br.Peek(c.br.Buffered())
-	rc := &replayConn{Conn: c.c, pending: bytes.Clone(pending)}
+	rc := &replayConn{Conn: c.c, pending: bytes.Clone(pending), headDeadline: c.headDeadline}
 	// net/http sets its own deadlines; clear ours.
 	c.c.SetDeadline(time.Time{})
 	return c.srv.handoffs.give(rc)
@@ -247,12 +249,14 @@ func (c *conn) closeWriteAndWait() {
 	time.Sleep(500 * time.Millisecond)
 }
 
-func setDeadline(set func(time.Time) error, d time.Duration) {
+// setDeadline sets a deadline d from now (none when d is 0) and returns it.
+func setDeadline(set func(time.Time) error, d time.Duration) time.Time {
+	var t time.Time
 	if d > 0 {
-		set(time.Now().Add(d))
-	} else {
-		set(time.Time{})
+		t = time.Now().Add(d)
 	}
+	set(t)
+	return t
 }
 
 // body is a request body framed by its Content-Length.

@@ -293,3 +293,34 @@ func TestAcceptRetriesWhenOutOfDescriptors(t *testing.T) {
 	default:
 	}
 }
+
+// A head too long for the fast path's buffer goes to net/http part-read;
+// it still has to be in within the header timeout that began with its
+// first byte, not within a second one from the hand-over.
+func TestLongSlowHeadKeepsItsDeadline(t *testing.T) {
+	const timeout = 800 * time.Millisecond
+	addr, _ := listen(t, echo(nil), true, Limits{ReadHeaderTimeout: timeout})
+	c, br := dial(t, addr)
+	start := time.Now()
+	// The buffer fills slowly: the head is handed over when it overflows,
+	// with most of its time gone.
+	fmt.Fprintf(c, "GET /plants/1 HTTP/1.1\r\nHost: x\r\nX-Big: %s", strings.Repeat("b", 2000))
+	time.Sleep(timeout * 3 / 8)
+	fmt.Fprint(c, strings.Repeat("b", 1500))
+	time.Sleep(timeout * 3 / 8)
+	fmt.Fprintf(c, "%s\r\n", strings.Repeat("b", 800))
+	go func() {
+		for i := 0; i < 40; i++ {
+			if _, err := fmt.Fprint(c, "X-More: 1\r\n"); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	if !closedWithin(c, br, 3*time.Second) {
+		t.Fatal("the slow long head's connection was not closed")
+	}
+	if took := time.Since(start); took > timeout+timeout/2 {
+		t.Fatalf("closed %v after the head began; its header timeout is %v", took.Round(time.Millisecond), timeout)
+	}
+}

@@ -232,10 +232,24 @@ func (l *handoffListener) give(c net.Conn) bool {
 }
 
 // replayConn reads the bytes the fast path read, before the rest of the
-// connection.
+// connection. net/http's first read deadline on it is for the head of its
+// first request, which began here: it is held to the deadline the head
+// already had, so a head handed over part-read (over 4 KiB) gets no more
+// time than any other.
 type replayConn struct {
 	net.Conn
-	pending []byte
+	pending      []byte
+	headDeadline time.Time // zero: none
+	clamped      atomic.Bool
+}
+
+func (c *replayConn) SetReadDeadline(t time.Time) error {
+	if !c.clamped.Swap(true) {
+		if !c.headDeadline.IsZero() && (t.IsZero() || t.After(c.headDeadline)) {
+			t = c.headDeadline
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *replayConn) Read(p []byte) (int, error) {

@@ -7,8 +7,8 @@
 // http.Handler with a response writer that sends the whole answer in one
 // write. Any request it does not take, it does not answer: it hands the
 // connection, with every byte read from it put back, to net/http
-// (Handoffs), which serves that connection from then on exactly as it
-// would have from its first byte. So every unusual request (chunked
+// (Handoffs), which serves that connection from then on as it would have
+// from its first byte (TestAnswersAsNetHTTP, FuzzAnswersAsNetHTTP). So every unusual request (chunked
 // bodies, Expect, obsolete line folding, HTTP/1.0, HEAD, OPTIONS, streams,
 // oversized or malformed heads) keeps net/http's behaviour, and this
 // package needs to be right only about the plain ones.
@@ -16,8 +16,8 @@
 // What it saves, per request, is net/http's generality: its background
 // read per request (which lets a request's context end when the client
 // hangs up; here handlers get context.Background() and must bound their
-// work themselves), its header map copy, sorting and chunking logic, and
-// its separate writes. BENCHMARKS.md has the figures.
+// work themselves), the copy of the header map, the chunking logic, and
+// separate writes for the head and the body. BENCHMARKS.md has the figures.
 package http1
 
 import (

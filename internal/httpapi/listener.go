@@ -142,15 +142,23 @@ func (c jsonErrorConn) Write(p []byte) (int, error) {
 // writeError sends the Error body in place of p, a whole answer net/http
 // wrote before closing the connection.
 func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, error) {
-	c.log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
-		slog.Int("status", status), slog.String("message", message), slog.String("remote", c.RemoteAddr().String()))
-	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
-	answer := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), len(body), body)
-	if _, err := c.Conn.Write(answer); err != nil {
+	if _, err := c.Conn.Write(rejection(c.log, c.RemoteAddr(), status, message)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// rejection logs a request refused before any handler ran, and returns
+// the whole answer that closes its connection: the Error body, with a
+// request id like every other answer's.
+func rejection(log *slog.Logger, remote net.Addr, status int, message string) []byte {
+	id := newRequestID()
+	log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
+		slog.Int("status", status), slog.String("message", message), slog.String("request_id", id), slog.String("remote", remote.String()))
+	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
+	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
+		"X-Content-Type-Options: nosniff\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), id, body)
 }
 
 // TLSConfig is the server's TLS: the certificate and key in PEM files,
@@ -243,11 +251,8 @@ func (c *sniffedConn) start() error {
 // reading the rest of it) and closes the connection.
 func (c *sniffedConn) refusePlainHTTP() {
 	const message = "the client sent an HTTP request to an HTTPS server: use https://"
-	c.log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
-		slog.Int("status", http.StatusBadRequest), slog.String("message", message), slog.String("remote", c.RemoteAddr().String()))
-	body, _ := json.Marshal(errorBody{Error: http.StatusBadRequest, Message: message})
 	c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c.Conn, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+	c.Conn.Write(rejection(c.log, c.RemoteAddr(), http.StatusBadRequest, message))
 	c.Conn.Close()
 }
 

@@ -193,22 +193,29 @@ func TestHeaderLimit(t *testing.T) {
 func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{})
-		for _, req := range []string{
-			"GET /healthz HTTP/1.1\r\nHost: x\r\nthis is not a header\r\n\r\n",
-			"GET /healthz HTTP/1.1\r\n\r\n", // no Host
-			"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-		} {
-			resp, body := e.raw(req)
-			wantError(t, resp, body, 400, "malformed HTTP request")
+		// On a plant route too, which the fast path (internal/http1)
+		// reads first and hands to net/http.
+		for _, path := range []string{"/healthz", "/plants/1"} {
+			for _, req := range []string{
+				"GET " + path + " HTTP/1.1\r\nHost: x\r\nthis is not a header\r\n\r\n",
+				"GET " + path + " HTTP/1.1\r\n\r\n", // no Host
+				"GET " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+			} {
+				resp, body := e.raw(req)
+				wantError(t, resp, body, 400, "malformed HTTP request")
+			}
 		}
-		resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+		// A head longer than the fast path's buffer is answered as any.
+		resp, body := e.raw("GET /plants/1 HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", 5000) + "\r\n\r\n")
+		wantError(t, resp, body, http.StatusUnauthorized)
+		resp, body = e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
 		wantError(t, resp, body, http.StatusNotImplemented)
 		resp, body = e.raw("GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n")
 		wantError(t, resp, body, http.StatusExpectationFailed, "100-continue")
 		resp, body = e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 		wantError(t, resp, body, http.StatusExpectationFailed)
-		if n := strings.Count(e.logs.String(), "rejected before routing"); n != 6 {
-			t.Errorf("%d protocol rejections logged, want 6:\n%s", n, e.logs)
+		if n := strings.Count(e.logs.String(), "rejected before routing"); n != 9 {
+			t.Errorf("%d protocol rejections logged, want 9:\n%s", n, e.logs)
 		}
 		resp, body = e.raw("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
 		if resp.StatusCode >= 300 {

@@ -3,7 +3,6 @@ package http1
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -133,11 +132,7 @@ func (c *conn) readHead() ([]byte, bool) {
 			return nil, true
 		}
 		if _, err := c.br.Peek(n + 1); err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return nil, false
-			}
-			return nil, true
+			return nil, !isTimeout(err)
 		}
 	}
 }

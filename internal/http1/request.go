@@ -38,14 +38,7 @@ func parseRequest(raw []byte, take func(method, path string) bool) (*http.Reques
 		return nil, false
 	}
 	switch method {
-	case http.MethodGet:
-		method = http.MethodGet
-	case http.MethodPost:
-		method = http.MethodPost
-	case http.MethodPut:
-		method = http.MethodPut
-	case http.MethodDelete:
-		method = http.MethodDelete
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete:
 	default:
 		return nil, false
 	}

@@ -48,25 +48,31 @@ func (w *response) WriteHeader(code int) {
 }
 
 func (w *response) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
-	}
-	if !bodyAllowed(w.status) {
-		return 0, http.ErrBodyNotAllowed
+	if err := w.startBody(); err != nil {
+		return 0, err
 	}
 	w.body = append(w.body, p...)
 	return len(p), nil
 }
 
 func (w *response) WriteString(s string) (int, error) {
+	if err := w.startBody(); err != nil {
+		return 0, err
+	}
+	w.body = append(w.body, s...)
+	return len(s), nil
+}
+
+// startBody is the status check before any body: 200 unless one was set,
+// and no body where the status allows none.
+func (w *response) startBody() error {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !bodyAllowed(w.status) {
-		return 0, http.ErrBodyNotAllowed
+		return http.ErrBodyNotAllowed
 	}
-	w.body = append(w.body, s...)
-	return len(s), nil
+	return nil
 }
 
 // SetReadDeadline and SetWriteDeadline serve http.ResponseController.
@@ -149,11 +155,13 @@ func appendField(dst []byte, name, value string) []byte {
 	dst = append(dst, name...)
 	dst = append(dst, ": "...)
 	if strings.ContainsAny(value, "\r\n") {
-		value = strings.NewReplacer("\r", " ", "\n", " ").Replace(value)
+		value = lineBreaksToSpaces.Replace(value)
 	}
 	dst = append(dst, strings.TrimSpace(value)...)
 	return append(dst, "\r\n"...)
 }
+
+var lineBreaksToSpaces = strings.NewReplacer("\r", " ", "\n", " ")
 
 // The Date field changes once a second; it is formatted once a second.
 type formattedDate struct {

@@ -68,7 +68,7 @@ func New(handler http.Handler, take func(method, path string) bool, limits Limit
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{handler: handler, take: take, limits: limits, log: log, conns: map[*conn]struct{}{}, closed: make(chan struct{})}
-	s.handoffs = &handoffListener{conns: make(chan net.Conn), closed: s.closed}
+	s.handoffs = &handoffListener{conns: make(chan net.Conn), closed: s.closed, stop: make(chan struct{})}
 	return s
 }
 
@@ -118,12 +118,13 @@ func (s *Server) Serve(ln net.Listener) error {
 // retryable says whether an Accept error passes: a timeout, or the
 // process or system out of descriptors or buffers for now.
 func retryable(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+	return isTimeout(err) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (s *Server) track(c net.Conn) *conn {
@@ -176,19 +177,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // handoffListener yields the connections the fast path hands to net/http.
 type handoffListener struct {
-	conns  chan net.Conn
-	closed <-chan struct{}
-	once   sync.Once
-	stop   chan struct{}
-	addr   atomic.Pointer[addrHolder]
+	conns    chan net.Conn
+	closed   <-chan struct{} // the Server's Shutdown
+	stop     chan struct{}   // this listener's Close
+	stopOnce sync.Once
+	addr     atomic.Pointer[addrHolder]
 }
 
 type addrHolder struct{ net.Addr }
-
-func (l *handoffListener) stopped() chan struct{} {
-	l.once.Do(func() { l.stop = make(chan struct{}) })
-	return l.stop
-}
 
 func (l *handoffListener) Accept() (net.Conn, error) {
 	select {
@@ -196,7 +192,7 @@ func (l *handoffListener) Accept() (net.Conn, error) {
 		return c, nil
 	case <-l.closed:
 		return nil, net.ErrClosed
-	case <-l.stopped():
+	case <-l.stop:
 		return nil, net.ErrClosed
 	}
 }
@@ -204,12 +200,7 @@ func (l *handoffListener) Accept() (net.Conn, error) {
 // Close is net/http's, at its shutdown: from then on a connection that
 // would be handed off is closed instead.
 func (l *handoffListener) Close() error {
-	stop := l.stopped()
-	select {
-	case <-stop:
-	default:
-		close(stop)
-	}
+	l.stopOnce.Do(func() { close(l.stop) })
 	return nil
 }
 
@@ -226,7 +217,7 @@ func (l *handoffListener) give(c net.Conn) bool {
 	case l.conns <- c:
 		return true
 	case <-l.closed:
-	case <-l.stopped():
+	case <-l.stop:
 	}
 	return false
 }

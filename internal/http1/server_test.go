@@ -244,10 +244,9 @@ func FuzzAnswersAsNetHTTP(f *testing.F) {
 	for _, tc := range answerCases {
 		f.Add([]byte(tc.raw))
 	}
-	stdAddr, stdStop := listenFuzz(f, false)
-	defer stdStop()
-	fastAddr, fastStop := listenFuzz(f, true)
-	defer fastStop()
+	limits := Limits{ReadHeaderTimeout: 2 * time.Second}
+	stdAddr, _ := listen(f, echo(nil), false, limits)
+	fastAddr, _ := listen(f, echo(nil), true, limits)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		want := normalized(exchange(t, stdAddr, string(raw)))
 		got := normalized(exchange(t, fastAddr, string(raw)))
@@ -255,24 +254,4 @@ func FuzzAnswersAsNetHTTP(f *testing.F) {
 			t.Errorf("answers to %q differ\nnet/http:\n%s\nfast path:\n%s", raw, strings.Join(want, "\n----\n"), strings.Join(got, "\n----\n"))
 		}
 	})
-}
-
-// listenFuzz is listen for a fuzz target, whose servers outlive each input.
-func listenFuzz(f *testing.F, fast bool) (string, func()) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	std := &http.Server{Handler: echo(nil), ReadHeaderTimeout: 2 * time.Second}
-	if !fast {
-		go std.Serve(ln)
-		return ln.Addr().String(), func() { std.Close() }
-	}
-	s := New(echo(nil), takePlants, Limits{ReadHeaderTimeout: 2 * time.Second}, nil)
-	go std.Serve(s.Handoffs())
-	go s.Serve(ln)
-	return ln.Addr().String(), func() {
-		s.Shutdown(context.Background())
-		std.Close()
-	}
 }

@@ -177,9 +177,9 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	writeQuery.Set("_txlock", "immediate")
 	// A batch's multi-row INSERT keeps a statement journal (to undo the
 	// statement alone should it fail); past 64 KiB SQLite spills it to a
-	// temporary file, a write system call per page. In memory it is a
-	// batch's pages at most, and a quarter of the writer's system calls
-	// less (BENCHMARKS.md, "Where a create's time goes").
+	// temporary file, a write system call per page: 12% of a create's
+	// CPU with ids spread over the key space. In memory it is a batch's
+	// pages at most (BENCHMARKS.md, "Where a create's time goes").
 	writeQuery.Add("_pragma", "temp_store(MEMORY)")
 	if opts.MaxBytes > 0 {
 		// max_page_count is per connection; the writer is the only one

@@ -89,12 +89,35 @@ func chromium(t *testing.T, browser string, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	base := []string{"--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=15000"}
+		"--user-data-dir=" + browserProfile(t), "--virtual-time-budget=15000"}
 	out, err := exec.CommandContext(ctx, browser, append(base, args...)...).Output()
 	if err != nil {
 		t.Fatalf("%s: %v", browser, err)
 	}
 	return string(out)
+}
+
+// browserProfile is a fresh profile directory for one browser run.
+// Chromium's helper processes can outlive the one a test waited for, and
+// write in it a moment longer, so its removal is retried for a while
+// (t.TempDir's would fail the test on "directory not empty").
+func browserProfile(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "plantstore-browser-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for err := os.RemoveAll(dir); err != nil; err = os.RemoveAll(dir) {
+			if time.Now().After(deadline) {
+				t.Errorf("removing the browser's profile: %v", err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return dir
 }
 
 var (

@@ -34,7 +34,7 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	}
 	args = append(args, int64(q.Limit))
 	events := make([]plantstore.Event, 0, min(q.Limit, 1024))
-	err := db.readers.with(ctx, func(c *rawConn) (err error) {
+	err := db.readDurable(ctx, func(c *rawConn) (err error) {
 		// One read transaction for the horizon and the events, so a prune
 		// between the two cannot hide a gap.
 		if _, err := c.exec(`BEGIN`); err != nil {
@@ -78,7 +78,7 @@ func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
 	// AUTOINCREMENT keeps the largest id ever given in sqlite_sequence,
 	// even once every event is pruned; no row yet means no event yet.
 	var id int64
-	err := db.readers.with(ctx, func(c *rawConn) error {
+	err := db.readDurable(ctx, func(c *rawConn) error {
 		return c.query(`SELECT seq FROM sqlite_sequence WHERE name = 'events'`, nil, func(v []driver.Value) bool {
 			id = v[0].(int64)
 			return false

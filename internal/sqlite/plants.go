@@ -45,7 +45,7 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 		}
 	}
 	var p plantstore.Plant
-	err := db.readers.with(ctx, func(c *rawConn) (err error) {
+	err := db.readDurable(ctx, func(c *rawConn) (err error) {
 		p, err = readPlant(c, id)
 		return err
 	})
@@ -121,7 +121,7 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 	// The tags of a page share one slice: one allocation for the page
 	// instead of one per tagged plant.
 	tags := make([]string, 0, cap(plants))
-	err := db.readers.with(ctx, func(c *rawConn) error {
+	err := db.readDurable(ctx, func(c *rawConn) error {
 		return c.query(query, args, func(v []driver.Value) bool {
 			p := plantstore.Plant{ID: v[0].(int64), Name: v[1].(string)}
 			if tag, ok := v[2].(string); ok {

@@ -35,6 +35,9 @@ type replica struct {
 	mu    sync.RWMutex
 	state replicaState
 	next  int64 // loading: the plants with ids below next are in blocks
+	// loadedAll: loading, every plant is in blocks, and the replica waits
+	// for what it read to be durable before it answers.
+	loadedAll bool
 	// blocks hold the plants in id order: each block sorted and not
 	// empty, each block's ids below the next block's. Small blocks keep
 	// an insert or a delete a short copy.
@@ -147,7 +150,7 @@ func (r *replica) apply(changes []plantstore.Event) {
 		if r.state == replicaOff {
 			return
 		}
-		if r.state == replicaLoading && e.Plant.ID >= r.next {
+		if r.state == replicaLoading && !r.loadedAll && e.Plant.ID >= r.next {
 			continue // a later page reads it
 		}
 		if e.Type == plantstore.EventDeleted {
@@ -215,17 +218,22 @@ func (r *replica) turnOff() {
 func (r *replica) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.state, r.blocks, r.n, r.bytes, r.next = replicaLoading, nil, 0, 0, math.MinInt64
+	r.state, r.blocks, r.n, r.bytes, r.next, r.loadedAll = replicaLoading, nil, 0, 0, math.MinInt64, false
 	select {
 	case r.reload <- struct{}{}:
 	default:
 	}
 }
 
-// replicaSource is the store as the replica's loader reads it.
+// replicaSource is the store as the replica's loader reads it. What it
+// reads may include writes not yet durable (durable.go): the loader
+// takes committedMark before a read and, before the replica answers
+// anything, awaits that mark's durability.
 type replicaSource interface {
 	countPlants() (int64, error)
 	readPlantsFrom(from int64, limit int) ([]plantstore.Plant, error)
+	committedMark() uint64
+	awaitDurable(mark uint64) error
 }
 
 // load fills the replica from the store, a page at a time, until it is
@@ -239,7 +247,7 @@ func (r *replica) load(ctx context.Context, src replicaSource) {
 			r.turnOff()
 			r.mu.Unlock()
 		}
-		for ctx.Err() == nil && r.loadPage(src.readPlantsFrom) {
+		for ctx.Err() == nil && r.loadPage(src) {
 		}
 		select {
 		case <-ctx.Done():
@@ -251,28 +259,42 @@ func (r *replica) load(ctx context.Context, src replicaSource) {
 
 // loadPage reads the next page into the replica; it says whether there
 // is more to load. A failed read leaves the replica loading (reads go to
-// SQLite) until a reset.
-func (r *replica) loadPage(readPage func(from int64, limit int) ([]plantstore.Plant, error)) bool {
+// SQLite) until a reset. After the last page it waits, without holding
+// mu (the writes' effects need it), until what it read is durable, and
+// only then lets the replica answer.
+func (r *replica) loadPage(src replicaSource) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.state != replicaLoading {
+		r.mu.Unlock()
 		return false
 	}
-	plants, err := readPage(r.next, replicaLoadPage)
+	mark := src.committedMark()
+	plants, err := src.readPlantsFrom(r.next, replicaLoadPage)
 	if err != nil {
+		r.mu.Unlock()
 		return false
 	}
 	for _, p := range plants {
 		if r.put(p); r.state == replicaOff {
+			r.mu.Unlock()
 			return false
 		}
 	}
-	if len(plants) < replicaLoadPage || plants[len(plants)-1].ID == math.MaxInt64 {
-		r.state = replicaComplete
-		return false
+	if len(plants) == replicaLoadPage && plants[len(plants)-1].ID != math.MaxInt64 {
+		r.next = plants[len(plants)-1].ID + 1
+		r.mu.Unlock()
+		return true
 	}
-	r.next = plants[len(plants)-1].ID + 1
-	return true
+	r.loadedAll = true // from now on every change applies
+	r.mu.Unlock()
+	err = src.awaitDurable(mark)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// A reset meanwhile started the load again.
+	if err == nil && r.state == replicaLoading && r.loadedAll {
+		r.state = replicaComplete
+	}
+	return false
 }
 
 // countPlants counts the plants, for the replica's loader.

@@ -140,6 +140,8 @@ type countingSource struct {
 }
 
 func (s *countingSource) countPlants() (int64, error) { return s.count, nil }
+func (s *countingSource) committedMark() uint64       { return 0 }
+func (s *countingSource) awaitDurable(uint64) error   { return nil }
 
 func (s *countingSource) readPlantsFrom(int64, int) ([]plantstore.Plant, error) {
 	s.pages.Add(1)

@@ -81,7 +81,9 @@ type DB struct {
 	groupCommit bool
 	writes      chan *writeRequest
 	writerDone  chan struct{}
-	writerRaw   *rawConn // the write connection as the writer drives it; only the writer touches it
+	durable     durability // durable.go
+	directMu    sync.Mutex // without group commit: one write at a time
+	writerRaw   *rawConn   // the write connection as the writer drives it; only the writer touches it
 	// The hot read path of token checks, prepared once.
 	tokenByHashStmt *sql.Stmt
 	enqueued        func()
@@ -233,6 +235,11 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	db.writerDone = make(chan struct{})
 	if db.groupCommit {
 		db.writes = make(chan *writeRequest, 4*maxBatch)
+		// Without a WAL to sync (it is there after migrate in WAL mode),
+		// commits keep syncing themselves.
+		if wal, err := openWAL(abs); err == nil {
+			db.durable.init(wal)
+		}
 		go db.writer()
 	} else {
 		close(db.writerDone)
@@ -280,6 +287,7 @@ func (db *DB) Close() error {
 		close(db.writes) // no sender holds closeMu now, and none will send
 	}
 	<-db.writerDone
+	db.durable.close()
 	db.stopLife()
 	if db.loaded != nil {
 		<-db.loaded
@@ -321,6 +329,9 @@ func (db *DB) Ping(ctx context.Context) error {
 	db.closeMu.RUnlock()
 	if closed {
 		return plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
+	}
+	if err := db.durable.faulted(); err != nil {
+		return err
 	}
 	var n int
 	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {

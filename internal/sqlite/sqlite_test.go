@@ -244,8 +244,7 @@ func TestBatchWithTakenIDs(t *testing.T) {
 	for i, p := range plants {
 		batch[i] = &writeRequest{kind: writeCreate, plant: p}
 	}
-	results := make([]writeResult, len(batch))
-	db.commit(batch, func(i int, r writeResult) { results[i] = r })
+	results := commitAsWriter(db, batch)
 	for i, p := range plants {
 		r := results[i]
 		switch {
@@ -267,6 +266,13 @@ func TestBatchWithTakenIDs(t *testing.T) {
 			t.Errorf("GetPlant(%d) = %v, %v; want %v", want.ID, got, err, want)
 		}
 	}
+}
+
+// commitAsWriter commits batch in one transaction as the writer does, and
+// returns each write's result once the batch is durable.
+func commitAsWriter(db *DB, batch []*writeRequest) []writeResult {
+	job := db.commit(batch)
+	return db.finish(job, db.makeDurable(job))
 }
 
 func TestObserveBatch(t *testing.T) {
@@ -316,8 +322,7 @@ func TestBatchMixesWrites(t *testing.T) {
 		{kind: writeDelete, plant: plantstore.Plant{ID: 9}},
 		{kind: writeCreate, plant: plantstore.Plant{ID: 1, Name: "to update"}}, // runs before the update
 	}
-	results := make([]writeResult, len(batch))
-	db.commit(batch, func(i int, r writeResult) { results[i] = r })
+	results := commitAsWriter(db, batch)
 	for i, want := range []struct {
 		created bool
 		code    string

@@ -78,10 +78,15 @@ var writeRequests = sync.Pool{New: func() any { return &writeRequest{done: make(
 // still commit: a retried create is an idempotent replay, a retried update
 // writes the same content again, a retried delete answers 404.
 func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
+	if err := db.durable.faulted(); err != nil {
+		return writeResult{err: err}
+	}
 	if !db.groupCommit {
-		var r writeResult
-		db.commit([]*writeRequest{&w}, func(_ int, res writeResult) { r = res })
-		return r
+		// One transaction per write, synced by its COMMIT; one at a time,
+		// so the effects are made in commit order.
+		db.directMu.Lock()
+		defer db.directMu.Unlock()
+		return db.finish(db.commit([]*writeRequest{&w}), nil)[0]
 	}
 	if err := ctx.Err(); err != nil {
 		return writeResult{err: storeError(w.op(), err)}
@@ -112,14 +117,19 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 }
 
 // writer runs until writes is closed, committing what it finds queued.
+// It answers a batch's callers once the batch is durable: after its own
+// sync of the WAL (durable.go), or when the COMMIT synced it.
 func (db *DB) writer() {
 	defer close(db.writerDone)
 	batch := make([]*writeRequest, 0, maxBatch)
 	for first := range db.writes {
 		batch = db.gather(append(batch[:0], first))
-		db.commit(batch, func(i int, res writeResult) { batch[i].done <- res })
+		job := db.commit(batch)
 		if db.observeBatch != nil {
 			db.observeBatch(len(batch))
+		}
+		for i, r := range db.finish(job, db.makeDurable(job)) {
+			batch[i].done <- r
 		}
 	}
 }
@@ -166,83 +176,124 @@ func (db *DB) drain(batch []*writeRequest) []*writeRequest {
 	return batch
 }
 
-// commit runs batch in one transaction and reports each request's result.
-// A conflict or a missing plant is a result, not a failure: the batch goes
-// on. A store fault rolls the batch back; then each request is tried
-// alone, so one request's fault is not its neighbours'.
-func (db *DB) commit(batch []*writeRequest, report func(int, writeResult)) {
-	results, err := db.commitBatch(batch)
-	if err != nil && len(batch) > 1 {
+// commit runs batch in one transaction and returns each request's
+// result, to be reported once the batch is durable (finish). A conflict
+// or a missing plant is a result, not a failure: the batch goes on. A
+// store fault rolls the batch back; then each request is tried alone, so
+// one request's fault is not its neighbours'.
+func (db *DB) commit(batch []*writeRequest) *pendingBatch {
+	job := &pendingBatch{results: make([]writeResult, len(batch))}
+	out, err := db.commitBatch(batch)
+	job.outcomes = append(job.outcomes, out)
+	switch {
+	case err != nil && len(batch) > 1:
 		for i := range batch {
-			results, err := db.commitBatch(batch[i : i+1])
+			out, err := db.commitBatch(batch[i : i+1])
+			job.outcomes = append(job.outcomes, out)
 			if err != nil {
-				results = []writeResult{{err: err}}
+				job.results[i] = writeResult{err: err}
+			} else {
+				job.results[i] = out.results[0]
 			}
-			report(i, results[0])
 		}
-		return
+	case err != nil:
+		job.results[0] = writeResult{err: err}
+	default:
+		copy(job.results, out.results)
 	}
-	for i := range batch {
-		if err != nil {
-			report(i, writeResult{err: err})
-		} else {
-			report(i, results[i])
+	job.seq = db.durable.committed.Add(1)
+	return job
+}
+
+// finish makes the effects of job's committed transactions, in commit
+// order, and returns its callers' results. syncErr is the failure of the
+// sync that should have made it durable: then no write of the job is
+// acknowledged, and the replica, which may hold what the disk lost, is
+// loaded again.
+func (db *DB) finish(job *pendingBatch, syncErr error) []writeResult {
+	var enqueued, events bool
+	for _, out := range job.outcomes {
+		if db.replica != nil {
+			if out.unknown || (out.committed && syncErr != nil) {
+				db.replica.reset()
+			} else if out.committed {
+				db.replica.apply(out.changes)
+			}
+		}
+		// An update or delete may have committed even when the batch
+		// failed (a fault after COMMIT began): forget their plants either
+		// way, before any caller is answered.
+		db.forget(out.forget...)
+		if out.committed {
+			enqueued = enqueued || out.enqueued
+			events = events || out.events > 0
 		}
 	}
+	if syncErr == nil {
+		if enqueued && db.enqueued != nil {
+			db.enqueued()
+		}
+		if events && db.eventsWritten != nil {
+			db.eventsWritten()
+		}
+	}
+	for i := range job.results {
+		if syncErr != nil && job.results[i].err == nil {
+			job.results[i] = writeResult{err: syncErr}
+		}
+	}
+	return job.results
 }
 
 // commitBatch runs batch in one transaction on the write connection,
 // taken from the write pool for the batch (so the other writers of this
 // process, tokens and webhooks, queue for it in Go rather than for
-// SQLite's lock) and driven below database/sql (see rawConn).
-func (db *DB) commitBatch(batch []*writeRequest) (results []writeResult, err error) {
+// SQLite's lock) and driven below database/sql (see rawConn). It makes
+// none of the batch's effects: its outcome says what they are.
+func (db *DB) commitBatch(batch []*writeRequest) (out batchOutcome, err error) {
 	op := fmt.Sprintf("write %d plants", len(batch))
 	if len(batch) == 1 {
 		op = fmt.Sprintf("write plant %d", batch[0].plant.ID)
 	}
 	conn, err := db.write.Conn(db.life)
 	if err != nil {
-		return nil, storeError(op, err)
+		return out, storeError(op, err)
 	}
 	defer conn.Close()
-	var forget []int64
-	err = conn.Raw(func(dc any) error {
+	var batchErr error
+	rawErr := conn.Raw(func(dc any) error {
 		c := db.writerConn(dc.(driver.Conn))
-		var out batchOutcome
-		out, err = db.runBatch(c, batch)
-		results, forget = out.results, out.forget
-		if err != nil {
+		ownSync := db.durable.syncsWAL()
+		if ownSync {
+			if _, batchErr = c.exec(`PRAGMA synchronous = NORMAL`); batchErr != nil {
+				return nil
+			}
+		}
+		if out, batchErr = db.runBatch(c, batch); batchErr != nil {
 			// A failed statement may have rolled the transaction back
 			// already; then this fails too, harmlessly.
 			c.exec(`ROLLBACK`)
-			if out.committing && db.replica != nil {
-				db.replica.reset() // the batch may have committed
+			out.unknown = out.committing // the batch may have committed
+		}
+		if ownSync {
+			if _, err := c.exec(`PRAGMA synchronous = FULL`); err != nil {
+				// The other writers count on FULL: the pool closes this
+				// connection rather than lend it to them.
+				return driver.ErrBadConn
 			}
-			return err
-		}
-		// Still holding the write connection: in commit order.
-		if db.replica != nil {
-			db.replica.apply(out.changes)
-		}
-		if out.enqueued && db.enqueued != nil {
-			defer db.enqueued()
-		}
-		if out.events > 0 && db.eventsWritten != nil {
-			defer db.eventsWritten()
 		}
 		return nil
 	})
-	// An update or delete may have committed even when err says otherwise
-	// (a fault after COMMIT began): forget their plants either way, after
-	// the commit and before any caller is answered.
-	db.forget(forget...)
-	if err != nil {
-		if errors.Is(err, driver.ErrBadConn) {
-			err = errors.Join(err, sql.ErrConnDone)
-		}
-		return nil, storeError(op, err)
+	if batchErr == nil && rawErr != nil && !errors.Is(rawErr, driver.ErrBadConn) {
+		batchErr = rawErr
 	}
-	return results, nil
+	if batchErr != nil {
+		if errors.Is(batchErr, driver.ErrBadConn) {
+			batchErr = errors.Join(batchErr, sql.ErrConnDone)
+		}
+		return out, storeError(op, batchErr)
+	}
+	return out, nil
 }
 
 // writerConn is the rawConn of the write pool's connection dc, with its
@@ -254,11 +305,11 @@ func (db *DB) writerConn(dc driver.Conn) *rawConn {
 	return db.writerRaw
 }
 
-// batchOutcome is what a batch did: each request's result, the ids whose
-// cached plants it changed, its changes in order (the events it
-// recorded), whether it recorded events while a subscriber is active,
-// and whether it got as far as COMMIT (after which a failure leaves its
-// outcome unknown).
+// batchOutcome is what a batch's transaction did: each request's result,
+// the ids whose cached plants it changed, its changes in order (the
+// events it recorded), whether it recorded events while a subscriber is
+// active, whether it got as far as COMMIT (after which a failure leaves
+// its outcome unknown), whether it failed so, and whether it committed.
 type batchOutcome struct {
 	results    []writeResult
 	forget     []int64
@@ -266,6 +317,8 @@ type batchOutcome struct {
 	enqueued   bool
 	events     int
 	committing bool
+	unknown    bool
+	committed  bool
 }
 
 // runBatch writes batch, and the event of every change it makes, in one
@@ -341,6 +394,7 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 	if _, err := c.exec(`COMMIT`); err != nil {
 		return out, err
 	}
+	out.committed = true
 	return out, nil
 }
 

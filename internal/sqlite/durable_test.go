@@ -1,0 +1,144 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// holdSyncs makes the writer's WAL syncs wait for the test: each sync
+// says it began on the returned channel, then waits for release.
+func holdSyncs(t *testing.T, db *DB) (began <-chan struct{}, release func()) {
+	t.Helper()
+	if !db.durable.syncsWAL() {
+		t.Fatal("the writer does not sync the WAL itself: commits sync in SQLite")
+	}
+	b, r := make(chan struct{}, 100), make(chan struct{})
+	sync := db.durable.syncWAL
+	db.durable.syncWAL = func() error {
+		b <- struct{}{}
+		<-r
+		return sync()
+	}
+	return b, func() { close(r) }
+}
+
+// stillWaiting fails the test if done delivers within a short while.
+func stillWaiting[T any](t *testing.T, what string, done <-chan T) {
+	t.Helper()
+	select {
+	case v := <-done:
+		t.Fatalf("%s answered before the WAL was synced: %v", what, v)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// A write is answered only once the WAL holding it is synced, and a read
+// that finds it in SQLite before then waits as long: no answer carries a
+// write a crash could still undo.
+func TestNoAnswerBeforeTheWALIsSynced(t *testing.T) {
+	for _, sole := range []bool{false, true} {
+		db, _ := openTest(t, Options{SoleServer: sole})
+		ctx := context.Background()
+		if sole {
+			waitComplete(t, db)
+		}
+		began, release := holdSyncs(t, db)
+		created := make(chan error, 1)
+		go func() {
+			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 7, Name: "fern"})
+			created <- err
+		}()
+		<-began // committed, and syncing
+		stillWaiting(t, "the create", created)
+		read := make(chan error, 1)
+		go func() {
+			p, err := db.GetPlant(ctx, 7)
+			if err == nil && p.Name != "fern" {
+				err = errors.New("read " + p.Name)
+			}
+			read <- err
+		}()
+		if sole {
+			// The replica learns of the plant only once it is durable.
+			if err := <-read; plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+				t.Errorf("sole server: the plant being synced reads %v, want ENOTFOUND", err)
+			}
+		} else {
+			stillWaiting(t, "a read from SQLite", read)
+		}
+		release()
+		if err := <-created; err != nil {
+			t.Fatalf("the create: %v", err)
+		}
+		if !sole {
+			if err := <-read; err != nil {
+				t.Fatalf("the read: %v", err)
+			}
+		}
+		if p, err := db.GetPlant(ctx, 7); err != nil || p.Name != "fern" {
+			t.Errorf("sole=%t: after the sync the plant reads %v, %v", sole, p, err)
+		}
+	}
+}
+
+// Each batch is synced once, and the write connection goes back to the
+// pool with synchronous=FULL, which the other writers (tokens, webhooks)
+// count on for their own durability.
+func TestEachBatchIsSyncedAndFullIsRestored(t *testing.T) {
+	db, _ := openTest(t, Options{})
+	if !db.durable.syncsWAL() {
+		t.Fatal("the writer does not sync the WAL itself")
+	}
+	var syncs atomic.Int64
+	sync := db.durable.syncWAL
+	db.durable.syncWAL = func() error { syncs.Add(1); return sync() }
+	ctx := context.Background()
+	for i := range 20 {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := syncs.Load(); n != 20 {
+		t.Errorf("%d syncs for 20 creates one after another, want 20", n)
+	}
+	if c, s := db.durable.committed.Load(), db.durable.synced.Load(); c != s {
+		t.Errorf("%d batches committed, %d synced", c, s)
+	}
+	var level int
+	if err := db.write.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil || level != 2 {
+		t.Errorf("the write pool's synchronous after the batches: %d, %v; want 2 (FULL)", level, err)
+	}
+}
+
+// After a failed sync nothing is acknowledged again: the kernel may have
+// dropped what it could not write, and a later sync could succeed
+// without it. Writes, reads of what may be lost, and Ping all fail.
+func TestFailedSyncStopsAcknowledging(t *testing.T) {
+	db, _ := openTest(t, Options{})
+	ctx := context.Background()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "durable"}); err != nil {
+		t.Fatal(err)
+	}
+	var syncs atomic.Int64
+	db.durable.syncWAL = func() error { syncs.Add(1); return errors.New("input/output error") }
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 2, Name: "lost?"}); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Fatalf("a create whose sync failed: %v, want EUNAVAILABLE", err)
+	}
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 3, Name: "later"}); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("a create after the failed sync: %v, want EUNAVAILABLE", err)
+	}
+	if n := syncs.Load(); n != 1 {
+		t.Errorf("%d syncs tried, want 1: none after the failure", n)
+	}
+	if _, err := db.GetPlant(ctx, 2); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("a read of the plant that may be lost: %v, want EUNAVAILABLE", err)
+	}
+	if err := db.Ping(ctx); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("Ping after the failed sync: %v, want EUNAVAILABLE", err)
+	}
+}

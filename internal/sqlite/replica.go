@@ -18,10 +18,10 @@ import (
 //
 // Like plantCache it is coherent only while this process is the only
 // writer of plants (Options.SoleServer). The writer applies each batch's
-// changes after its COMMIT, holding the write connection, so changes are
-// applied in commit order and before any of the batch's callers is
-// answered. A batch whose outcome is unknown (an error at or after
-// COMMIT) resets the replica, which is then loaded again.
+// changes once the batch is durable (durable.go), so changes are applied
+// in commit order and before any of the batch's callers is answered. A
+// batch whose outcome is unknown (an error at or after COMMIT, or a
+// failed sync of the WAL) resets the replica, which is then loaded again.
 //
 // Loading runs in the background after Open, a page at a time, holding
 // mu while it reads a page: the writer applies changes only to plants

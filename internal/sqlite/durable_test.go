@@ -142,3 +142,45 @@ func TestFailedSyncStopsAcknowledging(t *testing.T) {
 		t.Errorf("Ping after the failed sync: %v, want EUNAVAILABLE", err)
 	}
 }
+
+// Writes queued while a sync fails are not committed at all: they answer
+// the failure, and SQLite never sees them.
+func TestWritesQueuedBehindAFailedSyncAreNotCommitted(t *testing.T) {
+	db, _ := openTest(t, Options{})
+	ctx := context.Background()
+	began, fail := make(chan struct{}, 10), make(chan struct{})
+	db.durable.syncWAL = func() error {
+		began <- struct{}{}
+		<-fail
+		return errors.New("input/output error")
+	}
+	create := func(id int64) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "p"})
+			done <- err
+		}()
+		return done
+	}
+	first := create(1)
+	<-began
+	second := create(2)
+	for deadline := time.Now().Add(5 * time.Second); len(db.writes) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second create never queued")
+		}
+	}
+	close(fail)
+	for i, done := range []<-chan error{first, second} {
+		if err := <-done; plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			t.Errorf("create %d: %v, want EUNAVAILABLE", i+1, err)
+		}
+	}
+	if n := len(began); n != 0 {
+		t.Errorf("%d more syncs after the failed one", n)
+	}
+	var n int
+	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM plants WHERE id = 2`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the create queued behind the failed sync: %d rows, %v; want none", n, err)
+	}
+}

@@ -124,6 +124,13 @@ func (db *DB) writer() {
 	batch := make([]*writeRequest, 0, maxBatch)
 	for first := range db.writes {
 		batch = db.gather(append(batch[:0], first))
+		if err := db.durable.faulted(); err != nil {
+			// Queued before a sync failed: nothing more is committed.
+			for _, req := range batch {
+				req.done <- writeResult{err: err}
+			}
+			continue
+		}
 		job := db.commit(batch)
 		if db.observeBatch != nil {
 			db.observeBatch(len(batch))
@@ -261,6 +268,7 @@ func (db *DB) commitBatch(batch []*writeRequest) (out batchOutcome, err error) {
 	}
 	defer conn.Close()
 	var batchErr error
+	restoreFailed := false
 	rawErr := conn.Raw(func(dc any) error {
 		c := db.writerConn(dc.(driver.Conn))
 		ownSync := db.durable.syncsWAL()
@@ -278,13 +286,15 @@ func (db *DB) commitBatch(batch []*writeRequest) (out batchOutcome, err error) {
 		if ownSync {
 			if _, err := c.exec(`PRAGMA synchronous = FULL`); err != nil {
 				// The other writers count on FULL: the pool closes this
-				// connection rather than lend it to them.
+				// connection rather than lend it to them. The batch's
+				// outcome stands.
+				restoreFailed = true
 				return driver.ErrBadConn
 			}
 		}
 		return nil
 	})
-	if batchErr == nil && rawErr != nil && !errors.Is(rawErr, driver.ErrBadConn) {
+	if batchErr == nil && rawErr != nil && !restoreFailed {
 		batchErr = rawErr
 	}
 	if batchErr != nil {

@@ -1,0 +1,28 @@
+package flush
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// The kernel reads 64-byte iocbs and writes 32-byte io_events.
+func TestKernelStructSizes(t *testing.T) {
+	if n := unsafe.Sizeof(iocb{}); n != 64 {
+		t.Errorf("iocb is %d bytes, want 64", n)
+	}
+	if n := unsafe.Sizeof(ioEvent{}); n != 32 {
+		t.Errorf("ioEvent is %d bytes, want 32", n)
+	}
+	if n := unsafe.Offsetof(iocb{}.opcode); n != 16 {
+		t.Errorf("iocb.opcode at %d, want 16", n)
+	}
+	if n := unsafe.Offsetof(iocb{}.fildes); n != 20 {
+		t.Errorf("iocb.fildes at %d, want 20", n)
+	}
+	if n := unsafe.Offsetof(iocb{}.flags); n != 56 {
+		t.Errorf("iocb.flags at %d, want 56", n)
+	}
+	if n := unsafe.Offsetof(ioEvent{}.res); n != 16 {
+		t.Errorf("ioEvent.res at %d, want 16", n)
+	}
+}

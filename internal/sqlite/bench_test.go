@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,4 +153,31 @@ func createInParallel(b *testing.B, db *DB, parallelism int) {
 			}
 		}
 	})
+}
+
+// BenchmarkCommitChunks times the writer's transaction for batches of
+// creates of a few sizes (its WAL written, not synced): a count that is
+// one statement (32, 64) against one just below it, which took five or
+// six statements before chunkLen.
+func BenchmarkCommitChunks(b *testing.B) {
+	tag := "bench"
+	for _, n := range []int{31, 32, 63, 64} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			db, err := Open(context.Background(), filepath.Join(b.TempDir(), "chunks.db"), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			id := int64(0)
+			for b.Loop() {
+				batch := make([]*writeRequest, n)
+				for i := range batch {
+					id++
+					batch[i] = &writeRequest{kind: writeCreate, plant: plantstore.Plant{ID: id, Name: "a plant", Tag: &tag}}
+				}
+				db.commit(batch)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/create")
+		})
+	}
 }

@@ -223,6 +223,8 @@ func TestCloseCommitsQueuedCreates(t *testing.T) {
 // conflict and one id twice, as the committer would under load: the
 // multi-row insert of a chunk with a taken id fails, and that chunk is
 // sorted out one create at a time, while the other chunks stay inserted.
+// 68 creates: a chunk of 64 new plants (exactRows), then a chunk of 4
+// with every kind of taken id.
 func TestBatchWithTakenIDs(t *testing.T) {
 	db, _ := openTest(t, Options{})
 	ctx := context.Background()
@@ -232,14 +234,13 @@ func TestBatchWithTakenIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Twelve creates: a chunk of 8 new plants, then a chunk of 4 with
-	// every kind of taken id.
-	plants := []plantstore.Plant{
-		{ID: 10, Name: "a"}, {ID: 11, Name: "b", Tag: &tag}, {ID: 12, Name: "c"}, {ID: 13, Name: "d"},
-		{ID: 14, Name: "e"}, {ID: 15, Name: "f"}, {ID: 16, Name: "g"}, {ID: 17, Name: "h"},
-		{ID: 2, Name: "replayed"}, {ID: 3, Name: "other content"},
-		{ID: 20, Name: "twice"}, {ID: 20, Name: "twice, differently"},
+	var plants []plantstore.Plant
+	for id := int64(100); id < 100+exactRows; id++ {
+		plants = append(plants, plantstore.Plant{ID: id, Name: "new", Tag: &tag})
 	}
+	plants = append(plants,
+		plantstore.Plant{ID: 2, Name: "replayed"}, plantstore.Plant{ID: 3, Name: "other content"},
+		plantstore.Plant{ID: 20, Name: "twice"}, plantstore.Plant{ID: 20, Name: "twice, differently"})
 	batch := make([]*writeRequest, len(plants))
 	for i, p := range plants {
 		batch[i] = &writeRequest{kind: writeCreate, plant: p}
@@ -252,15 +253,15 @@ func TestBatchWithTakenIDs(t *testing.T) {
 			t.Errorf("replay of 2: created=%v err=%v, want false, nil", r.created, r.err)
 		case p.ID == 3 && plantstore.ErrorCode(r.err) != plantstore.ECONFLICT:
 			t.Errorf("create of 3 with other content: err=%v, want ECONFLICT", r.err)
-		case p.ID == 20 && i == 10 && (r.err != nil || !r.created):
+		case p.ID == 20 && i == exactRows+2 && (r.err != nil || !r.created):
 			t.Errorf("first create of 20: created=%v err=%v, want true, nil", r.created, r.err)
-		case p.ID == 20 && i == 11 && plantstore.ErrorCode(r.err) != plantstore.ECONFLICT:
+		case p.ID == 20 && i == exactRows+3 && plantstore.ErrorCode(r.err) != plantstore.ECONFLICT:
 			t.Errorf("second create of 20 with other content: err=%v, want ECONFLICT", r.err)
-		case p.ID >= 10 && p.ID < 20 && (r.err != nil || !r.created):
+		case p.ID >= 100 && (r.err != nil || !r.created):
 			t.Errorf("create of %d: created=%v err=%v, want true, nil", p.ID, r.created, r.err)
 		}
 	}
-	for _, want := range append(plants[:9:9], plantstore.Plant{ID: 3, Name: "stored"}, plantstore.Plant{ID: 20, Name: "twice"}) {
+	for _, want := range append(plants[:exactRows+1:exactRows+1], plantstore.Plant{ID: 3, Name: "stored"}, plantstore.Plant{ID: 20, Name: "twice"}) {
 		got, err := db.GetPlant(ctx, want.ID)
 		if err != nil || !got.SameContent(want) {
 			t.Errorf("GetPlant(%d) = %v, %v; want %v", want.ID, got, err, want)

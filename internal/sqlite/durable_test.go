@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,5 +183,32 @@ func TestWritesQueuedBehindAFailedSyncAreNotCommitted(t *testing.T) {
 	var n int
 	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM plants WHERE id = 2`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("the create queued behind the failed sync: %d rows, %v; want none", n, err)
+	}
+}
+
+// A store reopened after a clean close (SQLite removed its WAL then) syncs
+// the WAL itself again: the fallback to FULL commits is for a file
+// without WAL, not for a restart.
+func TestReopenedStoreSyncsItsWAL(t *testing.T) {
+	db, path := openTest(t, Options{})
+	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + "-wal"); !errors.Is(err, os.ErrNotExist) {
+		t.Logf("the WAL after a clean close: %v", err)
+	}
+	db, err := Open(context.Background(), path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if !db.durable.syncsWAL() {
+		t.Fatal("the reopened store commits with FULL: it found no WAL to sync")
+	}
+	if p, err := db.GetPlant(context.Background(), 1); err != nil || p.Name != "p" {
+		t.Errorf("plant 1 after the reopen: %v, %v", p, err)
 	}
 }

@@ -43,9 +43,13 @@ type ioEvent struct {
 }
 
 type aio struct {
-	ctx  uintptr  // aio_context_t
-	fd   int      // the file's
-	done *os.File // eventfd the kernel counts completions on; read through the netpoller
+	ctx uintptr // aio_context_t
+	fd  int     // the file's
+	// done is the eventfd the kernel counts completions on, made
+	// non-blocking so that os.File reads it through the netpoller; efd
+	// is its number.
+	done *os.File
+	efd  int
 	buf  [8]byte
 }
 
@@ -63,14 +67,15 @@ func newAIO(f *os.File) (*aio, error) {
 		return nil, fmt.Errorf("eventfd: %w", e)
 	}
 	// A non-blocking descriptor: os.File registers it with the netpoller.
-	a.done = os.NewFile(efd, "aio-done")
-	// f.Fd() made f's descriptor blocking; that does not matter for fsync.
+	a.done, a.efd = os.NewFile(efd, "aio-done"), int(efd)
+	// f.Fd() put f's descriptor in blocking mode; that does not matter to
+	// a regular file, which the netpoller does not watch.
 	return a, nil
 }
 
 // fdatasync submits one IOCB_CMD_FDSYNC and waits for its completion.
 func (a *aio) fdatasync() error {
-	cb := iocb{opcode: iocbCmdFdsync, fildes: uint32(a.fd), flags: iocbFlagResfd, resfd: uint32(a.done.Fd())}
+	cb := iocb{opcode: iocbCmdFdsync, fildes: uint32(a.fd), flags: iocbFlagResfd, resfd: uint32(a.efd)}
 	cbs := [1]*iocb{&cb}
 	for {
 		n, _, e := syscall.Syscall(syscall.SYS_IO_SUBMIT, a.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))

@@ -1,6 +1,7 @@
 package flush
 
 import (
+	"syscall"
 	"testing"
 	"unsafe"
 )
@@ -24,5 +25,28 @@ func TestKernelStructSizes(t *testing.T) {
 	}
 	if n := unsafe.Offsetof(ioEvent{}.res); n != 16 {
 		t.Errorf("ioEvent.res at %d, want 16", n)
+	}
+}
+
+// The completion is waited for through the netpoller only while the
+// eventfd is non-blocking; were it blocking, each wait would hold a
+// thread (and on one core the P) as fsync does, silently.
+func TestCompletionWaitStaysNonBlocking(t *testing.T) {
+	s := New(tempFile(t))
+	defer s.Close()
+	if s.async == nil {
+		t.Fatal("no AIO")
+	}
+	for range 3 {
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flags, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(s.async.efd), syscall.F_GETFL, 0)
+	if e != 0 {
+		t.Fatal(e)
+	}
+	if flags&syscall.O_NONBLOCK == 0 {
+		t.Error("the eventfd is in blocking mode: waits hold a thread")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -585,4 +586,24 @@ func TestOneServerPerFile(t *testing.T) {
 	mustToken(t, dir, "--name", "beside")
 	s.kill(t)
 	serve(t, dir) // starts: the lock died with the process
+}
+
+// An address serve cannot listen on is said, and no store is made for
+// it: a typo in --addr leaves no empty plantstore.db behind.
+func TestUnusableAddressMakesNoStore(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, addr := range []string{"127.0.0.1:99999", taken.Addr().String()} {
+		dir := t.TempDir()
+		r := cli(t, dir, nil, "serve", "--addr", addr)
+		if r.exit != 1 || !strings.Contains(r.stderr, "listen") {
+			t.Errorf("serve --addr %s: exit %d, stderr %q; want exit 1 and the listen error", addr, r.exit, r.stderr)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("serve --addr %s left %d files in its directory, the first %q", addr, len(entries), entries[0].Name())
+		}
+	}
 }

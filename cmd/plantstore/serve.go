@@ -46,15 +46,18 @@ shown beside it.`, env.getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	a, err := app.Open(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
+	// Listen first: an address that cannot be used (a typo, a port in
+	// use) is said before a new, empty store is made.
 	ln, err := net.Listen("tcp", *flags.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	a, err := app.Open(ctx, cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer a.Close()
 	var flushing sync.WaitGroup
 	flushCtx, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
 	flushing.Go(func() { logs.run(flushCtx) })

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 
 	"github.com/plantstore/plantstore"
@@ -82,16 +81,9 @@ func openWAL(abs string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if runtime.GOOS != "windows" { // a directory cannot be synced there
-		dir, err := os.Open(filepath.Dir(abs))
-		if err == nil {
-			err = dir.Sync()
-			dir.Close()
-		}
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
+	if err := syncDir(filepath.Dir(abs)); err != nil {
+		f.Close()
+		return nil, err
 	}
 	return f, nil
 }
@@ -148,6 +140,9 @@ func (db *DB) makeDurable(job *pendingBatch) error {
 // no read answers with a write a crash could still undo. When they are,
 // as they nearly always are, it costs an atomic load.
 func (d *durability) awaitSynced(ctx context.Context, mark uint64) error {
+	if !d.syncsWAL() {
+		return nil // each COMMIT synced
+	}
 	for {
 		ch := d.advanced.Load()
 		if d.synced.Load() >= mark {
@@ -175,10 +170,7 @@ func (d *durability) faulted() error {
 // readDurable runs fn on a reader, and returns only once what fn could
 // read is durable (see awaitSynced).
 func (db *DB) readDurable(ctx context.Context, fn func(*rawConn) error) error {
-	if !db.durable.syncsWAL() {
-		return db.readers.with(ctx, fn)
-	}
-	mark := db.durable.committed.Load()
+	mark := db.committedMark()
 	if err := db.readers.with(ctx, fn); err != nil {
 		return err
 	}
@@ -188,9 +180,4 @@ func (db *DB) readDurable(ctx context.Context, fn func(*rawConn) error) error {
 // committedMark and awaitDurable serve the replica's loader.
 func (db *DB) committedMark() uint64 { return db.durable.committed.Load() }
 
-func (db *DB) awaitDurable(mark uint64) error {
-	if !db.durable.syncsWAL() {
-		return nil
-	}
-	return db.durable.awaitSynced(db.life, mark)
-}
+func (db *DB) awaitDurable(mark uint64) error { return db.durable.awaitSynced(db.life, mark) }

@@ -208,24 +208,22 @@ func (db *DB) drain(batch []*writeRequest) []*writeRequest {
 // store fault rolls the batch back; then each request is tried alone, so
 // one request's fault is not its neighbours'.
 func (db *DB) commit(batch []*writeRequest) *pendingBatch {
-	job := &pendingBatch{results: make([]writeResult, len(batch))}
 	out, err := db.commitBatch(batch)
-	job.outcomes = append(job.outcomes, out)
-	switch {
-	case err != nil && len(batch) > 1:
-		for i := range batch {
-			out, err := db.commitBatch(batch[i : i+1])
-			job.outcomes = append(job.outcomes, out)
-			if err != nil {
-				job.results[i] = writeResult{err: err}
-			} else {
-				job.results[i] = out.results[0]
+	job := &pendingBatch{results: out.results, outcomes: []batchOutcome{out}}
+	if err != nil {
+		job.results = make([]writeResult, len(batch))
+		job.results[0] = writeResult{err: err}
+		if len(batch) > 1 {
+			for i := range batch {
+				out, err := db.commitBatch(batch[i : i+1])
+				job.outcomes = append(job.outcomes, out)
+				if err != nil {
+					job.results[i] = writeResult{err: err}
+				} else {
+					job.results[i] = out.results[0]
+				}
 			}
 		}
-	case err != nil:
-		job.results[0] = writeResult{err: err}
-	default:
-		copy(job.results, out.results)
 	}
 	job.seq = db.durable.committed.Add(1)
 	return job
@@ -240,7 +238,7 @@ func (db *DB) finish(job *pendingBatch, syncErr error) []writeResult {
 	var enqueued, events bool
 	for _, out := range job.outcomes {
 		if db.replica != nil {
-			if out.unknown || (out.committed && syncErr != nil) {
+			if out.unknown() || (out.committed && syncErr != nil) {
 				db.replica.reset()
 			} else if out.committed {
 				db.replica.apply(out.changes)
@@ -300,7 +298,6 @@ func (db *DB) commitBatch(batch []*writeRequest) (out batchOutcome, err error) {
 			// A failed statement may have rolled the transaction back
 			// already; then this fails too, harmlessly.
 			c.exec(`ROLLBACK`)
-			out.unknown = out.committing // the batch may have committed
 		}
 		if ownSync {
 			if _, err := c.exec(`PRAGMA synchronous = FULL`); err != nil {
@@ -337,8 +334,7 @@ func (db *DB) writerConn(dc driver.Conn) *rawConn {
 // batchOutcome is what a batch's transaction did: each request's result,
 // the ids whose cached plants it changed, its changes in order (the
 // events it recorded), whether it recorded events while a subscriber is
-// active, whether it got as far as COMMIT (after which a failure leaves
-// its outcome unknown), whether it failed so, and whether it committed.
+// active, whether it got as far as COMMIT, and whether it committed.
 type batchOutcome struct {
 	results    []writeResult
 	forget     []int64
@@ -346,9 +342,12 @@ type batchOutcome struct {
 	enqueued   bool
 	events     int
 	committing bool
-	unknown    bool
 	committed  bool
 }
+
+// unknown says whether the batch failed at or after COMMIT: then it may
+// have committed.
+func (o batchOutcome) unknown() bool { return o.committing && !o.committed }
 
 // runBatch writes batch, and the event of every change it makes, in one
 // transaction and commits it.

@@ -1,7 +1,6 @@
 package flush
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +16,9 @@ const (
 	efdCloexec    = syscall.O_CLOEXEC
 )
 
-// iocb is struct iocb on a little-endian machine; the fields left blank
-// are those an fdatasync does not use.
+// iocb is struct iocb; the fields left blank are those an fdatasync does
+// not use (on a big-endian machine aio_key and aio_rw_flags swap places,
+// both blank).
 type iocb struct {
 	_      uint64 // aio_data
 	_      uint32 // aio_key
@@ -54,9 +54,6 @@ type aio struct {
 }
 
 func newAIO(f *os.File) (*aio, error) {
-	if !littleEndian() {
-		return nil, errors.New("AIO: iocb layout is written for little-endian machines")
-	}
 	a := &aio{fd: int(f.Fd())}
 	if _, _, e := syscall.Syscall(syscall.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&a.ctx)), 0); e != 0 {
 		return nil, fmt.Errorf("io_setup: %w", e)
@@ -77,41 +74,40 @@ func newAIO(f *os.File) (*aio, error) {
 func (a *aio) fdatasync() error {
 	cb := iocb{opcode: iocbCmdFdsync, fildes: uint32(a.fd), flags: iocbFlagResfd, resfd: uint32(a.efd)}
 	cbs := [1]*iocb{&cb}
-	for {
-		n, _, e := syscall.Syscall(syscall.SYS_IO_SUBMIT, a.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
-		if e == syscall.EINTR || e == syscall.EAGAIN {
-			continue
-		}
-		if e != 0 {
-			return fmt.Errorf("io_submit: %w", e)
-		}
-		if n != 1 {
-			return fmt.Errorf("io_submit: %d submitted", n)
-		}
-		break
+	if err := aioCall("io_submit", syscall.SYS_IO_SUBMIT, a.ctx, 1, uintptr(unsafe.Pointer(&cbs[0]))); err != nil {
+		return err
 	}
 	// The kernel copied the iocb; only its completion is left to wait for.
 	if _, err := a.done.Read(a.buf[:]); err != nil {
 		return fmt.Errorf("aio completion: %w", err)
 	}
 	var ev ioEvent
-	for {
-		n, _, e := syscall.Syscall6(syscall.SYS_IO_GETEVENTS, a.ctx, 1, 1, uintptr(unsafe.Pointer(&ev)), 0, 0)
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != 0 {
-			return fmt.Errorf("io_getevents: %w", e)
-		}
-		if n != 1 {
-			return fmt.Errorf("io_getevents: %d events", n)
-		}
-		break
+	if err := aioCall("io_getevents", syscall.SYS_IO_GETEVENTS, a.ctx, 1, 1, uintptr(unsafe.Pointer(&ev))); err != nil {
+		return err
 	}
 	if ev.res < 0 {
 		return &os.PathError{Op: "fdatasync", Path: "", Err: syscall.Errno(-ev.res)}
 	}
 	return nil
+}
+
+// aioCall makes an AIO system call that must handle exactly one iocb or
+// event, again if a signal interrupted it or the kernel asked to retry.
+func aioCall(name string, trap uintptr, args ...uintptr) error {
+	var a [5]uintptr
+	copy(a[:], args)
+	for {
+		n, _, e := syscall.Syscall6(trap, a[0], a[1], a[2], a[3], a[4], 0)
+		switch {
+		case e == syscall.EINTR || e == syscall.EAGAIN:
+			continue
+		case e != 0:
+			return fmt.Errorf("%s: %w", name, e)
+		case n != 1:
+			return fmt.Errorf("%s: %d instead of 1", name, n)
+		}
+		return nil
+	}
 }
 
 func (a *aio) close() error {
@@ -122,5 +118,3 @@ func (a *aio) close() error {
 	}
 	return err
 }
-
-func littleEndian() bool { return binary.NativeEndian.Uint16([]byte{1, 0}) == 1 }

@@ -37,9 +37,6 @@ func New(f *os.File) *Syncer {
 	return s
 }
 
-// Async says whether Sync waits without a thread (AIO), for reports.
-func (s *Syncer) Async() bool { return s.async != nil }
-
 // Sync returns once the data written to the file before it was called is
 // on stable storage (fdatasync: the data and the size, not times).
 func (s *Syncer) Sync() error {

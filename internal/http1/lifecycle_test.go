@@ -55,12 +55,7 @@ func TestIdleAndHeaderTimeouts(t *testing.T) {
 		c, br := dial(t, addr)
 		fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\n")
 		start := time.Now()
-		for i := 0; i < 20; i++ {
-			if _, err := fmt.Fprint(c, "X-A: 1\r\n"); err != nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		trickle(c, "X-A: 1\r\n", 20)
 		if !closedWithin(c, br, 2*time.Second) {
 			t.Fatal("the slow head's connection was not closed")
 		}
@@ -309,18 +304,22 @@ func TestLongSlowHeadKeepsItsDeadline(t *testing.T) {
 	fmt.Fprint(c, strings.Repeat("b", 1500))
 	time.Sleep(timeout * 3 / 8)
 	fmt.Fprintf(c, "%s\r\n", strings.Repeat("b", 800))
-	go func() {
-		for i := 0; i < 40; i++ {
-			if _, err := fmt.Fprint(c, "X-More: 1\r\n"); err != nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	go trickle(c, "X-More: 1\r\n", 40)
 	if !closedWithin(c, br, 3*time.Second) {
 		t.Fatal("the slow long head's connection was not closed")
 	}
 	if took := time.Since(start); took > timeout+timeout/2 {
 		t.Fatalf("closed %v after the head began; its header timeout is %v", took.Round(time.Millisecond), timeout)
+	}
+}
+
+// trickle sends line n times, one every 50 ms, as a slow client does,
+// until the server closes the connection.
+func trickle(c net.Conn, line string, n int) {
+	for range n {
+		if _, err := fmt.Fprint(c, line); err != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

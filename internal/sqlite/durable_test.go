@@ -2,13 +2,20 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
+	"github.com/plantstore/plantstore/internal/auth"
+	"github.com/plantstore/plantstore/internal/httpapi"
 )
 
 // holdSyncs makes the writer's WAL syncs wait for the test: each sync
@@ -211,4 +218,55 @@ func TestReopenedStoreSyncsItsWAL(t *testing.T) {
 	if p, err := db.GetPlant(context.Background(), 1); err != nil || p.Name != "p" {
 		t.Errorf("plant 1 after the reopen: %v, %v", p, err)
 	}
+}
+
+// Over HTTP, a failed sync is the service's fault, said in the contract's
+// Error body: the create whose sync failed gets 503, as do later creates,
+// and /readyz says the server is not ready.
+func TestFailedSyncOverHTTP(t *testing.T) {
+	db, _ := openTest(t, Options{SoleServer: true})
+	ctx := context.Background()
+	token := plantstore.NewToken()
+	if _, err := db.CreateToken(ctx, plantstore.Token{Name: "t", Scopes: plantstore.KnownScopes}, plantstore.HashToken(token)); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewServer(db, auth.New(db, auth.Options{}), httpapi.Config{}))
+	defer srv.Close()
+	client := apitest.Client(t)
+	db.durable.syncWAL = func() error { return errors.New("input/output error") }
+
+	do := func(method, path, body string) (int, string, errorBody) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e errorBody
+		json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), e
+	}
+	for i, req := range []struct{ method, path, body string }{
+		{"POST", "/plants", `{"id": 1, "name": "fern"}`},
+		{"POST", "/plants", `{"id": 2, "name": "moss"}`},
+		{"GET", "/readyz", ""},
+	} {
+		status, ctype, e := do(req.method, req.path, req.body)
+		if status != http.StatusServiceUnavailable || ctype != "application/json" || e.Error != 503 || e.Message == "" {
+			t.Errorf("%d: %s %s after a failed sync: %d %q %+v; want 503, application/json and an Error body", i, req.method, req.path, status, ctype, e)
+		}
+	}
+}
+
+type errorBody struct {
+	Error   int    `json:"error"`
+	Message string `json:"message"`
 }

@@ -14,7 +14,8 @@ import (
 // small enough to hold it (replicaBytes), so reads of plants and pages
 // of them cost no SQLite transaction. A page read from SQLite costs about
 // 1.2 µs a row on this project's machine (modernc's SQLite is C translated
-// to Go); from the replica it is a copy of the page's plants.
+// to Go); from the replica it is a copy of the page's plants, whose
+// strings are not copied (replica_block.go).
 //
 // Like plantCache it is coherent only while this process is the only
 // writer of plants (Options.SoleServer). The writer applies each batch's
@@ -41,9 +42,9 @@ type replica struct {
 	// blocks hold the plants in id order: each block sorted and not
 	// empty, each block's ids below the next block's. Small blocks keep
 	// an insert or a delete a short copy.
-	blocks [][]plantstore.Plant
+	blocks []block
 	n      int // plants held
-	bytes  int // their size in memory, about (plantBytes)
+	bytes  int // their size in memory (plantBytes), without dead bytes and slack
 	max    int // bytes, at most
 
 	reload chan struct{} // a reset asks the loader to start again
@@ -58,30 +59,31 @@ const (
 )
 
 const (
-	// replicaBytes bounds the replica's memory: about 195,000 plants with
-	// short names (85 bytes each, measured), 40,000 with the longest
-	// names and tags. With the garbage collector's headroom that is up to
-	// about twice as much resident memory (measured: 74 MiB RSS serving
-	// 253,000 plants against 33 MiB without a replica). A larger store
-	// reads from SQLite.
+	// replicaBytes bounds the replica's plants as plantBytes counts
+	// them: about 350,000 plants with short names (a 20-byte name and a
+	// 5-byte tag), 50,000 with the longest names and tags. A block's
+	// text may hold up to as much again in dead bytes and a buffer's
+	// slack, and the garbage collector's headroom doubles what the heap
+	// holds. A larger store reads from SQLite.
 	replicaBytes    = 16 << 20
 	replicaBlock    = 256  // plants in a block, at most
 	replicaLoadPage = 1000 // plants read per step of loading
 )
 
-// plantBytes is about what p costs the replica: its place in a block,
-// its strings, and the tag's own header.
+// plantBytes is what p costs the replica: its place in a block and its
+// strings.
 func plantBytes(p plantstore.Plant) int {
-	n := 48 + len(p.Name)
+	n := packedBytes + len(p.Name)
 	if p.Tag != nil {
-		n += 16 + len(*p.Tag)
+		n += len(*p.Tag)
 	}
 	return n
 }
 
-// minPlantBytes is the least a plant costs; a store whose count times it
-// is past the bound is not loaded at all.
-const minPlantBytes = 48
+// minPlantBytes is the least a plant costs (a name has a character at
+// least); a store whose count times it is past the bound is not loaded
+// at all.
+const minPlantBytes = packedBytes + 1
 
 func newReplica(max int) *replica {
 	return &replica{max: max, next: math.MinInt64, reload: make(chan struct{}, 1)}
@@ -99,7 +101,12 @@ func (r *replica) get(id int64) (p plantstore.Plant, found, ok bool) {
 	if !found {
 		return plantstore.Plant{}, false, true
 	}
-	return r.blocks[b][i], true, true
+	pp := r.blocks[b].plants[i]
+	var tag *string
+	if pp.tagLen >= 0 {
+		tag = new(string)
+	}
+	return r.blocks[b].unpack(pp, tag), true, true
 }
 
 // page returns up to limit plants with ids from lower, in id order, or
@@ -110,11 +117,24 @@ func (r *replica) page(lower int64, limit int) (plants []plantstore.Plant, ok bo
 	if r.state != replicaComplete {
 		return nil, false
 	}
-	plants = make([]plantstore.Plant, 0, min(limit, r.n))
+	n := min(limit, r.n)
+	plants = make([]plantstore.Plant, 0, n)
+	// The tags of a page share one slice, made at the first tag.
+	var tags []string
 	b, i, _ := r.find(lower)
 	for ; b < len(r.blocks) && len(plants) < limit; b, i = b+1, 0 {
-		block := r.blocks[b][i:]
-		plants = append(plants, block[:min(len(block), limit-len(plants))]...)
+		block := &r.blocks[b]
+		for _, pp := range block.plants[i:min(len(block.plants), i+limit-len(plants))] {
+			var tag *string
+			if pp.tagLen >= 0 {
+				if tags == nil {
+					tags = make([]string, 0, n-len(plants))
+				}
+				tags = append(tags, "")
+				tag = &tags[len(tags)-1]
+			}
+			plants = append(plants, block.unpack(pp, tag))
+		}
 	}
 	return plants, true
 }
@@ -122,13 +142,13 @@ func (r *replica) page(lower int64, limit int) (plants []plantstore.Plant, ok bo
 // find returns where id is, or where it would be inserted: block b
 // (len(blocks) past the end) and index i in it.
 func (r *replica) find(id int64) (b, i int, found bool) {
-	b, _ = slices.BinarySearchFunc(r.blocks, id, func(block []plantstore.Plant, id int64) int {
-		return cmpID(block[len(block)-1].ID, id)
+	b, _ = slices.BinarySearchFunc(r.blocks, id, func(block block, id int64) int {
+		return cmpID(block.lastID(), id)
 	})
 	if b == len(r.blocks) {
 		return b, 0, false
 	}
-	i, found = slices.BinarySearchFunc(r.blocks[b], id, func(p plantstore.Plant, id int64) int { return cmpID(p.ID, id) })
+	i, found = slices.BinarySearchFunc(r.blocks[b].plants, id, func(pp packedPlant, id int64) int { return cmpID(pp.id, id) })
 	return b, i, found
 }
 
@@ -166,7 +186,7 @@ func (r *replica) put(p plantstore.Plant) {
 	b, i, found := r.find(p.ID)
 	size := plantBytes(p)
 	if found {
-		size -= plantBytes(r.blocks[b][i])
+		size -= packedBytes + r.blocks[b].plants[i].textBytes()
 	}
 	if r.bytes+size > r.max {
 		r.turnOff()
@@ -174,24 +194,25 @@ func (r *replica) put(p plantstore.Plant) {
 	}
 	r.bytes += size
 	if found {
-		r.blocks[b][i] = p
+		r.blocks[b].replace(i, p)
 		return
 	}
 	r.n++
 	if b == len(r.blocks) {
 		// Past every id: at the end of the last block, or a new one.
-		if b == 0 || len(r.blocks[b-1]) >= replicaBlock {
-			r.blocks = append(r.blocks, append(make([]plantstore.Plant, 0, replicaBlock), p))
+		if b == 0 || len(r.blocks[b-1].plants) >= replicaBlock {
+			r.blocks = append(r.blocks, newBlock(replicaBlock))
+			r.blocks[b].insert(0, p)
 			return
 		}
-		b, i = b-1, len(r.blocks[b-1])
+		b, i = b-1, len(r.blocks[b-1].plants)
 	}
-	r.blocks[b] = slices.Insert(r.blocks[b], i, p)
-	if len(r.blocks[b]) > replicaBlock {
-		half := len(r.blocks[b]) / 2
-		upper := append(make([]plantstore.Plant, 0, replicaBlock), r.blocks[b][half:]...)
-		clear(r.blocks[b][half:])
-		r.blocks[b] = r.blocks[b][:half]
+	full := &r.blocks[b]
+	full.insert(i, p)
+	if len(full.plants) > replicaBlock {
+		half := len(full.plants) / 2
+		lower, upper := full.copyOf(full.plants[:half], replicaBlock), full.copyOf(full.plants[half:], replicaBlock)
+		r.blocks[b] = lower
 		r.blocks = slices.Insert(r.blocks, b+1, upper)
 	}
 }
@@ -202,9 +223,9 @@ func (r *replica) remove(id int64) {
 		return
 	}
 	r.n--
-	r.bytes -= plantBytes(r.blocks[b][i])
-	r.blocks[b] = slices.Delete(r.blocks[b], i, i+1)
-	if len(r.blocks[b]) == 0 {
+	r.bytes -= packedBytes + r.blocks[b].plants[i].textBytes()
+	r.blocks[b].remove(i)
+	if len(r.blocks[b].plants) == 0 {
 		r.blocks = slices.Delete(r.blocks, b, b+1)
 	}
 }

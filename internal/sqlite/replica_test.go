@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,8 +17,10 @@ import (
 )
 
 // The replica's blocks against a sorted model, through inserts in random
-// order (splitting blocks), replacements and deletes (emptying some), with
-// every page and point read compared.
+// order (splitting blocks), replacements and deletes (emptying some, and
+// compacting their text), with every page and point read compared; and
+// the plants read halfway through still read the same at the end, though
+// their blocks were split and compacted since.
 func TestReplicaBlocksMatchAModel(t *testing.T) {
 	r := newReplica(1 << 20)
 	r.state = replicaComplete
@@ -27,8 +30,25 @@ func TestReplicaBlocksMatchAModel(t *testing.T) {
 	for range 5000 {
 		ids = append(ids, rng.Int64N(20000)-10000)
 	}
+	var early, earlyCopies []plantstore.Plant
 	for step, id := range ids {
+		if step == len(ids)/2 {
+			early, _ = r.page(math.MinInt64, len(model))
+			for _, p := range early {
+				c := plantstore.Plant{ID: p.ID, Name: strings.Clone(p.Name)}
+				if p.Tag != nil {
+					c.Tag = ptr(strings.Clone(*p.Tag))
+				}
+				earlyCopies = append(earlyCopies, c)
+			}
+		}
 		p := plantstore.Plant{ID: id, Name: fmt.Sprint("v", step)}
+		switch step % 3 {
+		case 1:
+			p.Tag = ptr("")
+		case 2:
+			p.Tag = ptr(fmt.Sprint("t", step))
+		}
 		r.apply([]plantstore.Event{{Type: plantstore.EventCreated, Plant: p}})
 		model[id] = p
 		if step%7 == 0 { // delete another
@@ -44,6 +64,11 @@ func TestReplicaBlocksMatchAModel(t *testing.T) {
 		delete(model, id)
 	}
 	checkReplica(t, r, model)
+	for i := range early {
+		if !samePlant(early[i], earlyCopies[i]) {
+			t.Fatalf("plant %d read halfway through now reads %+v, want %+v", i, early[i], earlyCopies[i])
+		}
+	}
 }
 
 func checkReplica(t *testing.T, r *replica, model map[int64]plantstore.Plant) {
@@ -60,8 +85,8 @@ func checkReplica(t *testing.T, r *replica, model map[int64]plantstore.Plant) {
 		t.Fatalf("replica counts %d bytes, its plants take %d", r.bytes, bytes)
 	}
 	for b, block := range r.blocks {
-		if len(block) == 0 || len(block) > replicaBlock {
-			t.Fatalf("block %d holds %d plants", b, len(block))
+		if len(block.plants) == 0 || len(block.plants) > replicaBlock {
+			t.Fatalf("block %d holds %d plants", b, len(block.plants))
 		}
 	}
 	all, ok := r.page(math.MinInt64, len(model)+1)
@@ -72,7 +97,7 @@ func checkReplica(t *testing.T, r *replica, model map[int64]plantstore.Plant) {
 		t.Fatalf("the whole table: %d plants, want %d", len(all), len(sorted))
 	}
 	for i, p := range all {
-		if p != model[sorted[i]] {
+		if !samePlant(p, model[sorted[i]]) {
 			t.Fatalf("plant %d of the table: %+v, want %+v", i, p, model[sorted[i]])
 		}
 	}
@@ -85,7 +110,7 @@ func checkReplica(t *testing.T, r *replica, model map[int64]plantstore.Plant) {
 				t.Fatalf("page from %d: %d plants, want %d from %d", lower, len(page), len(want), want[0])
 			}
 		}
-		if p, found, _ := r.get(sorted[k]); !found || p != model[sorted[k]] {
+		if p, found, _ := r.get(sorted[k]); !found || !samePlant(p, model[sorted[k]]) {
 			t.Fatalf("get %d: %+v, %t", sorted[k], p, found)
 		}
 	}
@@ -249,7 +274,9 @@ func checkReplicaEqual(t *testing.T, r *replica, table []plantstore.Plant) {
 	t.Helper()
 	var held []plantstore.Plant
 	for _, block := range r.blocks {
-		held = append(held, block...)
+		for _, pp := range block.plants {
+			held = append(held, block.unpack(pp, new(string)))
+		}
 	}
 	if r.n != len(table) || len(held) != len(table) {
 		t.Fatalf("the replica holds %d plants (counts %d), the table %d", len(held), r.n, len(table))

@@ -175,6 +175,13 @@ func launchProcess(t *testing.T, dir string, args ...string) (s *server, addr ch
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
+	return startProcess(t, cmd)
+}
+
+// startProcess starts cmd, a "plantstore serve" however run, as
+// launchProcess does.
+func startProcess(t *testing.T, cmd *exec.Cmd) (s *server, addr chan string) {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {

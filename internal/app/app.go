@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 
 	"github.com/plantstore/plantstore"
@@ -84,7 +85,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		scheme = "https"
 	}
 	a.log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", storeName(a.cfg.Store.DB),
-		"docs", a.docsURL(scheme, ln.Addr()))
+		"docs", a.docsURL(scheme, ln.Addr()), "gomaxprocs", runtime.GOMAXPROCS(0))
 	if a.cfg.OnListening != nil {
 		a.cfg.OnListening()
 	}

@@ -603,14 +603,20 @@ func TestUnusableAddressMakesNoStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	for _, addr := range []string{"127.0.0.1:99999", taken.Addr().String()} {
+	for _, args := range [][]string{
+		{"--addr", "127.0.0.1:99999"},
+		{"--addr", taken.Addr().String()},
+		{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:99999"},
+		{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--pprof-addr", taken.Addr().String()},
+	} {
 		dir := t.TempDir()
-		r := cli(t, dir, nil, "serve", "--addr", addr)
-		if r.exit != 1 || !strings.Contains(r.stderr, "listen") {
-			t.Errorf("serve --addr %s: exit %d, stderr %q; want exit 1 and the listen error", addr, r.exit, r.stderr)
+		r := cli(t, dir, nil, append([]string{"serve"}, args...)...)
+		flag := args[len(args)-2]
+		if r.exit != 1 || !strings.Contains(r.stderr, "listen") || (flag != "--addr" && !strings.Contains(r.stderr, flag)) {
+			t.Errorf("serve %q: exit %d, stderr %q; want exit 1 and the listen error of %s", args, r.exit, r.stderr, flag)
 		}
 		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-			t.Errorf("serve --addr %s left %d files in its directory, the first %q", addr, len(entries), entries[0].Name())
+			t.Errorf("serve %q left %d files in its directory, the first %q", args, len(entries), entries[0].Name())
 		}
 	}
 }

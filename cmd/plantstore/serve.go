@@ -49,15 +49,19 @@ shown beside it.`, env.getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	// Listen first: an address that cannot be used (a typo, a port in
-	// use) is said before a new, empty store is made.
-	ln, err := net.Listen("tcp", *flags.addr)
+	// Listen first, on every address: one that cannot be used (a typo, a
+	// port in use) is said before a new, empty store is made.
+	ln, err := listenAll(&cfg, *flags.addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	a, err := app.Open(ctx, cfg)
 	if err != nil {
-		ln.Close()
+		for _, l := range []net.Listener{ln, cfg.MetricsListener, cfg.PprofListener} {
+			if l != nil {
+				l.Close()
+			}
+		}
 		return err
 	}
 	defer a.Close()
@@ -341,4 +345,37 @@ func fitProcsToQuota(getenv func(string) string, log *slog.Logger) {
 		runtime.GOMAXPROCS(1)
 		log.Info("one P for a CPU quota of one CPU or less (GOMAXPROCS sets another)", "cpus", cpus, "gomaxprocs", 1)
 	}
+}
+
+// listenAll binds the API's address and the side listeners' that cfg
+// asks for, handing the side ones to cfg; on a failure it closes what it
+// bound and says which address failed.
+func listenAll(cfg *app.Config, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	sides := []struct {
+		flag, addr string
+		ln         *net.Listener
+	}{
+		{"--metrics-addr", cfg.MetricsAddr, &cfg.MetricsListener},
+		{"--pprof-addr", cfg.PprofAddr, &cfg.PprofListener},
+	}
+	for i, side := range sides {
+		if side.addr == "" {
+			continue
+		}
+		if *side.ln, err = net.Listen("tcp", side.addr); err != nil {
+			ln.Close()
+			for _, bound := range sides[:i] {
+				if *bound.ln != nil {
+					(*bound.ln).Close()
+					*bound.ln = nil
+				}
+			}
+			return nil, fmt.Errorf("%s: listen: %w", side.flag, err)
+		}
+	}
+	return ln, nil
 }

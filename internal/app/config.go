@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -31,7 +32,13 @@ type Config struct {
 	// and Go's profiler are served, each on a listener of its own, never
 	// on the API's.
 	MetricsAddr, PprofAddr string
-	Webhooks               WebhookConfig
+	// MetricsListener and PprofListener, when set, are listeners already
+	// bound at MetricsAddr and PprofAddr, which Serve uses instead of
+	// binding them itself (serve binds every address before it opens the
+	// store, so an address that cannot be used makes no store). Serve
+	// closes them.
+	MetricsListener, PprofListener net.Listener
+	Webhooks                       WebhookConfig
 	// Logger receives the service's log; AccessLog, when set, the access
 	// log lines as JSON (httpapi.Config.AccessLog); otherwise they go to
 	// Logger.

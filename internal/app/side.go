@@ -21,7 +21,7 @@ func (a *App) startSides() (closeAll func(), err error) {
 		}
 	}
 	if a.metrics != nil {
-		side, err := a.startSide(a.cfg.MetricsAddr, "metrics", &a.metricsAddr, func(mux *http.ServeMux) {
+		side, err := a.startSide(a.cfg.MetricsAddr, a.cfg.MetricsListener, "metrics", &a.metricsAddr, func(mux *http.ServeMux) {
 			mux.Handle("GET /metrics", a.metrics.Handler())
 		})
 		if err != nil {
@@ -30,7 +30,7 @@ func (a *App) startSides() (closeAll func(), err error) {
 		started = append(started, side)
 	}
 	if a.cfg.PprofAddr != "" {
-		side, err := a.startSide(a.cfg.PprofAddr, "profiler", &a.pprofAddr, func(mux *http.ServeMux) {
+		side, err := a.startSide(a.cfg.PprofAddr, a.cfg.PprofListener, "profiler", &a.pprofAddr, func(mux *http.ServeMux) {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
@@ -73,13 +73,16 @@ func (a *App) MetricsAddr() string {
 	return a.metricsAddr
 }
 
-// startSide serves routes on a listener of its own at addr, apart from the
-// API, so what it serves is never reachable through the API's port. It
-// records the bound address in *bound and logs it.
-func (a *App) startSide(addr, name string, bound *string, routes func(*http.ServeMux)) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s listen: %w", name, err)
+// startSide serves routes on a listener of its own at addr (ln, when it
+// is already bound), apart from the API, so what it serves is never
+// reachable through the API's port. It records the bound address in
+// *bound and logs it.
+func (a *App) startSide(addr string, ln net.Listener, name string, bound *string, routes func(*http.ServeMux)) (*http.Server, error) {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("%s listen: %w", name, err)
+		}
 	}
 	mux := http.NewServeMux()
 	routes(mux)

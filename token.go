@@ -101,11 +101,14 @@ func WellFormedToken(s string) bool {
 			return false
 		}
 	}
-	// Every request checks this: the checksum is computed in place,
-	// without copying the token.
-	var body [TokenLength - tokenCheckLength]byte
-	copy(body[:], s)
-	sum := crc32.ChecksumIEEE(body[:])
+	// Every request checks this: the checksum (CRC-32 IEEE, as
+	// crc32.ChecksumIEEE computes it) is computed over the string in place,
+	// which allocates nothing; a copy handed to crc32 escaped to the heap.
+	sum := ^uint32(0)
+	for i := range len(s) - tokenCheckLength {
+		sum = crc32.IEEETable[byte(sum)^s[i]] ^ (sum >> 8)
+	}
+	sum = ^sum
 	for i := len(s) - 1; i >= len(s)-tokenCheckLength; i-- {
 		if s[i] != base62[sum%62] {
 			return false

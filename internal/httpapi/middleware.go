@@ -53,14 +53,20 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.RequestStarted()
 		}
-		info := &requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id")), conn: r.Context()}
+		// The request's info and its recorder in one allocation.
+		held := &struct {
+			info requestInfo
+			rec  recorder
+		}{info: requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id")), conn: r.Context()}}
+		info := &held.info
 		h := w.Header()
 		h["X-Request-Id"] = []string{info.id}
 		h["X-Content-Type-Options"] = nosniff
 		if s.cfg.TLS {
 			h["Strict-Transport-Security"] = hsts
 		}
-		rec := &recorder{ResponseWriter: w, r: r}
+		rec := &held.rec
+		rec.ResponseWriter, rec.r = w, r
 		ctx := context.WithValue(s.deadlines.context(start), requestInfoKey{}, info)
 		r = r.WithContext(ctx)
 		switch {
@@ -108,7 +114,8 @@ var (
 )
 
 func newRequestID() string {
-	return requestIDProcess + strconv.FormatUint(requestCounter.Add(1), 36)
+	var b [64]byte // the process part is 20 bytes, a counter at most 13
+	return string(strconv.AppendUint(append(b[:0], requestIDProcess...), requestCounter.Add(1), 36))
 }
 
 // hsts asks browsers to use only HTTPS for this host for two years, when

@@ -85,6 +85,57 @@ func TestBodyReadTimeout(t *testing.T) {
 	}
 }
 
+// On a kept-alive connection whose idle timeout is long, a later request
+// still has the header timeout for its head and the read timeout for its
+// body, from its first byte: the deadlines a connection leaves alone
+// while the bytes are already in (conn.go, deadline) are set once more
+// must be read.
+func TestLaterRequestsKeepTheirTimeouts(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	addr, _ := listen(t, echo(nil), true, Limits{ReadHeaderTimeout: timeout, ReadTimeout: timeout, IdleTimeout: time.Minute})
+	answered := func(t *testing.T, c net.Conn, br *bufio.Reader) {
+		t.Helper()
+		for range 3 {
+			fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+			res, err := http.ReadResponse(br, nil)
+			if err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("answer: %v %v", res, err)
+			}
+			io.Copy(io.Discard, res.Body)
+		}
+	}
+	t.Run("a slow head", func(t *testing.T) {
+		c, br := dial(t, addr)
+		answered(t, c, br)
+		start := time.Now()
+		fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\n")
+		go trickle(c, "X-A: 1\r\n", 40)
+		if !closedWithin(c, br, 3*time.Second) {
+			t.Fatal("the slow head's connection was not closed")
+		}
+		if took := time.Since(start); took > 5*timeout {
+			t.Fatalf("closed after %v; the head timeout is %v", took.Round(time.Millisecond), timeout)
+		}
+	})
+	t.Run("a slow body", func(t *testing.T) {
+		c, br := dial(t, addr)
+		answered(t, c, br)
+		start := time.Now()
+		fmt.Fprint(c, "POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nsome")
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "timeout") {
+			t.Fatalf("got %d %q; want 400 with the read's timeout", res.StatusCode, body)
+		}
+		if took := time.Since(start); took > 5*timeout {
+			t.Fatalf("answered after %v; the read timeout is %v", took.Round(time.Millisecond), timeout)
+		}
+	})
+}
+
 // A body its handler left unread and over 256 KiB is not read: the answer
 // says the connection closes, and arrives whole.
 func TestLargeUnreadBodyCloses(t *testing.T) {

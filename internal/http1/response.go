@@ -76,8 +76,15 @@ func (w *response) startBody() error {
 }
 
 // SetReadDeadline and SetWriteDeadline serve http.ResponseController.
-func (w *response) SetReadDeadline(t time.Time) error  { return w.conn.c.SetReadDeadline(t) }
-func (w *response) SetWriteDeadline(t time.Time) error { return w.conn.c.SetWriteDeadline(t) }
+func (w *response) SetReadDeadline(t time.Time) error {
+	w.conn.read.at = t
+	return w.conn.c.SetReadDeadline(t)
+}
+
+func (w *response) SetWriteDeadline(t time.Time) error {
+	w.conn.write.at = t
+	return w.conn.c.SetWriteDeadline(t)
+}
 
 func bodyAllowed(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified

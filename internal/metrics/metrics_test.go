@@ -35,25 +35,33 @@ func TestSeries(t *testing.T) {
 	m.TokenCache(func() (int64, int64) { return 7, 3 })
 	m.Webhooks(func() WebhookStats { return WebhookStats{Attempts: 5, Delivered: 4, Retried: 1} }, store)
 
+	// Twice each, the second through the resolved children (requestChildren).
+	for range 2 {
+		m.RequestStarted()
+		m.RequestDone("POST /plants", "POST", 200, 3*time.Millisecond)
+	}
 	m.RequestStarted()
-	m.RequestDone("POST /plants", "POST", 200, 3*time.Millisecond)
+	m.RequestDone("POST /plants", "POST", 409, time.Millisecond)
 	m.RequestStarted()
 	m.RequestDone("", "BREW", 404, time.Millisecond)
 	m.RequestStarted() // still in flight
-	if _, err := store.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "fern"}); err != nil {
-		t.Fatal(err)
+	for id := range int64(2) {
+		if _, err := store.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "fern"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	store.GetPlant(context.Background(), 404)
 
 	text := scrape(t, m)
 	for _, want := range []string{
-		`plantstore_http_requests_total{method="POST",route="POST /plants",status="200"} 1`,
+		`plantstore_http_requests_total{method="POST",route="POST /plants",status="200"} 2`,
+		`plantstore_http_requests_total{method="POST",route="POST /plants",status="409"} 1`,
 		`plantstore_http_requests_total{method="other",route="unmatched",status="404"} 1`,
-		`plantstore_http_request_duration_seconds_count{method="POST",route="POST /plants"} 1`,
+		`plantstore_http_request_duration_seconds_count{method="POST",route="POST /plants"} 3`,
 		`plantstore_http_requests_in_flight 1`,
-		`plantstore_store_operation_duration_seconds_count{operation="create_plant",outcome="ok"} 1`,
+		`plantstore_store_operation_duration_seconds_count{operation="create_plant",outcome="ok"} 2`,
 		`plantstore_store_operation_duration_seconds_count{operation="get_plant",outcome="not_found"} 1`,
-		`plantstore_store_group_commit_batch_size_count 1`,
+		`plantstore_store_group_commit_batch_size_count 2`,
 		`plantstore_auth_token_cache_hits_total 7`,
 		`plantstore_auth_token_cache_misses_total 3`,
 		`plantstore_webhook_attempts_total 5`,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plantstore/plantstore"
 )
 
@@ -30,7 +32,12 @@ func (s *instrumented) observe(op string, start time.Time, errp *error) {
 			outcome = string(plantstore.EINTERNAL)
 		}
 	}
-	s.m.storeDuration.WithLabelValues(op, outcome).Observe(time.Since(start).Seconds())
+	labels := storeLabels{op, outcome}
+	o, ok := s.m.storeChildren.Load(labels)
+	if !ok {
+		o, _ = s.m.storeChildren.LoadOrStore(labels, s.m.storeDuration.WithLabelValues(op, outcome))
+	}
+	o.(prometheus.Observer).Observe(time.Since(start).Seconds())
 }
 
 func (s *instrumented) CreatePlant(ctx context.Context, p plantstore.Plant) (created bool, err error) {

@@ -326,9 +326,9 @@ func (f limitFlags) apply(cfg *httpapi.Config) error {
 // lets the process use at most one CPU's time, as Kubernetes'
 // limits.cpu: 1 does. Go's own default there is 2: it rounds a quota up,
 // to at least 2. With one CPU's time, two Ps spend it handing goroutines
-// and wake-ups between them: on this project's machine a create cost
-// 36 µs of CPU at GOMAXPROCS 2 under the quota against 24 µs at 1, and
-// plantstore answered 0.55× the baseline's creates against 0.65×
+// and wake-ups between them: on this project's machine, under a quota of
+// one CPU, a create cost 32–35 µs of CPU at GOMAXPROCS 2 against 25–28
+// at 1, a page of 100 43–54 against 33, and every p99 fell
 // (BENCHMARKS.md "Design 7"). A GOMAXPROCS set in the environment is
 // left as it is. The quota is read once, at start: after a change to
 // it, restart the server.

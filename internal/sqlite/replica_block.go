@@ -24,7 +24,7 @@ import (
 // bytes until compact writes the live ones to a new buffer.
 type block struct {
 	plants []packedPlant
-	text   *strings.Builder // a pointer: a Builder must not be copied, and blocks are
+	text   *strings.Builder // a pointer: blocks are copied, and a Builder must not be
 	dead   int              // bytes of text no plant refers to
 }
 

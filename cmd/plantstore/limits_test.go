@@ -332,6 +332,24 @@ func TestSlowAndOversizedClients(t *testing.T) {
 		}
 	})
 
+	// The same on a kept-alive connection that has served a request,
+	// whose deadlines internal/http1 moves only when it must.
+	t.Run("slow body of a later request", func(t *testing.T) {
+		conn := limDial(t, s.url)
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "GET /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", token)
+		if resp, body := limRaw(t, conn, "GET", "/plants"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("the first request: %d %s", resp.StatusCode, body)
+		}
+		begin := time.Now()
+		fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":3,", token)
+		resp, body := limRaw(t, conn, "POST", "/plants")
+		limWantError(t, resp, body, http.StatusRequestTimeout)
+		if took := time.Since(begin); took > 4*time.Second {
+			t.Errorf("a slow body was answered after %v, with --read-timeout 2s", took)
+		}
+	})
+
 	t.Run("oversized body", func(t *testing.T) {
 		status, body := create(t, client, s.url, token, `{"id":2,"name":"big","pad":"`+strings.Repeat("x", 2000)+`"}`)
 		var e struct{ Message string }

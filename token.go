@@ -80,13 +80,24 @@ func NewToken() string {
 }
 
 func appendChecksum(b []byte) []byte {
-	sum := crc32.ChecksumIEEE(b)
+	sum := checksum(b)
 	var check [tokenCheckLength]byte
 	for i := tokenCheckLength - 1; i >= 0; i-- {
 		check[i] = base62[sum%62]
 		sum /= 62
 	}
 	return append(b, check[:]...)
+}
+
+// checksum is the CRC-32 (IEEE) of a token's body, as crc32.ChecksumIEEE
+// computes it, but over a string or bytes in place: every request checks
+// a token, and a string's copy handed to crc32 escaped to the heap.
+func checksum[T string | []byte](body T) uint32 {
+	sum := ^uint32(0)
+	for i := range len(body) {
+		sum = crc32.IEEETable[byte(sum)^body[i]] ^ (sum >> 8)
+	}
+	return ^sum
 }
 
 // WellFormedToken reports whether s has the shape of a token issued by this
@@ -101,14 +112,7 @@ func WellFormedToken(s string) bool {
 			return false
 		}
 	}
-	// Every request checks this: the checksum (CRC-32 IEEE, as
-	// crc32.ChecksumIEEE computes it) is computed over the string in place,
-	// which allocates nothing; a copy handed to crc32 escaped to the heap.
-	sum := ^uint32(0)
-	for i := range len(s) - tokenCheckLength {
-		sum = crc32.IEEETable[byte(sum)^s[i]] ^ (sum >> 8)
-	}
-	sum = ^sum
+	sum := checksum(s[:len(s)-tokenCheckLength])
 	for i := len(s) - 1; i >= len(s)-tokenCheckLength; i-- {
 		if s[i] != base62[sum%62] {
 			return false

@@ -57,11 +57,7 @@ shown beside it.`, env.getenv, stdout, stderr)
 	}
 	a, err := app.Open(ctx, cfg)
 	if err != nil {
-		for _, l := range []net.Listener{ln, cfg.MetricsListener, cfg.PprofListener} {
-			if l != nil {
-				l.Close()
-			}
-		}
+		closeListeners(ln, cfg.MetricsListener, cfg.PprofListener)
 		return err
 	}
 	defer a.Close()
@@ -355,27 +351,30 @@ func listenAll(cfg *app.Config, addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	sides := []struct {
+	for _, side := range []struct {
 		flag, addr string
 		ln         *net.Listener
 	}{
 		{"--metrics-addr", cfg.MetricsAddr, &cfg.MetricsListener},
 		{"--pprof-addr", cfg.PprofAddr, &cfg.PprofListener},
-	}
-	for i, side := range sides {
+	} {
 		if side.addr == "" {
 			continue
 		}
 		if *side.ln, err = net.Listen("tcp", side.addr); err != nil {
-			ln.Close()
-			for _, bound := range sides[:i] {
-				if *bound.ln != nil {
-					(*bound.ln).Close()
-					*bound.ln = nil
-				}
-			}
+			closeListeners(ln, cfg.MetricsListener, cfg.PprofListener)
+			cfg.MetricsListener, cfg.PprofListener = nil, nil
 			return nil, fmt.Errorf("%s: listen: %w", side.flag, err)
 		}
 	}
 	return ln, nil
+}
+
+// closeListeners closes those of ls that are bound.
+func closeListeners(ls ...net.Listener) {
+	for _, l := range ls {
+		if l != nil {
+			l.Close()
+		}
+	}
 }

@@ -104,17 +104,24 @@ func (m *Metrics) RequestDone(route, method string, status int, took time.Durati
 		route = "unmatched"
 	}
 	method = knownMethod(method)
-	labels := requestLabels{route, method, status}
-	c, ok := m.requestChildren.Load(labels)
-	if !ok {
-		c, _ = m.requestChildren.LoadOrStore(labels, &requestChild{
+	child := resolved(&m.requestChildren, requestLabels{route, method, status}, func() *requestChild {
+		return &requestChild{
 			count:    m.requests.WithLabelValues(route, method, strconv.Itoa(status)),
 			duration: m.requestDuration.WithLabelValues(route, method),
-		})
-	}
-	child := c.(*requestChild)
+		}
+	})
 	child.count.Inc()
 	child.duration.Observe(took.Seconds())
+}
+
+// resolved returns the child cached under labels in children, resolving
+// it with resolve the first time.
+func resolved[L comparable, C any](children *sync.Map, labels L, resolve func() C) C {
+	c, ok := children.Load(labels)
+	if !ok {
+		c, _ = children.LoadOrStore(labels, resolve())
+	}
+	return c.(C)
 }
 
 // knownMethod keeps the method label's values few: an unknown method is

@@ -32,12 +32,9 @@ func (s *instrumented) observe(op string, start time.Time, errp *error) {
 			outcome = string(plantstore.EINTERNAL)
 		}
 	}
-	labels := storeLabels{op, outcome}
-	o, ok := s.m.storeChildren.Load(labels)
-	if !ok {
-		o, _ = s.m.storeChildren.LoadOrStore(labels, s.m.storeDuration.WithLabelValues(op, outcome))
-	}
-	o.(prometheus.Observer).Observe(time.Since(start).Seconds())
+	resolved(&s.m.storeChildren, storeLabels{op, outcome}, func() prometheus.Observer {
+		return s.m.storeDuration.WithLabelValues(op, outcome)
+	}).Observe(time.Since(start).Seconds())
 }
 
 func (s *instrumented) CreatePlant(ctx context.Context, p plantstore.Plant) (created bool, err error) {

@@ -118,3 +118,11 @@ func TestListOptionsFirstID(t *testing.T) {
 		t.Errorf("Validate with limit 0: %v, want EINVALID", err)
 	}
 }
+
+// Every request checks its token's shape: the check allocates nothing.
+func TestWellFormedTokenAllocatesNothing(t *testing.T) {
+	tok := plantstore.NewToken()
+	if n := testing.AllocsPerRun(100, func() { plantstore.WellFormedToken(tok) }); n != 0 {
+		t.Fatalf("WellFormedToken allocates %v times a call", n)
+	}
+}

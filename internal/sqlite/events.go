@@ -1,10 +1,16 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
-
+	"fmt"
+	"slices"
+	"strconv"
 	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/plantstore/plantstore"
 )
@@ -12,27 +18,13 @@ import (
 // The change feed's events are recorded by the writer (writer.go), in the
 // transaction of the writes they describe.
 
-// eventsSQL are the feed's queries, fixed text with parameters: by the
-// number of types asked for (0: all).
-var eventsSQL = [...]string{
-	`SELECT id, type, plant_id, name, tag, at FROM events WHERE id > ? ORDER BY id LIMIT ?`,
-	`SELECT id, type, plant_id, name, tag, at FROM events WHERE id > ? AND type IN (?) ORDER BY id LIMIT ?`,
-	`SELECT id, type, plant_id, name, tag, at FROM events WHERE id > ? AND type IN (?, ?) ORDER BY id LIMIT ?`,
-	`SELECT id, type, plant_id, name, tag, at FROM events WHERE id > ? AND type IN (?, ?, ?) ORDER BY id LIMIT ?`,
-}
-
 func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore.Event, error) {
 	if q.Limit < 1 {
 		return nil, plantstore.Errorf(plantstore.EINVALID, "event limit %d: must be 1 or more", q.Limit)
 	}
-	if len(q.Types) >= len(eventsSQL) {
-		return nil, plantstore.Errorf(plantstore.EINVALID, "at most %d event types", len(eventsSQL)-1)
+	if len(q.Types) > len(plantstore.EventTypes) {
+		return nil, plantstore.Errorf(plantstore.EINVALID, "at most %d event types", len(plantstore.EventTypes))
 	}
-	args := []any{q.After}
-	for _, t := range q.Types {
-		args = append(args, t)
-	}
-	args = append(args, int64(q.Limit))
 	events := make([]plantstore.Event, 0, min(q.Limit, 1024))
 	err := db.readDurable(ctx, func(c *rawConn) (err error) {
 		// One read transaction for the horizon and the events, so a prune
@@ -52,21 +44,35 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 		}); err != nil {
 			return err
 		}
+		after := q.After
 		if q.FromOldest {
-			args[0] = horizon
-		} else if q.After < horizon {
+			after = horizon
+		} else if after < horizon {
 			return plantstore.Errorf(plantstore.EGONE,
 				"the events after %d are no longer all kept (the oldest kept follows %d): resync from GET /plants, then follow the feed from now", q.After, horizon)
 		}
-		return c.query(eventsSQL[len(q.Types)], args, func(v []driver.Value) bool {
-			events = append(events, plantstore.Event{
-				ID:    v[0].(int64),
-				Type:  v[1].(string),
-				Plant: plantstore.Plant{ID: v[2].(int64), Name: v[3].(string), Tag: optionalText(v[4])},
-				At:    time.UnixMilli(v[5].(int64)).UTC(),
-			})
+		var decodeErr error
+		err = c.query(`SELECT last, at, created, updated, deleted, changes FROM event_batches WHERE last > ? ORDER BY last`, []any{after}, func(v []driver.Value) bool {
+			b := storedBatch{last: v[0].(int64), at: v[1].(int64), counts: [3]int64{v[2].(int64), v[3].(int64), v[4].(int64)}}
+			if !b.holdsAny(q.Types) {
+				return true
+			}
+			var batch []plantstore.Event
+			if batch, decodeErr = b.events(v[5].(string)); decodeErr != nil {
+				return false
+			}
+			for _, e := range batch {
+				if e.ID <= after || (len(q.Types) > 0 && !slices.Contains(q.Types, e.Type)) {
+					continue
+				}
+				events = append(events, e)
+				if len(events) == q.Limit {
+					return false
+				}
+			}
 			return true
 		})
+		return cmp.Or(err, decodeErr)
 	})
 	if err != nil {
 		return nil, storeError("read events", err)
@@ -74,12 +80,104 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	return events, nil
 }
 
+// storedBatch is an event_batches row but its changes: the id of its
+// last event, their time, and how many of each type it holds (in the
+// order of plantstore.EventTypes).
+type storedBatch struct {
+	last, at int64
+	counts   [3]int64
+}
+
+// holdsAny reports whether the batch holds an event of one of types, or
+// of any type when types is empty.
+func (b storedBatch) holdsAny(types []string) bool {
+	if len(types) == 0 {
+		return true
+	}
+	for i, t := range plantstore.EventTypes {
+		if b.counts[i] > 0 && slices.Contains(types, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// packedEvent is one event as event_batches.changes holds it; its id and
+// time are the batch's.
+type packedEvent struct {
+	Type string  `json:"type"`
+	ID   int64   `json:"id"`
+	Name string  `json:"name"`
+	Tag  *string `json:"tag,omitzero"`
+}
+
+// events decodes the batch's changes, the events from its first id to
+// its last.
+func (b storedBatch) events(changes string) ([]plantstore.Event, error) {
+	var packed []packedEvent
+	if err := json.Unmarshal([]byte(changes), &packed); err != nil {
+		return nil, fmt.Errorf("event batch %d: %w", b.last, err)
+	}
+	if n := b.counts[0] + b.counts[1] + b.counts[2]; int64(len(packed)) != n {
+		return nil, fmt.Errorf("event batch %d: %d events, its counts say %d", b.last, len(packed), n)
+	}
+	at := time.UnixMilli(b.at).UTC()
+	first := b.last - int64(len(packed)) + 1
+	events := make([]plantstore.Event, len(packed))
+	for i, p := range packed {
+		events[i] = plantstore.Event{ID: first + int64(i), Type: p.Type, At: at,
+			Plant: plantstore.Plant{ID: p.ID, Name: p.Name, Tag: p.Tag}}
+	}
+	return events, nil
+}
+
+// appendChanges appends the JSON of event_batches.changes for events.
+// Names and tags are valid UTF-8 (the API refuses others), so quoting
+// them cannot fail.
+func appendChanges(b []byte, events []plantstore.Event) []byte {
+	b = append(b, '[')
+	for i, e := range events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":`...)
+		b, _ = jsontext.AppendQuote(b, e.Type)
+		b = append(b, `,"id":`...)
+		b = strconv.AppendInt(b, e.Plant.ID, 10)
+		b = append(b, `,"name":`...)
+		b, _ = jsontext.AppendQuote(b, e.Plant.Name)
+		if e.Plant.Tag != nil {
+			b = append(b, `,"tag":`...)
+			b, _ = jsontext.AppendQuote(b, *e.Plant.Tag)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// recordBatchSQL records a batch's events, the ids following the last
+// one given.
+const recordBatchSQL = `INSERT INTO event_batches (last, at, created, updated, deleted, changes)
+	VALUES (` + lastEventSQL + ` + ?1, ?2, ?3, ?4, ?5, ?6)`
+
+// recordEvents records events, in order, as one batch.
+func recordEvents(c *rawConn, events []plantstore.Event, now int64) error {
+	if len(events) == 0 {
+		return nil
+	}
+	var counts [3]int64
+	for _, e := range events {
+		counts[slices.Index(plantstore.EventTypes, e.Type)]++
+	}
+	_, err := c.exec(recordBatchSQL, int64(len(events)), now, counts[0], counts[1], counts[2],
+		string(appendChanges(make([]byte, 0, 64*len(events)), events)))
+	return err
+}
+
 func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
-	// AUTOINCREMENT keeps the largest id ever given in sqlite_sequence,
-	// even once every event is pruned; no row yet means no event yet.
 	var id int64
 	err := db.readDurable(ctx, func(c *rawConn) error {
-		return c.query(`SELECT seq FROM sqlite_sequence WHERE name = 'events'`, nil, func(v []driver.Value) bool {
+		return c.query(`SELECT `+lastEventSQL, nil, func(v []driver.Value) bool {
 			id = v[0].(int64)
 			return false
 		})
@@ -90,15 +188,20 @@ func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
-// pruneChunk bounds one prune transaction, so it holds the write lock
-// briefly.
+// lastEventSQL is the id of the last event recorded, pruned or not (0 for
+// none): the last of the newest batch, or the horizon once every batch is
+// pruned.
+const lastEventSQL = `max(coalesce((SELECT max(last) FROM event_batches), 0), (SELECT pruned_through FROM event_horizon))`
+
+// pruneChunk bounds the batches one prune transaction deletes, so it
+// holds the write lock briefly.
 const pruneChunk = 1000
 
-// PruneEvents deletes, oldest first, the events recorded before cutoff,
-// stopping at the first that is not: ids increase with time but a clock
-// can step back, and the feed must stay whole after its horizon. It also
-// stops at the outbox cursor: the webhook deliveries of the events after
-// it are not written yet.
+// PruneEvents deletes, oldest first, the batches of events recorded
+// before cutoff, stopping at the first that is not: ids increase with
+// time but a clock can step back, and the feed must stay whole after its
+// horizon. It also stops at the outbox cursor: the webhook deliveries of
+// the events after it are not written yet.
 func (db *DB) PruneEvents(ctx context.Context, cutoff time.Time) (int, error) {
 	pruned := 0
 	for {
@@ -113,27 +216,28 @@ func (db *DB) PruneEvents(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 }
 
+// pruneSome prunes up to pruneChunk batches and returns how many events
+// they held, and whether pruning is done.
 func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, err error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
 	}
 	defer tx.Rollback()
-	// Not past the outbox cursor (outbox.go).
+	// Not past the outbox cursor (outbox.go), which ends a batch.
 	var bound int64
 	if err := tx.QueryRowContext(ctx, pruneBoundSQL).Scan(&bound); err != nil {
 		return 0, false, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, at FROM events WHERE id <= ? ORDER BY id LIMIT ?`, bound, pruneChunk)
+	rows, err := tx.QueryContext(ctx, `SELECT last, at, created + updated + deleted FROM event_batches WHERE last <= ? ORDER BY last LIMIT ?`, bound, pruneChunk)
 	if err != nil {
 		return 0, false, err
 	}
 	var last int64
-	seen := 0
-	done = true
+	batches, seen := 0, 0
 	for rows.Next() {
-		var id, at int64
-		if err := rows.Scan(&id, &at); err != nil {
+		var id, at, count int64
+		if err := rows.Scan(&id, &at, &count); err != nil {
 			rows.Close()
 			return 0, false, err
 		}
@@ -141,16 +245,16 @@ func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, er
 		if at >= cutoff {
 			break
 		}
-		last, n = id, n+1
+		last, batches, n = id, batches+1, n+int(count)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, false, err
 	}
-	if n == 0 {
+	if batches == 0 {
 		return 0, true, nil
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE id <= ?`, last); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM event_batches WHERE last <= ?`, last); err != nil {
 		return 0, false, err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE event_horizon SET pruned_through = ?`, last); err != nil {
@@ -159,5 +263,5 @@ func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, er
 	if err := tx.Commit(); err != nil {
 		return 0, false, err
 	}
-	return n, n < pruneChunk || seen < pruneChunk, nil
+	return n, batches < pruneChunk || seen < pruneChunk, nil
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"math/bits"
 	"strings"
-	"time"
 
 	"github.com/plantstore/plantstore"
 )
@@ -54,13 +53,12 @@ func (db *DB) outboxBehind(ctx context.Context) (bool, error) {
 const outboxFromSQL = `max((SELECT through FROM outbox_cursor),
 	coalesce((SELECT min(since_event) FROM webhook_subscribers WHERE disabled_at IS NULL), 9223372036854775807))`
 
-// lastEventSQL is the id of the last event recorded, pruned or not (0 for
-// none): AUTOINCREMENT keeps it in sqlite_sequence.
-const lastEventSQL = `coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`
-
-// copyOutbox copies the next events after the outbox cursor, outboxChunk
-// at most, into webhook_deliveries, in one transaction that moves the
-// cursor past them, and reports whether events remain after it. Each
+// copyOutbox copies the next batches of events after the outbox cursor,
+// until they hold outboxChunk events or more, into webhook_deliveries, in
+// one transaction that moves the cursor past them, and reports whether
+// events remain after it. The cursor ends a batch: it moves by whole
+// batches, and a subscriber's since_event was the last id when it was
+// added. Each
 // event gets a row for each subscriber that was active when it was
 // recorded and is now, and asked for its type; the rows of one event
 // share its webhook-id.
@@ -81,10 +79,8 @@ func (db *DB) copyOutbox(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	// Ids have no gaps but pruned ones: fewer events than asked for means
-	// every event up to the last was read.
-	more = len(events) == outboxChunk
-	if more {
+	if len(events) > 0 {
+		more = events[len(events)-1].ID < last
 		last = events[len(events)-1].ID
 	}
 	if err := enqueueEvents(ctx, tx, events); err != nil {
@@ -106,26 +102,30 @@ func (db *DB) copyWholeOutbox(ctx context.Context) error {
 	}
 }
 
-// eventsAfter reads up to n events after id, in id order.
+// eventsAfter reads the events after id, in id order, in whole batches
+// until it has n or more.
 func eventsAfter(ctx context.Context, tx *sql.Tx, id int64, n int) ([]plantstore.Event, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, type, plant_id, name, tag, at FROM events WHERE id > ? ORDER BY id LIMIT ?`, id, n)
+	rows, err := tx.QueryContext(ctx, `SELECT last, at, created, updated, deleted, changes FROM event_batches WHERE last > ? ORDER BY last`, id)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var events []plantstore.Event
-	for rows.Next() {
-		var e plantstore.Event
-		var tag sql.NullString
-		var at int64
-		if err := rows.Scan(&e.ID, &e.Type, &e.Plant.ID, &e.Plant.Name, &tag, &at); err != nil {
+	for len(events) < n && rows.Next() {
+		var b storedBatch
+		var changes string
+		if err := rows.Scan(&b.last, &b.at, &b.counts[0], &b.counts[1], &b.counts[2], &changes); err != nil {
 			return nil, err
 		}
-		if tag.Valid {
-			e.Plant.Tag = &tag.String
+		batch, err := b.events(changes)
+		if err != nil {
+			return nil, err
 		}
-		e.At = time.UnixMilli(at)
-		events = append(events, e)
+		for _, e := range batch {
+			if e.ID > id {
+				events = append(events, e)
+			}
+		}
 	}
 	return events, rows.Err()
 }
@@ -186,9 +186,11 @@ func wantsEventSQL(column string) string {
 }
 
 // pendingInFeedSQL counts the events not yet copied that subscriber s
-// (its events row t LEFT JOINed) will get.
-var pendingInFeedSQL = `(SELECT count(*) FROM events e
-	WHERE e.id > max(s.since_event, (SELECT through FROM outbox_cursor)) AND s.disabled_at IS NULL AND ` + wantsEventSQL("e.type") + `)`
+// (its events row t LEFT JOINed) will get: by the batches' counts, as the
+// outbox cursor and since_event end batches.
+var pendingInFeedSQL = `(SELECT coalesce(sum(coalesce(t.created, 1) * b.created + coalesce(t.updated, 0) * b.updated + coalesce(t.deleted, 0) * b.deleted), 0)
+	FROM event_batches b
+	WHERE b.last > max(s.since_event, (SELECT through FROM outbox_cursor)) AND s.disabled_at IS NULL)`
 
 // copyOutboxFor copies the outbox until the subscriber has n pending
 // deliveries or no event is left to copy: enough for its next window, and

@@ -137,6 +137,7 @@ func testUpgrade(t *testing.T, version, current int) {
 	if len(before) != version {
 		t.Fatalf("the fixture records migrations %v, want versions 1 to %d", before, version)
 	}
+	oldEvents, oldLatest := fixtureEvents(t, path)
 
 	db, err := Open(ctx, path, Options{SoleServer: true})
 	if err != nil {
@@ -156,6 +157,7 @@ func testUpgrade(t *testing.T, version, current int) {
 
 	checkUpgradedTokens(t, db, f)
 	checkUpgradedPlants(t, db, f.plants())
+	checkUpgradedEvents(t, db, oldEvents, oldLatest)
 	secretOf := func(id int64) string {
 		conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 		if err != nil {
@@ -247,7 +249,106 @@ func testUpgrade(t *testing.T, version, current int) {
 	if _, err := db.TokenByHash(ctx, plantstore.HashToken(f.Tokens[0].Secret)); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 		t.Errorf("the revoked fixture-admin: %v, want ENOTFOUND", err)
 	}
+	// The feed: the fixture's events, then the create, update and delete
+	// above, numbered on from the fixture's last id.
+	tagged := plantstore.Plant{ID: 1000, Name: "New after upgrade", Tag: &tag}
+	oldPlant := f.plants()[1]
+	later := []plantstore.Event{
+		{ID: oldLatest + 1, Type: plantstore.EventCreated, Plant: tagged},
+		{ID: oldLatest + 2, Type: plantstore.EventUpdated, Plant: updated},
+		{ID: oldLatest + 3, Type: plantstore.EventDeleted, Plant: oldPlant},
+	}
+	checkUpgradedEvents(t, db, append(oldEvents, later...), oldLatest+3)
 	checkIntegrity(t, path)
+}
+
+// fixtureEvents reads the change feed of the fixture at path, as the
+// earlier version wrote it (one row a change), and the last id it gave;
+// none before the feed (schema version 4).
+func fixtureEvents(t *testing.T, path string) ([]plantstore.Event, int64) {
+	t.Helper()
+	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var feed int
+	if err := conn.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'events'`).Scan(&feed); err != nil || feed == 0 {
+		return nil, 0
+	}
+	rows, err := conn.Query(`SELECT id, type, plant_id, name, tag, at FROM events ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var events []plantstore.Event
+	for rows.Next() {
+		var e plantstore.Event
+		var tag sql.NullString
+		var at int64
+		if err := rows.Scan(&e.ID, &e.Type, &e.Plant.ID, &e.Plant.Name, &tag, &at); err != nil {
+			t.Fatal(err)
+		}
+		if tag.Valid {
+			e.Plant.Tag = &tag.String
+		}
+		e.At = time.UnixMilli(at).UTC()
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var latest int64
+	if err := conn.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`).Scan(&latest); err != nil {
+		t.Fatal(err)
+	}
+	return events, latest
+}
+
+// checkUpgradedEvents compares the store's change feed with want (their
+// times too, but for events without one: written by this test), whole,
+// by pages, and by type, and its latest id with latest.
+func checkUpgradedEvents(t *testing.T, db *DB, want []plantstore.Event, latest int64) {
+	t.Helper()
+	ctx := context.Background()
+	same := func(what string, got, want []plantstore.Event) {
+		t.Helper()
+		eq := func(a, b plantstore.Event) bool {
+			return a.ID == b.ID && a.Type == b.Type && a.Plant.ID == b.Plant.ID && a.Plant.SameContent(b.Plant) &&
+				(b.At.IsZero() || a.At.Equal(b.At))
+		}
+		if !slices.EqualFunc(got, want, eq) {
+			t.Errorf("%s = %+v, want %+v", what, got, want)
+		}
+	}
+	all, err := db.Events(ctx, plantstore.EventQuery{FromOldest: true, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("Events", all, want)
+	var paged []plantstore.Event
+	for after := int64(0); ; {
+		page, err := db.Events(ctx, plantstore.EventQuery{After: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		paged = append(paged, page...)
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	same("Events by pages of 2", paged, want)
+	for _, typ := range plantstore.EventTypes {
+		got, err := db.Events(ctx, plantstore.EventQuery{Limit: 1000, Types: []string{typ}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		same("Events of type "+typ, got, slices.DeleteFunc(slices.Clone(want), func(e plantstore.Event) bool { return e.Type != typ }))
+	}
+	if got, err := db.LatestEventID(ctx); err != nil || got != latest {
+		t.Errorf("LatestEventID = %d, %v; want %d", got, err, latest)
+	}
 }
 
 // copyFixture copies the fixture of schema version v into a directory of
@@ -461,7 +562,29 @@ var downMigrations = map[int]string{
 		DROP TABLE outbox_cursor;
 		ALTER TABLE webhook_subscribers DROP COLUMN since_event;
 		DELETE FROM schema_migrations WHERE version = 7;`,
+	8: unpackEventBatches,
 }
+
+// unpackEventBatches gives each event of event_batches its row in events
+// again, and sqlite_sequence the last id given.
+const unpackEventBatches = `CREATE TABLE events (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    type     TEXT    NOT NULL, -- plant.created, plant.updated or plant.deleted
+    plant_id INTEGER NOT NULL,
+    name     TEXT    NOT NULL, -- the plant as the change left it (for a delete, as it was)
+    tag      TEXT,
+    at       INTEGER NOT NULL  -- Unix milliseconds
+);
+		INSERT INTO events (id, type, plant_id, name, tag, at)
+		SELECT b.last - (b.created + b.updated + b.deleted) + 1 + j.key,
+		       json_extract(j.value, '$.type'), json_extract(j.value, '$.id'),
+		       json_extract(j.value, '$.name'), json_extract(j.value, '$.tag'), b.at
+		FROM event_batches b, json_each(b.changes) j ORDER BY 1;
+		INSERT INTO sqlite_sequence (name, seq) SELECT 'events', pruned_through FROM event_horizon
+		WHERE pruned_through > 0 AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'events');
+		UPDATE sqlite_sequence SET seq = max(seq, (SELECT pruned_through FROM event_horizon)) WHERE name = 'events';
+		DROP TABLE event_batches;
+		DELETE FROM schema_migrations WHERE version = 8;`
 
 // reverseOutboxCursor writes the outbox rows of the events after the
 // cursor, which version 6 would have written with each change.
@@ -521,10 +644,26 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM plants WHERE id = 1000`).Scan(&n); err != nil || n != 1 {
 				t.Errorf("the plant written after the upgrade: %d rows, %v", n, err)
 			}
+			// The change feed, one row a change again: the fixture's events,
+			// then the create above, numbered on.
+			if v >= 6 {
+				want, latest := fixtureEvents(t, fixture)
+				got, gotLatest := fixtureEvents(t, path)
+				if len(got) != len(want)+1 || !slices.EqualFunc(got[:len(want)], want, func(a, b plantstore.Event) bool {
+					return a.ID == b.ID && a.Type == b.Type && a.Plant.ID == b.Plant.ID && a.Plant.SameContent(b.Plant) && a.At.Equal(b.At)
+				}) || got[len(want)].ID != latest+1 || got[len(want)].Plant.ID != 1000 || gotLatest != latest+1 {
+					t.Errorf("the feed after the reversals: %+v (last id %d); want the fixture's %+v (last id %d) and the create of plant 1000", got, gotLatest, want, latest)
+				}
+			}
 			// Its webhook deliveries, for the fixture's subscribers and the
 			// one added: version 7 had not written them yet (they were in
-			// the change feed), its reversal did.
-			if v >= 3 {
+			// the change feed, after the outbox cursor), its reversal did.
+			if v == 7 {
+				var after int
+				if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM events WHERE plant_id = 1000 AND id > (SELECT through FROM outbox_cursor)`).Scan(&after); err != nil || after != 1 {
+					t.Errorf("the create of plant 1000 after the outbox cursor: %d, %v; want 1", after, err)
+				}
+			} else if v >= 3 {
 				f := readUpgradeFixture(t, filepath.Join("testdata", "upgrade", fmt.Sprintf("v%d.json", v)))
 				if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM webhook_deliveries WHERE plant_id = 1000 AND failed_at IS NULL`).Scan(&n); err != nil || n != 1+len(f.Subscribers) {
 					t.Errorf("the deliveries of the plant written after the upgrade: %d, %v; want %d", n, err, 1+len(f.Subscribers))

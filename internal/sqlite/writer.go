@@ -470,23 +470,6 @@ func writeOne(c *rawConn, req *writeRequest) (*plantstore.Event, error) {
 	return &plantstore.Event{Type: plantstore.EventDeleted, Plant: *deleted}, nil
 }
 
-// recordEvents inserts events, in order, in multi-row INSERTs chunked as
-// the plants are (chunkLen).
-func recordEvents(c *rawConn, events []plantstore.Event, now int64) error {
-	for start := 0; start < len(events); {
-		chunk := events[start : start+chunkLen(len(events)-start)]
-		args := make([]any, 0, 5*len(chunk))
-		for _, e := range chunk {
-			args = append(args, e.Type, e.Plant.ID, e.Plant.Name, e.Plant.Tag, now)
-		}
-		if _, err := c.exec(multiEventSQL[len(chunk)], args...); err != nil {
-			return err
-		}
-		start += len(chunk)
-	}
-	return nil
-}
-
 // insertChunk inserts the plants of the creates chunk (indexes in batch)
 // in one multi-row INSERT, which costs SQLite far less than a statement
 // per plant. Any id already stored fails the statement with a unique
@@ -501,12 +484,9 @@ func insertChunk(c *rawConn, batch []*writeRequest, chunk []int, now int64) erro
 	return err
 }
 
-// multiInsertSQL and multiEventSQL hold the statements inserting n plants
-// or events, indexed by n: every n chunkLen can return.
-var (
-	multiInsertSQL = multiRowSQL("INSERT INTO plants (id, name, tag, created_at) VALUES ", "(?, ?, ?, ?)")
-	multiEventSQL  = multiRowSQL("INSERT INTO events (type, plant_id, name, tag, at) VALUES ", "(?, ?, ?, ?, ?)")
-)
+// multiInsertSQL holds the statements inserting n plants, indexed by n:
+// every n chunkLen can return.
+var multiInsertSQL = multiRowSQL("INSERT INTO plants (id, name, tag, created_at) VALUES ", "(?, ?, ?, ?)")
 
 func multiRowSQL(insert, row string) (stmts [maxBatch + 1]string) {
 	for n := 1; n <= maxBatch; n++ {

@@ -6,7 +6,7 @@
 # open them with the current code. README.md beside this script says what
 # each fixture holds.
 #
-#   bash internal/sqlite/testdata/upgrade/make.sh sqlite-v1 sqlite-v2 sqlite-v3 sqlite-v6 postgres-v1 postgres-v2
+#   bash internal/sqlite/testdata/upgrade/make.sh sqlite-v1 sqlite-v2 sqlite-v3 sqlite-v6 sqlite-v7 postgres-v1 postgres-v2
 #
 # postgres-* needs a server where databases may be created: run
 #   eval "$(bash .ci/postgres.sh)"
@@ -202,6 +202,12 @@ sqlite_v3() { sqlite_fixture 60b2988 3; }
 # change, which 0007_outbox_cursor.sql replaces with a cursor.
 sqlite_v6() { sqlite_fixture 5019650 6; }
 
+# sqlite-v7: schema version 7 (0007_outbox_cursor.sql). 4ad13b6 is the last
+# commit whose newest migration is 0007_outbox_cursor.sql: it writes one
+# change-feed row per change, which 0008_event_batches.sql packs into one
+# row per committed batch.
+sqlite_v7() { sqlite_fixture 4ad13b6 7; }
+
 # sqlite_fixture COMMIT VERSION: the store the binary of COMMIT wrote
 # through the API of version 2 and up (creates, updates, a delete, reads).
 sqlite_fixture() {
@@ -271,7 +277,7 @@ postgres_fixture() {
 }
 
 if [ $# -eq 0 ]; then
-	echo "usage: make.sh FIXTURE... (sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, postgres-v1, postgres-v2)" >&2
+	echo "usage: make.sh FIXTURE... (sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, sqlite-v7, postgres-v1, postgres-v2)" >&2
 	exit 2
 fi
 for fixture in "$@"; do
@@ -281,10 +287,11 @@ for fixture in "$@"; do
 	sqlite-v2) sqlite_v2 ;;
 	sqlite-v3) sqlite_v3 ;;
 	sqlite-v6) sqlite_v6 ;;
+	sqlite-v7) sqlite_v7 ;;
 	postgres-v1) postgres_v1 ;;
 	postgres-v2) postgres_v2 ;;
 	*)
-		echo "unknown fixture $fixture: want sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, postgres-v1 or postgres-v2" >&2
+		echo "unknown fixture $fixture: want sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, sqlite-v7, postgres-v1 or postgres-v2" >&2
 		exit 2
 		;;
 	esac

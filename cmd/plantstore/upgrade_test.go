@@ -112,6 +112,7 @@ func TestUpgradeServesEarlierStores(t *testing.T) {
 				!strings.Contains(body, `"id":1,"name":"Monstera"`) || !strings.Contains(body, `"id":77,"name":"Moss"`) {
 				t.Errorf("the writes, read with the reissued token: %d %s", status, body)
 			}
+			checkUpgradedFeed(t, s.url, reader, f.SchemaVersion)
 
 			// This version's commands on the upgraded store, beside the server.
 			r := cli(t, dir, nil, "token", "list", "--all")
@@ -125,6 +126,44 @@ func TestUpgradeServesEarlierStores(t *testing.T) {
 				t.Errorf("webhook list: exit %d\n%s%s", r.exit, r.stdout, r.stderr)
 			}
 		})
+	}
+}
+
+// checkUpgradedFeed reads GET /events after the writes above: the
+// fixture's own events first (the feed came with schema 4: the eight
+// creates, the two updates and the delete of make.sh), in id order from
+// 1, then the three writes, numbered on.
+func checkUpgradedFeed(t *testing.T, url, token string, schema int) {
+	t.Helper()
+	status, body := upgradeRequest(t, "GET", url+"/events?limit=1000", token, "")
+	var events []struct {
+		ID    int64  `json:"id"`
+		Type  string `json:"type"`
+		Plant struct {
+			ID   int64  `json:"id"`
+			Name string `json:"name"`
+		} `json:"plant"`
+	}
+	if status != 200 || json.Unmarshal([]byte(body), &events) != nil {
+		t.Fatalf("GET /events: %d %s", status, body)
+	}
+	var got []string
+	for i, e := range events {
+		if e.ID != int64(i+1) {
+			t.Errorf("event %d has id %d, want %d: ids from 1 without a gap", i, e.ID, i+1)
+		}
+		got = append(got, fmt.Sprintf("%s %d", e.Type, e.Plant.ID))
+	}
+	var want []string
+	if schema >= 4 {
+		for _, id := range []int64{1, 2, 3, 4, 5, -7, 9223372036854775807, -9223372036854775808} {
+			want = append(want, fmt.Sprintf("plant.created %d", id))
+		}
+		want = append(want, "plant.updated 2", "plant.updated 4", "plant.deleted 5")
+	}
+	want = append(want, "plant.created 77", "plant.updated 1", "plant.deleted -7")
+	if !slices.Equal(got, want) {
+		t.Errorf("GET /events after the upgrade:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -193,8 +193,8 @@ func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
 // pruned.
 const lastEventSQL = `max(coalesce((SELECT max(last) FROM event_batches), 0), (SELECT pruned_through FROM event_horizon))`
 
-// pruneChunk bounds the batches one prune transaction deletes, so it
-// holds the write lock briefly.
+// pruneChunk bounds the events one prune transaction deletes (give or
+// take a batch), so it holds the write lock briefly.
 const pruneChunk = 1000
 
 // PruneEvents deletes, oldest first, the batches of events recorded
@@ -216,8 +216,9 @@ func (db *DB) PruneEvents(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 }
 
-// pruneSome prunes up to pruneChunk batches and returns how many events
-// they held, and whether pruning is done.
+// pruneSome prunes the oldest batches, whole, until they held
+// pruneChunk events or more, and returns how many events they held, and
+// whether pruning is done.
 func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, err error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
@@ -229,29 +230,33 @@ func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, er
 	if err := tx.QueryRowContext(ctx, pruneBoundSQL).Scan(&bound); err != nil {
 		return 0, false, err
 	}
+	// A batch holds at least one event: pruneChunk rows are enough.
 	rows, err := tx.QueryContext(ctx, `SELECT last, at, created + updated + deleted FROM event_batches WHERE last <= ? ORDER BY last LIMIT ?`, bound, pruneChunk)
 	if err != nil {
 		return 0, false, err
 	}
 	var last int64
-	batches, seen := 0, 0
+	done = true // unless the chunk fills up before the cutoff and the bound
 	for rows.Next() {
 		var id, at, count int64
 		if err := rows.Scan(&id, &at, &count); err != nil {
 			rows.Close()
 			return 0, false, err
 		}
-		seen++
 		if at >= cutoff {
 			break
 		}
-		last, batches, n = id, batches+1, n+int(count)
+		last, n = id, n+int(count)
+		if n >= pruneChunk {
+			done = false
+			break
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, false, err
 	}
-	if batches == 0 {
+	if n == 0 {
 		return 0, true, nil
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM event_batches WHERE last <= ?`, last); err != nil {
@@ -263,5 +268,5 @@ func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, er
 	if err := tx.Commit(); err != nil {
 		return 0, false, err
 	}
-	return n, batches < pruneChunk || seen < pruneChunk, nil
+	return n, done, nil
 }

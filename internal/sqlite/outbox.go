@@ -58,10 +58,9 @@ const outboxFromSQL = `max((SELECT through FROM outbox_cursor),
 // one transaction that moves the cursor past them, and reports whether
 // events remain after it. The cursor ends a batch: it moves by whole
 // batches, and a subscriber's since_event was the last id when it was
-// added. Each
-// event gets a row for each subscriber that was active when it was
-// recorded and is now, and asked for its type; the rows of one event
-// share its webhook-id.
+// added. Each event gets a row for each subscriber that was active when
+// it was recorded and is now, and asked for its type; the rows of one
+// event share its webhook-id.
 func (db *DB) copyOutbox(ctx context.Context) (more bool, err error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {

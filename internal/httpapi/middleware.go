@@ -32,6 +32,20 @@ type requestInfo struct {
 	conn context.Context
 }
 
+// infoContext carries a request's info, as context.WithValue would, but
+// inside observe's one allocation a request.
+type infoContext struct {
+	context.Context
+	info *requestInfo
+}
+
+func (c *infoContext) Value(key any) any {
+	if key == (requestInfoKey{}) {
+		return c.info
+	}
+	return c.Context.Value(key)
+}
+
 func infoFrom(ctx context.Context) *requestInfo {
 	info, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
 	if info == nil {
@@ -53,21 +67,26 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.RequestStarted()
 		}
-		// The request's info and its recorder in one allocation.
+		// The request's info, its recorder, its context and its
+		// X-Request-Id header value in one allocation.
 		held := &struct {
 			info requestInfo
 			rec  recorder
+			ctx  infoContext
+			id   [1]string
 		}{info: requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id")), conn: r.Context()}}
 		info := &held.info
 		h := w.Header()
-		h["X-Request-Id"] = []string{info.id}
+		held.id[0] = info.id
+		h["X-Request-Id"] = held.id[:]
 		h["X-Content-Type-Options"] = nosniff
 		if s.cfg.TLS {
 			h["Strict-Transport-Security"] = hsts
 		}
 		rec := &held.rec
 		rec.ResponseWriter, rec.r = w, r
-		ctx := context.WithValue(s.deadlines.context(start), requestInfoKey{}, info)
+		held.ctx = infoContext{Context: s.deadlines.context(start), info: info}
+		ctx := &held.ctx
 		r = r.WithContext(ctx)
 		switch {
 		case s.headerBytesExceeded(rec, r), s.cors(rec, r):

@@ -476,9 +476,10 @@ func writeOne(c *rawConn, req *writeRequest) (*plantstore.Event, error) {
 // violation, and SQLite undoes the statement, not the transaction.
 func insertChunk(c *rawConn, batch []*writeRequest, chunk []int, now int64) error {
 	args := make([]any, 0, 4*len(chunk))
+	at := any(now) // boxed once for the chunk, not once a row
 	for _, i := range chunk {
 		p := batch[i].plant
-		args = append(args, p.ID, p.Name, p.Tag, now)
+		args = append(args, p.ID, p.Name, p.Tag, at)
 	}
 	_, err := c.exec(multiInsertSQL[len(chunk)], args...)
 	return err

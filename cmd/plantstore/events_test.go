@@ -66,14 +66,7 @@ func (c *eventsCLI) pages(t *testing.T) {
 			t.Errorf("line %d %q, want %s", i, lines[i], w)
 		}
 	}
-	var ev struct {
-		ID    int64  `json:"id"`
-		Type  string `json:"type"`
-		Plant struct {
-			ID   int64  `json:"id"`
-			Name string `json:"name"`
-		} `json:"plant"`
-	}
+	var ev feedEvent
 	out := c.ok(t, c.run(t, "events", "--json", "--type", "plant.deleted"))
 	if err := json.Unmarshal([]byte(out), &ev); err != nil || ev.ID != 3 || ev.Type != "plant.deleted" || ev.Plant.ID != 7 {
 		t.Errorf("events --json --type plant.deleted: %q (%v)", out, err)
@@ -187,4 +180,15 @@ func TestEventFlags(t *testing.T) {
 	if second := open(); second.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("a second stream of the token with --max-streams-per-token 1: %d, want 429", second.StatusCode)
 	}
+}
+
+// feedEvent is what a test reads of one event of the change feed, as
+// GET /events and "events --json" give it.
+type feedEvent struct {
+	ID    int64  `json:"id"`
+	Type  string `json:"type"`
+	Plant struct {
+		ID   int64  `json:"id"`
+		Name string `json:"name"`
+	} `json:"plant"`
 }

@@ -136,14 +136,7 @@ func TestUpgradeServesEarlierStores(t *testing.T) {
 func checkUpgradedFeed(t *testing.T, url, token string, schema int) {
 	t.Helper()
 	status, body := upgradeRequest(t, "GET", url+"/events?limit=1000", token, "")
-	var events []struct {
-		ID    int64  `json:"id"`
-		Type  string `json:"type"`
-		Plant struct {
-			ID   int64  `json:"id"`
-			Name string `json:"name"`
-		} `json:"plant"`
-	}
+	var events []feedEvent
 	if status != 200 || json.Unmarshal([]byte(body), &events) != nil {
 		t.Fatalf("GET /events: %d %s", status, body)
 	}

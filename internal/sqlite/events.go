@@ -52,7 +52,7 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 				"the events after %d are no longer all kept (the oldest kept follows %d): resync from GET /plants, then follow the feed from now", q.After, horizon)
 		}
 		var decodeErr error
-		err = c.query(`SELECT last, at, created, updated, deleted, changes FROM event_batches WHERE last > ? ORDER BY last`, []any{after}, func(v []driver.Value) bool {
+		err = c.query(batchesAfterSQL, []any{after}, func(v []driver.Value) bool {
 			b := storedBatch{last: v[0].(int64), at: v[1].(int64), counts: [3]int64{v[2].(int64), v[3].(int64), v[4].(int64)}}
 			if !b.holdsAny(q.Types) {
 				return true
@@ -79,6 +79,10 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	}
 	return events, nil
 }
+
+// batchesAfterSQL reads, in order, the batches holding the events after
+// an id: the row's columns as storedBatch and changes.
+const batchesAfterSQL = `SELECT last, at, created, updated, deleted, changes FROM event_batches WHERE last > ? ORDER BY last`
 
 // storedBatch is an event_batches row but its changes: the id of its
 // last event, their time, and how many of each type it holds (in the

@@ -104,7 +104,7 @@ func (db *DB) copyWholeOutbox(ctx context.Context) error {
 // eventsAfter reads the events after id, in id order, in whole batches
 // until it has n or more.
 func eventsAfter(ctx context.Context, tx *sql.Tx, id int64, n int) ([]plantstore.Event, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT last, at, created, updated, deleted, changes FROM event_batches WHERE last > ? ORDER BY last`, id)
+	rows, err := tx.QueryContext(ctx, batchesAfterSQL, id)
 	if err != nil {
 		return nil, err
 	}

@@ -159,10 +159,7 @@ func testUpgrade(t *testing.T, version, current int) {
 	checkUpgradedPlants(t, db, f.plants())
 	checkUpgradedEvents(t, db, oldEvents, oldLatest)
 	secretOf := func(id int64) string {
-		conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := openReadOnly(t, path)
 		defer conn.Close()
 		var secret string
 		if err := conn.QueryRow(`SELECT secret FROM webhook_subscribers WHERE id = ?`, id).Scan(&secret); err != nil {
@@ -267,10 +264,7 @@ func testUpgrade(t *testing.T, version, current int) {
 // none before the feed (schema version 4).
 func fixtureEvents(t *testing.T, path string) ([]plantstore.Event, int64) {
 	t.Helper()
-	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := openReadOnly(t, path)
 	defer conn.Close()
 	var feed int
 	if err := conn.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'events'`).Scan(&feed); err != nil || feed == 0 {
@@ -305,6 +299,24 @@ func fixtureEvents(t *testing.T, path string) ([]plantstore.Event, int64) {
 	return events, latest
 }
 
+// sameEvent reports whether got is the event want: its id, type, plant,
+// and time, unless want has none.
+func sameEvent(got, want plantstore.Event) bool {
+	return got.ID == want.ID && got.Type == want.Type && got.Plant.ID == want.Plant.ID && got.Plant.SameContent(want.Plant) &&
+		(want.At.IsZero() || got.At.Equal(want.At))
+}
+
+// openReadOnly opens the SQLite file at path read-only, for a test to
+// look at it beside the store.
+func openReadOnly(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // checkUpgradedEvents compares the store's change feed with want (their
 // times too, but for events without one: written by this test), whole,
 // by pages, and by type, and its latest id with latest.
@@ -313,11 +325,7 @@ func checkUpgradedEvents(t *testing.T, db *DB, want []plantstore.Event, latest i
 	ctx := context.Background()
 	same := func(what string, got, want []plantstore.Event) {
 		t.Helper()
-		eq := func(a, b plantstore.Event) bool {
-			return a.ID == b.ID && a.Type == b.Type && a.Plant.ID == b.Plant.ID && a.Plant.SameContent(b.Plant) &&
-				(b.At.IsZero() || a.At.Equal(b.At))
-		}
-		if !slices.EqualFunc(got, want, eq) {
+		if !slices.EqualFunc(got, want, sameEvent) {
 			t.Errorf("%s = %+v, want %+v", what, got, want)
 		}
 	}
@@ -372,10 +380,7 @@ func copyFixture(t *testing.T, v int) string {
 // "version name applied_at" by version from 1.
 func appliedMigrations(t *testing.T, path string) []string {
 	t.Helper()
-	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := openReadOnly(t, path)
 	defer conn.Close()
 	rows, err := conn.Query(`SELECT version, name, applied_at FROM schema_migrations ORDER BY version`)
 	if err != nil {
@@ -403,10 +408,7 @@ func appliedMigrations(t *testing.T, path string) []string {
 
 func checkIntegrity(t *testing.T, path string) {
 	t.Helper()
-	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := openReadOnly(t, path)
 	defer conn.Close()
 	var ok string
 	if err := conn.QueryRow(`PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
@@ -635,10 +637,7 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			if got, want := appliedMigrations(t, path), appliedMigrations(t, fixture); !slices.Equal(got, want) {
 				t.Errorf("schema_migrations after the reversals: %v, want the fixture's %v", got, want)
 			}
-			conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := openReadOnly(t, path)
 			defer conn.Close()
 			var n int
 			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM plants WHERE id = 1000`).Scan(&n); err != nil || n != 1 {
@@ -649,9 +648,7 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			if v >= 6 {
 				want, latest := fixtureEvents(t, fixture)
 				got, gotLatest := fixtureEvents(t, path)
-				if len(got) != len(want)+1 || !slices.EqualFunc(got[:len(want)], want, func(a, b plantstore.Event) bool {
-					return a.ID == b.ID && a.Type == b.Type && a.Plant.ID == b.Plant.ID && a.Plant.SameContent(b.Plant) && a.At.Equal(b.At)
-				}) || got[len(want)].ID != latest+1 || got[len(want)].Plant.ID != 1000 || gotLatest != latest+1 {
+				if len(got) != len(want)+1 || !slices.EqualFunc(got[:len(want)], want, sameEvent) || got[len(want)].ID != latest+1 || got[len(want)].Plant.ID != 1000 || gotLatest != latest+1 {
 					t.Errorf("the feed after the reversals: %+v (last id %d); want the fixture's %+v (last id %d) and the create of plant 1000", got, gotLatest, want, latest)
 				}
 			}
@@ -720,10 +717,7 @@ func undoMigrations(t *testing.T, path string, from, to int) {
 // sqliteSchema lists a file's tables, indexes and their SQL, sorted.
 func sqliteSchema(t *testing.T, path string) []string {
 	t.Helper()
-	conn, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := openReadOnly(t, path)
 	defer conn.Close()
 	rows, err := conn.Query(`SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema ORDER BY type, name`)
 	if err != nil {

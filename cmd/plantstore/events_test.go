@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"database/sql"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -191,4 +193,45 @@ type feedEvent struct {
 		ID   int64  `json:"id"`
 		Name string `json:"name"`
 	} `json:"plant"`
+}
+
+// A change-feed row the server cannot read (a store damaged by hand, say)
+// is the service's fault: GET /events answers 500 with the contract's
+// Error body and no detail of the store, and the pages that do not reach
+// it are still served.
+func TestUnreadableEventBatch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := serve(t, dir)
+	token := mustToken(t, dir, "--name", "feed")
+	for _, body := range []string{`{"id": 1, "name": "Fern"}`, `{"id": 2, "name": "Moss"}`} {
+		if status, got := upgradeRequest(t, "POST", s.url+"/plants", token, body); status != 200 {
+			t.Fatalf("POST /plants %s: %d %s", body, status, got)
+		}
+	}
+	raw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "plantstore.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if res, err := raw.Exec(`UPDATE event_batches SET changes = '[{"type":' WHERE last = 1`); err != nil {
+		t.Fatal(err)
+	} else if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("%d batches end at event 1, want 1 (one create a batch)", n)
+	}
+
+	status, body := upgradeRequest(t, "GET", s.url+"/events", token, "")
+	var e struct {
+		Error   int    `json:"error"`
+		Message string `json:"message"`
+	}
+	if status != 500 || json.Unmarshal([]byte(body), &e) != nil || e.Error != 500 || e.Message == "" ||
+		strings.Contains(body, "event batch") || strings.Contains(body, "sqlite") {
+		t.Errorf("GET /events over the damaged row: %d %s; want 500 and an Error body naming nothing of the store", status, body)
+	}
+	status, body = upgradeRequest(t, "GET", s.url+"/events?after=1", token, "")
+	var events []feedEvent
+	if status != 200 || json.Unmarshal([]byte(body), &events) != nil || len(events) != 1 || events[0].ID != 2 || events[0].Plant.ID != 2 {
+		t.Errorf("GET /events?after=1: %d %s; want the create of plant 2", status, body)
+	}
 }

@@ -494,6 +494,10 @@ func TestEventStreamLifetime(t *testing.T) {
 		})
 		s := e.openStream(e.readToken, "", nil)
 		time.Sleep(time.Second)
+		// The server has closed every idle keep-alive connection by now
+		// (its 300 ms timeouts); a POST the client sent on one before it
+		// saw the close would fail with EOF, and a POST is not retried.
+		e.client.CloseIdleConnections()
 		e.create(`{"id":1,"name":"late"}`)
 		if ev := s.next().decode(t); ev.Plant.Name != "late" {
 			t.Errorf("after the timeouts: %+v", ev)

@@ -167,6 +167,12 @@ func TestPlantCompressedAndVary(t *testing.T) {
 			if resp, _ := e.do("GET", "/plants/7", h, nil); resp.StatusCode != 304 || resp.Header.Get("ETag") != gzTag {
 				t.Errorf("If-None-Match %s to a gzip client: %d, ETag %q; want 304 with %q", tag, resp.StatusCode, resp.Header.Get("ETag"), gzTag)
 			}
+			// A client that kept the gzipped answer may ask again without
+			// gzip: the tag still names the plant's state.
+			h = map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": "identity", "If-None-Match": tag}
+			if resp, _ := e.do("GET", "/plants/7", h, nil); resp.StatusCode != 304 || resp.Header.Get("ETag") != plainTag {
+				t.Errorf("If-None-Match %s to a client without gzip: %d, ETag %q; want 304 with %q", tag, resp.StatusCode, resp.Header.Get("ETag"), plainTag)
+			}
 		}
 		put := func(ifMatch string) int {
 			resp, _ := e.do("PUT", "/plants/7", map[string]string{"Authorization": "Bearer " + e.writeToken,

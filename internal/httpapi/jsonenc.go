@@ -179,8 +179,9 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 		if gz {
 			sent = gzipETag(tag)
 		}
-		// Either coding's tag names the same state of the resource.
-		if r != nil && (notModified(r, tag) || notModified(r, sent)) {
+		// Either coding's tag names the same state of the resource,
+		// whichever coding this answer takes.
+		if r != nil && (notModified(r, tag) || notModified(r, gzipETag(tag))) {
 			answerNotModified(w, sent)
 			putBuffer(bp, b)
 			return

@@ -77,11 +77,17 @@ type eventQuery struct {
 
 // eventQueryOf reads after, limit and type from a query, as strictly as
 // listOptions does. type may be given several times, or as a comma list.
-func eventQueryOf(rawQuery string) (eventQuery, error) {
+// A stream has no pages: it ignores limit, whatever its value, as the
+// API document says, so that one URL serves an EventSource and a client
+// reading pages alike.
+func eventQueryOf(rawQuery string, stream bool) (eventQuery, error) {
 	q := eventQuery{limit: DefaultEventLimit}
 	v, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		return q, invalid("the query string is malformed: %v", err)
+	}
+	if stream {
+		delete(v, "limit")
 	}
 	for _, name := range []string{"limit", "after"} {
 		if len(v[name]) > 1 {
@@ -192,7 +198,7 @@ func (s *Server) handleEvents() http.Handler {
 }
 
 func (s *Server) serveEventPage(w http.ResponseWriter, r *http.Request) {
-	q, err := eventQueryOf(r.URL.RawQuery)
+	q, err := eventQueryOf(r.URL.RawQuery, false)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -254,7 +260,7 @@ func (s *Server) limitStreams(next http.Handler) http.Handler {
 // the store fails, or the service shuts down; the client then reconnects
 // with the last id it received, and misses nothing.
 func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
-	q, err := eventQueryOf(r.URL.RawQuery)
+	q, err := eventQueryOf(r.URL.RawQuery, true)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -386,6 +386,14 @@ func TestEventStream(t *testing.T) {
 			t.Errorf("the deletes: %+v", ev)
 		}
 		deletes.none(200 * time.Millisecond)
+
+		// A stream has no pages: it ignores limit, whatever its value.
+		ignoring := e.openStream(e.readToken, "?after=0&limit=1&limit=0", nil)
+		for _, want := range []string{`plant.created 100 "before the stream" <none>`, `plant.created 1 "Fern" <none>`} {
+			if ev := ignoring.next().decode(t); ev.summary() != want {
+				t.Fatalf("a stream with ?limit=1&limit=0 sent %s, want %s", ev.summary(), want)
+			}
+		}
 	})
 }
 

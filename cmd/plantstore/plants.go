@@ -144,6 +144,9 @@ which --after shows the next one.`,
 				if err := noArguments("plants list", args); err != nil {
 					return err
 				}
+				if *limit < 0 || *limit > 1000 {
+					return usageError(fmt.Sprintf("--limit %d: want 1 to 1000 plants a page (0, or no --limit: the server's default, 100)", *limit))
+				}
 				opts := client.ListOptions{Limit: *limit, Tag: tag.value()}
 				if *after != "" {
 					n, err := requiredID("--after", *after)

@@ -80,6 +80,15 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		held.id[0] = info.id
 		h["X-Request-Id"] = held.id[:]
 		h["X-Content-Type-Options"] = nosniff
+		if r.TransferEncoding != nil {
+			// A chunked request may also have carried a Content-Length,
+			// which net/http drops before a handler could tell: such a
+			// request may be smuggling another past a proxy that reads
+			// the length, and RFC 9112 (section 6.1) has the server close
+			// the connection after answering it. Clients of this API send
+			// lengths; one that sends chunks reconnects.
+			h["Connection"] = closeConnection
+		}
 		if s.cfg.TLS {
 			h["Strict-Transport-Security"] = hsts
 		}
@@ -140,6 +149,8 @@ func newRequestID() string {
 // hsts asks browsers to use only HTTPS for this host for two years, when
 // the service serves TLS itself (behind a proxy, the proxy says so).
 var hsts = []string{"max-age=63072000"}
+
+var closeConnection = []string{"close"}
 
 // recorder notes the status and size of an answer, and rewrites a non-2xx
 // answer that is not JSON into the Error body.

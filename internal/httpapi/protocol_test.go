@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -285,6 +286,41 @@ func TestSlowBodyTimesOut(t *testing.T) {
 		}
 		if p, _ := e.stored(81); p.Name != "before" {
 			t.Errorf("a timed-out update changed the plant: %v", p)
+		}
+	})
+}
+
+// A request sent in chunks is answered, then its connection closed: with
+// a Content-Length beside Transfer-Encoding it may be an attempt to
+// smuggle a request past a proxy that reads the length (RFC 9112, section
+// 6.1: the server must close the connection after answering it), and
+// net/http, which serves such requests, drops the Content-Length before a
+// handler sees whether there was one.
+func TestChunkedRequestClosesItsConnection(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		body := `{"id":1,"name":"Fern"}`
+		for _, length := range []string{"Content-Length: 5\r\n", ""} {
+			conn, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n%s"+
+				"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", e.writeToken, length, len(body), body)
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || !resp.Close {
+				t.Errorf("a chunked create with %q: %d %s, Connection %q; want 200 and Connection: close", length, resp.StatusCode, answer, resp.Header.Get("Connection"))
+			}
+			if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+				t.Errorf("after the chunked request's answer: %q, %v; want the connection closed, the request after it unanswered", rest, err)
+			}
 		}
 	})
 }

@@ -18,8 +18,9 @@ import (
 //
 // GET answers 304 when If-None-Match names the current ETag. PUT and
 // DELETE with If-Match change the plant only if it still has one of the
-// named ETags ("*": if it exists), judged in the transaction that writes;
-// otherwise 412 and nothing changes.
+// named ETags ("*": if it exists), and with If-None-Match only if it has
+// none of them ("*": never, as they do not create), judged in the
+// transaction that writes; otherwise 412 and nothing changes.
 
 // plantETag is the strong ETag of p's representation.
 func plantETag(p plantstore.Plant) string {
@@ -112,17 +113,62 @@ func weakMatch(tags []string, current string) bool {
 	return false
 }
 
-// ifMatch is the write's precondition from If-Match, nil when the header
-// is absent.
-func ifMatch(r *http.Request) plantstore.Precondition {
-	tags, any, present := etagList(r.Header, "If-Match")
-	if !present {
-		return nil
+// writeCondition is a write's precondition from If-Match and
+// If-None-Match (RFC 9110 section 13.2.2, in that order), nil when neither
+// was sent. If-Match holds when the plant has one of the named ETags
+// (strong comparison; "*": the plant exists); If-None-Match holds when it
+// has none of them (weak comparison; "*": it does not exist). Either
+// coding's tag names the plant's state.
+type writeCondition struct {
+	check plantstore.Precondition
+	// ifMatch is whether If-Match was sent: then a missing plant fails
+	// the condition (412), where with If-None-Match alone it is simply
+	// not found (404).
+	ifMatch bool
+	// noneMatched is set when If-None-Match is what failed; the writer
+	// sets it before the caller is answered.
+	noneMatched *bool
+}
+
+func writeConditionOf(r *http.Request) writeCondition {
+	matchTags, matchAny, hasMatch := etagList(r.Header, "If-Match")
+	noneTags, noneAny, hasNone := etagList(r.Header, "If-None-Match")
+	if !hasMatch && !hasNone {
+		return writeCondition{}
 	}
-	return func(stored plantstore.Plant) bool {
+	noneMatched := new(bool)
+	return writeCondition{ifMatch: hasMatch, noneMatched: noneMatched, check: func(stored plantstore.Plant) bool {
 		tag := plantETag(stored)
-		return any || strongMatch(tags, tag) || strongMatch(tags, gzipETag(tag))
+		gz := gzipETag(tag)
+		if hasMatch && !(matchAny || strongMatch(matchTags, tag) || strongMatch(matchTags, gz)) {
+			return false
+		}
+		if hasNone && (noneAny || weakMatch(noneTags, tag) || weakMatch(noneTags, gz)) {
+			*noneMatched = true
+			return false
+		}
+		return true
+	}}
+}
+
+// failed is the error of a write under c: 412 when c did not hold, or
+// when the plant is missing and If-Match asked for a state of it (RFC
+// 9110 section 13.1.1: If-Match is false without a current
+// representation).
+func (c writeCondition) failed(err error, id int64) error {
+	switch plantstore.ErrorCode(err) {
+	case plantstore.EPRECONDITION:
+		if c.noneMatched != nil && *c.noneMatched {
+			return errorStatus(http.StatusPreconditionFailed,
+				"plant %d matches If-None-Match: it still has an ETag you named, so nothing was changed", id)
+		}
+		return preconditionFailed(id)
+	case plantstore.ENOTFOUND:
+		if c.ifMatch {
+			return preconditionFailed(id)
+		}
 	}
+	return err
 }
 
 // notModified reports whether If-None-Match names current, so a GET

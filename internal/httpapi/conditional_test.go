@@ -102,6 +102,43 @@ func TestIfMatchOnWrites(t *testing.T) {
 	})
 }
 
+// If-None-Match on PUT and DELETE (RFC 9110 section 13.1.2): the write
+// happens only if the plant has none of the named ETags; "*" never holds
+// for a plant that exists. A missing plant is simply not found.
+func TestIfNoneMatchOnWrites(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":4,"name":"Mint"}`)
+		read, _ := e.send("GET", "/plants/4", "", nil)
+		etag := read.Header.Get("ETag")
+		gzTag := strings.TrimSuffix(etag, `"`) + `-gz"`
+		for _, inm := range []string{etag, "W/" + etag, gzTag, `"x", ` + etag, "*"} {
+			resp, body := e.send("PUT", "/plants/4", `{"name":"changed"}`, map[string]string{"If-None-Match": inm})
+			wantError(t, resp, body, http.StatusPreconditionFailed, "If-None-Match")
+			resp, body = e.send("DELETE", "/plants/4", "", map[string]string{"If-None-Match": inm})
+			wantError(t, resp, body, http.StatusPreconditionFailed, "If-None-Match")
+		}
+		// If-Match holds, If-None-Match does not: refused.
+		resp, body := e.send("PUT", "/plants/4", `{"name":"changed"}`, map[string]string{"If-Match": etag, "If-None-Match": etag})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-None-Match")
+		if p, _ := e.stored(4); p.Name != "Mint" {
+			t.Fatalf("refused writes changed the plant: %v", p)
+		}
+		// A tag the plant no longer has: the write goes ahead.
+		resp, body = e.send("PUT", "/plants/4", `{"name":"Mint","tag":"herb"}`, map[string]string{"If-None-Match": `"stale"`, "If-Match": etag})
+		if resp.StatusCode != 200 {
+			t.Fatalf("PUT with If-None-Match a stale tag: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := e.send("DELETE", "/plants/4", "", map[string]string{"If-None-Match": etag}); resp.StatusCode != 204 {
+			t.Fatalf("DELETE with If-None-Match the tag before the PUT: %d %s", resp.StatusCode, body)
+		}
+		resp, body = e.send("DELETE", "/plants/4", "", map[string]string{"If-None-Match": "*"})
+		wantError(t, resp, body, http.StatusNotFound)
+		resp, body = e.send("PUT", "/plants/4", `{"name":"Mint"}`, map[string]string{"If-None-Match": etag})
+		wantError(t, resp, body, http.StatusNotFound)
+	})
+}
+
 // Clients that read a plant and write it back with If-Match cannot
 // overwrite each other: of many writers holding the same ETag, exactly
 // one succeeds.

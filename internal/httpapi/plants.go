@@ -92,12 +92,12 @@ func (s *Server) handleUpdatePlant() http.Handler {
 		if err == nil {
 			err = p.Validate()
 		}
-		cond := ifMatch(r)
+		cond := writeConditionOf(r)
 		if err == nil {
-			err = s.store.UpdatePlant(r.Context(), p, cond)
+			err = s.store.UpdatePlant(r.Context(), p, cond.check)
 		}
 		if err != nil {
-			s.writeError(w, r, conditionalError(err, cond, id))
+			s.writeError(w, r, cond.failed(err, id))
 			return
 		}
 		// The new ETag, so the client can make its next change conditional
@@ -106,31 +106,15 @@ func (s *Server) handleUpdatePlant() http.Handler {
 	})
 }
 
-// conditionalError is err of a write with precondition cond: 412 when the
-// precondition did not hold, or when the plant is missing and the client
-// asked for a state of it (RFC 9110 section 13.1.1: If-Match is false
-// without a current representation).
-func conditionalError(err error, cond plantstore.Precondition, id int64) error {
-	switch plantstore.ErrorCode(err) {
-	case plantstore.EPRECONDITION:
-		return preconditionFailed(id)
-	case plantstore.ENOTFOUND:
-		if cond != nil {
-			return preconditionFailed(id)
-		}
-	}
-	return err
-}
-
 func (s *Server) handleDeletePlant() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := pathID(r)
-		cond := ifMatch(r)
+		cond := writeConditionOf(r)
 		if err == nil {
-			err = s.store.DeletePlant(r.Context(), id, cond)
+			err = s.store.DeletePlant(r.Context(), id, cond.check)
 		}
 		if err != nil {
-			s.writeError(w, r, conditionalError(err, cond, id))
+			s.writeError(w, r, cond.failed(err, id))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)

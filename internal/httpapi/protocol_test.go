@@ -44,6 +44,33 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 	})
 }
 
+// A path that is not in canonical form gets 307 to the canonical one, its
+// query kept, whether its dot segments are written plainly or escaped
+// (RFC 3986, section 6.2.2.2: "%2e" is "."); other escapes are matched
+// decoded, as ever.
+func TestNonCanonicalPathsRedirect(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		for target, want := range map[string]string{
+			"//plants":                      "/plants",
+			"/./plants":                     "/plants",
+			"/%2e/plants":                   "/plants",
+			"/%2E/plants":                   "/plants",
+			"/plants/%2E%2e/plants?limit=5": "/plants?limit=5",
+			"/%2e%2e/plants/1":              "/plants/1",
+			"/plants/.%2e/healthz":          "/healthz",
+		} {
+			resp, body := e.raw("GET " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+			wantError(t, resp, body, http.StatusTemporaryRedirect, "canonical")
+			if got := resp.Header.Get("Location"); got != want {
+				t.Errorf("GET %s: Location %q, want %q", target, got, want)
+			}
+		}
+		resp, body := e.raw("GET /plants%2e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		wantError(t, resp, body, http.StatusNotFound)
+	})
+}
+
 // A body can begin any write to the connection; none can pass for one of
 // net/http's own answers and be rewritten.
 func TestBodiesCannotForgeProtocolErrors(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,8 +235,47 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	s.routes(mux)
-	s.handler = s.observe(s.recoverPanics(mux))
+	s.handler = s.observe(s.recoverPanics(escapedDotsRedirect(mux)))
 	return s
+}
+
+// escapedDotsRedirect answers 307 to the canonical path when a segment of
+// the path is a dot segment written escaped ("/%2e/plants",
+// "/plants/%2E%2e/plants"), as the mux answers it written plainly: the
+// mux cleans the path as sent, where "%2e" is no dot, and would then
+// match the decoded segment, "." or "..", against the routes and answer
+// 404. Other escapes are left as they came.
+func escapedDotsRedirect(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		escaped := r.URL.EscapedPath()
+		if !strings.Contains(escaped, "%2e") && !strings.Contains(escaped, "%2E") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		segments := strings.Split(escaped, "/")
+		dots := false
+		for i, seg := range segments {
+			switch strings.ToLower(seg) {
+			case "%2e":
+				segments[i], dots = ".", true
+			case "%2e%2e", ".%2e", "%2e.":
+				segments[i], dots = "..", true
+			}
+		}
+		if !dots {
+			next.ServeHTTP(w, r)
+			return
+		}
+		clean := path.Clean(strings.Join(segments, "/"))
+		if strings.HasSuffix(escaped, "/") && clean != "/" {
+			clean += "/"
+		}
+		if r.URL.RawQuery != "" {
+			clean += "?" + r.URL.RawQuery
+		}
+		w.Header().Set("Location", clean)
+		w.WriteHeader(http.StatusTemporaryRedirect)
+	})
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

@@ -1,7 +1,9 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -54,4 +56,56 @@ func TestOpenMissingDirectory(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Open in a missing directory took %v", took)
 	}
+}
+
+// A --db that names some other file is refused, naming what it is, and
+// the file is left exactly as it was: a file that is not SQLite, and a
+// SQLite database of another program, whose tables plantstore would
+// otherwise have added its own to.
+func TestOpenRefusesFilesOfOthers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	text := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(text, []byte("not a database\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.db")
+	odb, err := sql.Open("sqlite", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := odb.Exec(`CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO customers VALUES (1, 'Ada')`); err != nil {
+		t.Fatal(err)
+	}
+	odb.Close()
+	before := map[string][]byte{}
+	for _, p := range []string{text, other} {
+		before[p], _ = os.ReadFile(p)
+	}
+	for path, want := range map[string]string{
+		text:  "is not a SQLite database",
+		other: "is a SQLite database of something else (its tables: customers)",
+	} {
+		db, err := Open(ctx, path, Options{})
+		if err == nil {
+			db.Close()
+			t.Fatalf("Open %s succeeded", path)
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Open %s: %v; want %q and the path", path, err, want)
+		}
+		if after, _ := os.ReadFile(path); !bytes.Equal(after, before[path]) {
+			t.Errorf("Open %s changed the file", path)
+		}
+	}
+	// An empty file is a new store's start, as a missing one is.
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(ctx, empty, Options{})
+	if err != nil {
+		t.Fatalf("Open an empty file: %v", err)
+	}
+	db.Close()
 }

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,6 +132,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		}
 	}
 	created, err := prepareFiles(abs, opts.MustExist)
+	if err == nil && !created {
+		err = checkIsStore(ctx, path, abs)
+	}
 	var db *DB
 	if err == nil {
 		db, err = open(ctx, path, abs, opts)
@@ -144,7 +149,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		if soleLock != nil {
 			soleLock.Close()
 		}
-		return nil, err
+		return nil, notAStore(path, err)
 	}
 	if created && opts.Created != nil {
 		opts.Created(abs)
@@ -369,6 +374,64 @@ func storeError(op string, err error) error {
 		}
 	}
 	return plantstore.WrapError(plantstore.EINTERNAL, "internal error", wrapped)
+}
+
+// checkIsStore refuses, before anything is written to it, a file that is
+// not plantstore's: one that is not SQLite, or a SQLite database with
+// tables of its own and no schema_migrations, another program's, to which
+// opening as a store would add plantstore's tables and its WAL mode. An
+// empty file is a new store's start.
+func checkIsStore(ctx context.Context, path, abs string) error {
+	if fi, err := os.Stat(abs); err == nil && fi.Size() == 0 {
+		return nil
+	}
+	db, err := sql.Open("sqlite", dsn(abs, url.Values{"mode": {"rw"}, "_pragma": {"query_only(ON)"}}))
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+	if err != nil {
+		return notAStore(path, fmt.Errorf("open %s: %w", path, err))
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		tables = append(tables, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return notAStore(path, fmt.Errorf("open %s: %w", path, err))
+	}
+	if len(tables) == 0 || slices.Contains(tables, "schema_migrations") {
+		return nil
+	}
+	if len(tables) > 5 {
+		tables = append(tables[:5], "…")
+	}
+	return fmt.Errorf("%s is a SQLite database of something else (its tables: %s), not a plantstore store; plantstore changed nothing in it: name a new file, or a store plantstore made",
+		path, strings.Join(tables, ", "))
+}
+
+// notAStore says plainly that the file at path is not a SQLite database,
+// or a damaged one, when err, its opening's failure, says so in SQLite's
+// words; any other err is returned as it is.
+func notAStore(path string, err error) error {
+	e, ok := errors.AsType[*sqlite.Error](err)
+	if !ok {
+		return err
+	}
+	switch e.Code() & 0xff {
+	case sqlite3.SQLITE_NOTADB:
+		return fmt.Errorf("%s is not a SQLite database, so not a store (--db names the store's file; where no file is, a new store is made)", path)
+	case sqlite3.SQLITE_CORRUPT:
+		return fmt.Errorf("the store %s is damaged (%v): restore it from a backup (docs/operations.md, Backups)", path, e)
+	}
+	return err
 }
 
 // isBusy tells lock contention, which waiting may end, from the other

@@ -130,6 +130,8 @@ func TestLimitFlags(t *testing.T) {
 		{nil, []string{"--auth-failure-limit", "-3"}, "must not be negative"},
 		{nil, []string{"--auth-failure-window", "0s"}, "must be positive"},
 		{[]string{"PLANTSTORE_TRUSTED_PROXIES=10.0.0.0/8,proxy.internal"}, nil, `"proxy.internal"`},
+		{nil, []string{"--max-body-bytes", "0"}, "--max-body-bytes 0: want 1 or more"},
+		{[]string{"PLANTSTORE_MAX_HEADER_BYTES=10"}, nil, "--max-header-bytes 10: want 1024 or more"},
 	} {
 		if out := serveRefused(t, tc.env, tc.args...); !strings.Contains(out, tc.want) {
 			t.Errorf("serve %q with %q says\n%s\nwhich does not mention %q", tc.args, tc.env, out, tc.want)

@@ -112,6 +112,10 @@ func (f eventFlags) apply(cfg *app.Config) error {
 	return nil
 }
 
+// minHeaderBytes is the least --max-header-bytes: below it every request
+// would get 431, /healthz's included.
+const minHeaderBytes = 1024
+
 func addServeFlags(fs *flagSet) serveFlags {
 	return serveFlags{
 		addr:              fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on"),
@@ -164,6 +168,14 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 	}
 	if err := f.db.check(); err != nil {
 		return cfg, err
+	}
+	// No "0 means the default": a limit of 0 could be read as none.
+	if *f.maxBody < 1 {
+		return cfg, usageError(fmt.Sprintf("--max-body-bytes %d: want 1 or more (the default is %d)", *f.maxBody, httpapi.DefaultMaxBodyBytes))
+	}
+	if *f.maxHeader < minHeaderBytes {
+		return cfg, usageError(fmt.Sprintf("--max-header-bytes %d: want %d or more, as a request's line, Host and Authorization alone take hundreds (the default is %d)",
+			*f.maxHeader, minHeaderBytes, httpapi.DefaultMaxHeaderBytes))
 	}
 	if err := f.limits.apply(&cfg.API); err != nil {
 		return cfg, err

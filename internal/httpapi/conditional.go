@@ -160,7 +160,7 @@ func (c writeCondition) failed(err error, id int64) error {
 	case plantstore.EPRECONDITION:
 		if c.noneMatched != nil && *c.noneMatched {
 			return errorStatus(http.StatusPreconditionFailed,
-				"plant %d matches If-None-Match: it still has an ETag you named, so nothing was changed", id)
+				"plant %d matches If-None-Match: it has an ETag you named (or exists, for *), so nothing was changed", id)
 		}
 		return preconditionFailed(id)
 	case plantstore.ENOTFOUND:

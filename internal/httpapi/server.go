@@ -247,6 +247,12 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 // 404. Other escapes are left as they came.
 func escapedDotsRedirect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A path with escapes Path alone would not give back has RawPath;
+		// one without them, nearly every path, costs a comparison.
+		if r.URL.RawPath == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
 		escaped := r.URL.EscapedPath()
 		if !strings.Contains(escaped, "%2e") && !strings.Contains(escaped, "%2E") {
 			next.ServeHTTP(w, r)

@@ -114,8 +114,8 @@ func weakMatch(tags []string, current string) bool {
 }
 
 // writeCondition is a write's precondition from If-Match and
-// If-None-Match (RFC 9110 section 13.2.2, in that order), nil when neither
-// was sent. If-Match holds when the plant has one of the named ETags
+// If-None-Match (RFC 9110 section 13.2.2, in that order); its check is nil
+// when neither was sent. If-Match holds when the plant has one of the named ETags
 // (strong comparison; "*": the plant exists); If-None-Match holds when it
 // has none of them (weak comparison; "*": it does not exist). Either
 // coding's tag names the plant's state.

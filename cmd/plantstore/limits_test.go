@@ -309,6 +309,20 @@ func TestAuthFailureLimitByDefault(t *testing.T) {
 	limAwaitLog(t, s, `"limit":"auth_failures"`)
 }
 
+// slowBodyGets408 sends on conn a create whose body stops short of its
+// Content-Length, and checks it is answered 408 with the Error body within
+// twice the server's --read-timeout of 2 s.
+func slowBodyGets408(t *testing.T, conn net.Conn, token string, id int64) {
+	t.Helper()
+	begin := time.Now()
+	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":%d,", token, id)
+	resp, body := limRaw(t, conn, "POST", "/plants")
+	limWantError(t, resp, body, http.StatusRequestTimeout)
+	if took := time.Since(begin); took > 4*time.Second {
+		t.Errorf("a slow body was answered after %v, with --read-timeout 2s", took)
+	}
+}
+
 // Slow and oversized clients, with the limits set low by flags: each is
 // cut off or refused with the Error body, and the server serves others
 // meanwhile. With the defaults (5 s, 30 s, 64 KiB, 16 KiB) every case
@@ -325,13 +339,7 @@ func TestSlowAndOversizedClients(t *testing.T) {
 	t.Run("slow body", func(t *testing.T) {
 		conn := limDial(t, s.url)
 		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		begin := time.Now()
-		fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":1,", token)
-		resp, body := limRaw(t, conn, "POST", "/plants")
-		limWantError(t, resp, body, http.StatusRequestTimeout)
-		if took := time.Since(begin); took > 4*time.Second {
-			t.Errorf("a slow body was answered after %v, with --read-timeout 2s", took)
-		}
+		slowBodyGets408(t, conn, token, 1)
 	})
 
 	// The same on a kept-alive connection that has served a request,
@@ -343,13 +351,7 @@ func TestSlowAndOversizedClients(t *testing.T) {
 		if resp, body := limRaw(t, conn, "GET", "/plants"); resp.StatusCode != http.StatusOK {
 			t.Fatalf("the first request: %d %s", resp.StatusCode, body)
 		}
-		begin := time.Now()
-		fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":3,", token)
-		resp, body := limRaw(t, conn, "POST", "/plants")
-		limWantError(t, resp, body, http.StatusRequestTimeout)
-		if took := time.Since(begin); took > 4*time.Second {
-			t.Errorf("a slow body was answered after %v, with --read-timeout 2s", took)
-		}
+		slowBodyGets408(t, conn, token, 3)
 	})
 
 	t.Run("oversized body", func(t *testing.T) {

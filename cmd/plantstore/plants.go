@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/client"
 )
 
@@ -144,8 +145,9 @@ which --after shows the next one.`,
 				if err := noArguments("plants list", args); err != nil {
 					return err
 				}
-				if *limit < 0 || *limit > 1000 {
-					return usageError(fmt.Sprintf("--limit %d: want 1 to 1000 plants a page (0, or no --limit: the server's default, 100)", *limit))
+				if *limit < 0 || *limit > plantstore.MaxListLimit {
+					return usageError(fmt.Sprintf("--limit %d: want 1 to %d plants a page (0, or no --limit: the server's default, %d)",
+						*limit, plantstore.MaxListLimit, plantstore.DefaultListLimit))
 				}
 				opts := client.ListOptions{Limit: *limit, Tag: tag.value()}
 				if *after != "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/plantstore/plantstore"
@@ -171,11 +172,14 @@ func (c writeCondition) failed(err error, id int64) error {
 	return err
 }
 
-// notModified reports whether If-None-Match names current, so a GET
-// answers 304.
-func notModified(r *http.Request, current string) bool {
+// notModified reports whether If-None-Match names one of current (the
+// tags of one state of the resource), so a GET answers 304.
+func notModified(r *http.Request, current ...string) bool {
 	tags, any, present := etagList(r.Header, "If-None-Match")
-	return present && (any || weakMatch(tags, current))
+	if !present {
+		return false
+	}
+	return any || slices.ContainsFunc(current, func(c string) bool { return weakMatch(tags, c) })
 }
 
 // preconditionFailed is the answer to a write whose If-Match does not

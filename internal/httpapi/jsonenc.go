@@ -175,13 +175,14 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 	gz := compressible && len(b) > compressAbove && acceptsGzip(r)
 	if etag != nil {
 		tag := etag(b)
+		gzTag := gzipETag(tag)
 		sent := tag
 		if gz {
-			sent = gzipETag(tag)
+			sent = gzTag
 		}
 		// Either coding's tag names the same state of the resource,
 		// whichever coding this answer takes.
-		if r != nil && (notModified(r, tag) || notModified(r, gzipETag(tag))) {
+		if r != nil && notModified(r, tag, gzTag) {
 			answerNotModified(w, sent)
 			putBuffer(bp, b)
 			return

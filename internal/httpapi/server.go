@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -244,7 +243,8 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 // "/plants/%2E%2e/plants"), as the mux answers it written plainly: the
 // mux cleans the path as sent, where "%2e" is no dot, and would then
 // match the decoded segment, "." or "..", against the routes and answer
-// 404. Other escapes are left as they came.
+// 404. http.Redirect cleans the path it is given, keeping a trailing
+// slash and the query; other escapes are left as they came.
 func escapedDotsRedirect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A path with escapes Path alone would not give back has RawPath;
@@ -253,12 +253,7 @@ func escapedDotsRedirect(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		escaped := r.URL.EscapedPath()
-		if !strings.Contains(escaped, "%2e") && !strings.Contains(escaped, "%2E") {
-			next.ServeHTTP(w, r)
-			return
-		}
-		segments := strings.Split(escaped, "/")
+		segments := strings.Split(r.URL.EscapedPath(), "/")
 		dots := false
 		for i, seg := range segments {
 			switch strings.ToLower(seg) {
@@ -272,15 +267,11 @@ func escapedDotsRedirect(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		clean := path.Clean(strings.Join(segments, "/"))
-		if strings.HasSuffix(escaped, "/") && clean != "/" {
-			clean += "/"
-		}
+		target := strings.Join(segments, "/")
 		if r.URL.RawQuery != "" {
-			clean += "?" + r.URL.RawQuery
+			target += "?" + r.URL.RawQuery
 		}
-		w.Header().Set("Location", clean)
-		w.WriteHeader(http.StatusTemporaryRedirect)
+		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
 	})
 }
 

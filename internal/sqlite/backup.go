@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,7 +171,7 @@ func inspect(ctx context.Context, path string) (BackupInfo, error) {
 	if err != nil {
 		return BackupInfo{}, err
 	}
-	db, err := sql.Open("sqlite", dsn(abs, url.Values{"mode": {"rw"}, "_pragma": {"query_only(ON)"}}))
+	db, err := openQueryOnly(abs)
 	if err != nil {
 		return BackupInfo{}, err
 	}
@@ -197,11 +198,11 @@ func inspect(ctx context.Context, path string) (BackupInfo, error) {
 	if len(problems) > 0 {
 		return BackupInfo{}, fmt.Errorf("integrity check failed: %s", strings.Join(problems, "; "))
 	}
-	var tables int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('schema_migrations', 'plants')`).Scan(&tables); err != nil {
+	tables, err := userTables(ctx, db)
+	if err != nil {
 		return BackupInfo{}, err
 	}
-	if tables != 2 {
+	if !slices.Contains(tables, "schema_migrations") || !slices.Contains(tables, "plants") {
 		return BackupInfo{}, errors.New("it is a SQLite file but not a plantstore store")
 	}
 	info := BackupInfo{Bytes: st.Size()}

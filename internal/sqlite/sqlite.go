@@ -380,32 +380,20 @@ func storeError(op string, err error) error {
 // not plantstore's: one that is not SQLite, or a SQLite database with
 // tables of its own and no schema_migrations, another program's, to which
 // opening as a store would add plantstore's tables and its WAL mode. An
-// empty file is a new store's start.
+// empty file is a new store's start. Open says in plain words what
+// SQLite's errors mean (notAStore).
 func checkIsStore(ctx context.Context, path, abs string) error {
 	if fi, err := os.Stat(abs); err == nil && fi.Size() == 0 {
 		return nil
 	}
-	db, err := sql.Open("sqlite", dsn(abs, url.Values{"mode": {"rw"}, "_pragma": {"query_only(ON)"}}))
+	db, err := openQueryOnly(abs)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+	tables, err := userTables(ctx, db)
 	if err != nil {
-		return notAStore(path, fmt.Errorf("open %s: %w", path, err))
-	}
-	var tables []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return fmt.Errorf("open %s: %w", path, err)
-		}
-		tables = append(tables, name)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return notAStore(path, fmt.Errorf("open %s: %w", path, err))
+		return fmt.Errorf("open %s: %w", path, err)
 	}
 	if len(tables) == 0 || slices.Contains(tables, "schema_migrations") {
 		return nil
@@ -415,6 +403,30 @@ func checkIsStore(ctx context.Context, path, abs string) error {
 	}
 	return fmt.Errorf("%s is a SQLite database of something else (its tables: %s), not a plantstore store; plantstore changed nothing in it: name a new file, or a store plantstore made",
 		path, strings.Join(tables, ", "))
+}
+
+// openQueryOnly opens the SQLite file at abs through connections that
+// cannot change it.
+func openQueryOnly(abs string) (*sql.DB, error) {
+	return sql.Open("sqlite", dsn(abs, url.Values{"mode": {"rw"}, "_pragma": {"query_only(ON)"}}))
+}
+
+// userTables lists db's tables, SQLite's own left out, by name.
+func userTables(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		tables = append(tables, name)
+	}
+	return tables, rows.Err()
 }
 
 // notAStore says plainly that the file at path is not a SQLite database,

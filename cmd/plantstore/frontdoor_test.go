@@ -2,7 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -124,6 +128,48 @@ func TestNoSilentStores(t *testing.T) {
 	s := serve(t, other)
 	if !s.logged(`"msg":"created a new store","path":"`+filepath.Join(other, "plantstore.db")+`"`, 5*time.Second) {
 		t.Errorf("serve does not say it made the store:\n%s", s.logs)
+	}
+}
+
+// A --db that names a file not plantstore's is refused by every command
+// that opens a store, exit 1, saying what the file is, and the file is
+// left as it was: a text file, and another program's SQLite database.
+func TestStoreOfSomethingElseRefused(t *testing.T) {
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notes, []byte("not a database\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.db")
+	odb, err := sql.Open("sqlite", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := odb.Exec(`CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	odb.Close()
+	for path, want := range map[string]string{
+		notes: notes + " is not a SQLite database",
+		other: other + " is a SQLite database of something else (its tables: customers)",
+	} {
+		before, _ := os.ReadFile(path)
+		for _, args := range [][]string{{"token", "create", "--name", "me"}, {"token", "list"}} {
+			r := cli(t, dir, nil, append(args, "--db", path)...)
+			if r.exit != 1 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "internal") {
+				t.Errorf("%q --db %s: exit %d, %q; want 1 and %q", args, path, r.exit, r.stderr, want)
+			}
+		}
+		// serve, bounded: one that takes the file would serve on.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, binary, "serve", "--addr", "127.0.0.1:0", "--db", path).CombinedOutput()
+		cancel()
+		if exit, ok := errors.AsType[*exec.ExitError](err); !ok || exit.ExitCode() != 1 || !strings.Contains(string(out), want) {
+			t.Errorf("serve --db %s: %v, %s; want exit 1 and %q", path, err, out, want)
+		}
+		if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+			t.Errorf("the commands changed %s", path)
+		}
 	}
 }
 

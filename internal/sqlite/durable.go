@@ -38,8 +38,8 @@ import (
 // Checkpoints stay safe: in WAL mode NORMAL still syncs the WAL before a
 // checkpoint and the database file after it, before the WAL is reused.
 // The other writers of the file (tokens, webhooks, the schema) keep
-// synchronous=FULL: the writer sets NORMAL for its own transaction and
-// puts FULL back before the connection returns to the pool.
+// synchronous=FULL: the writer sets NORMAL for its own transactions and
+// puts FULL back before the connection returns to the pool (heldConn).
 //
 // The WAL is synced through a descriptor of our own. SQLite deletes the
 // WAL file only when the last connection to the database closes, and a

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,6 +122,57 @@ func TestEachBatchIsSyncedAndFullIsRestored(t *testing.T) {
 	var level int
 	if err := db.write.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level); err != nil || level != 2 {
 		t.Errorf("the write pool's synchronous after the batches: %d, %v; want 2 (FULL)", level, err)
+	}
+}
+
+// Under load the writer keeps the write connection from one batch to the
+// next, at synchronous=NORMAL; another writer that waits for it gets it
+// within a batch, at FULL, while the creates go on.
+func TestOtherWritersGetFullUnderLoad(t *testing.T) {
+	db, _ := openTest(t, Options{})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var created atomic.Int64
+	// More writers than a batch takes, so that writes are always queued
+	// when a batch is answered.
+	for g := range maxBatch + maxBatch/2 {
+		wg.Go(func() {
+			for i := int64(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: int64(g)<<32 | i, Name: "p"}); err != nil {
+					t.Error(err)
+					return
+				}
+				created.Add(1)
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for created.Load() < 2*maxBatch {
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 20 {
+		// Were the writer to keep the connection while others wait, this
+		// would wait as long as the creates go on: until the deadline.
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var level int
+		err := db.write.QueryRowContext(qctx, `PRAGMA synchronous`).Scan(&level)
+		cancel()
+		if err != nil || level != 2 {
+			t.Fatalf("query %d on the write pool under load: synchronous %d, %v; want 2 (FULL)", i, level, err)
+		}
+		tok := plantstore.Token{Name: fmt.Sprintf("t%d", i), Scopes: []string{"plants:read"}}
+		if _, err := db.CreateToken(ctx, tok, plantstore.HashToken(fmt.Sprint("secret", i))); err != nil {
+			t.Fatalf("token %d under load: %v", i, err)
+		}
+	}
+	if n := created.Load(); n < 4*maxBatch {
+		t.Errorf("only %d creates while the other writers ran", n)
 	}
 }
 

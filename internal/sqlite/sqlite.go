@@ -71,8 +71,8 @@ type DB struct {
 	// SQLite allows one writer at a time. A pool of one connection queues our
 	// own writers in Go instead of letting them fail with SQLITE_BUSY, and
 	// its transactions begin IMMEDIATE so a write never upgrades a read lock.
-	// The plant writer (writer.go) takes it for each batch; the token and
-	// webhook writes take it between batches.
+	// The plant writer (writer.go) takes it for a run of batches; the token
+	// and webhook writes take it between runs.
 	write *sql.DB
 	// The other reads run in parallel beside the writer, as WAL allows.
 	read *sql.DB
@@ -86,6 +86,7 @@ type DB struct {
 	durable     durability // durable.go
 	directMu    sync.Mutex // without group commit: one write at a time
 	writerRaw   *rawConn   // the write connection as the writer drives it; only the writer touches it
+	held        heldConn   // the write connection while the writer keeps it between batches (writer.go)
 	// The hot read path of token checks, prepared once.
 	tokenByHashStmt *sql.Stmt
 	enqueued        func()

@@ -273,6 +273,7 @@ func TestBatchWithTakenIDs(t *testing.T) {
 // returns each write's result once the batch is durable.
 func commitAsWriter(db *DB, batch []*writeRequest) []writeResult {
 	job := db.commit(batch)
+	defer db.releaseWriteConn()
 	return db.finish(job, db.makeDurable(job))
 }
 

@@ -105,7 +105,9 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 		// so the effects are made in commit order.
 		db.directMu.Lock()
 		defer db.directMu.Unlock()
-		return db.finish(db.commit([]*writeRequest{&w}), nil)[0]
+		job := db.commit([]*writeRequest{&w})
+		db.releaseWriteConn()
+		return db.finish(job, nil)[0]
 	}
 	if err := ctx.Err(); err != nil {
 		return writeResult{err: storeError(w.op(), err)}
@@ -141,10 +143,12 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 func (db *DB) writer() {
 	defer close(db.writerDone)
 	batch := make([]*writeRequest, 0, maxBatch)
+	defer db.releaseWriteConn()
 	for first := range db.writes {
 		batch = db.gather(append(batch[:0], first))
 		if err := db.durable.faulted(); err != nil {
 			// Queued before a sync failed: nothing more is committed.
+			db.releaseWriteConn()
 			for _, req := range batch {
 				req.done <- writeResult{err: err}
 			}
@@ -154,10 +158,77 @@ func (db *DB) writer() {
 		if db.observeBatch != nil {
 			db.observeBatch(len(batch))
 		}
-		for i, r := range db.finish(job, db.makeDurable(job)) {
+		results := db.finish(job, db.makeDurable(job))
+		// Before any answer, so that no caller sees the writer still
+		// holding the connection when nothing follows.
+		if db.held.batches++; len(db.writes) == 0 || db.held.batches == maxHeldBatches ||
+			db.write.Stats().WaitCount != db.held.waits {
+			db.releaseWriteConn()
+		}
+		for i, r := range results {
 			batch[i].done <- r
 		}
 	}
+}
+
+// heldConn is the write pool's one connection while the writer keeps it
+// from one batch to the next. A batch commits with synchronous=NORMAL
+// (durable.go), and the other writers of the pool (tokens, webhooks)
+// count on FULL. Setting the one and restoring the other around each
+// batch cost two PRAGMA statements a batch, which SQLite prepares afresh
+// on every run: about 13 µs a batch, 1–2% of a create's CPU at batches of
+// 30 (BENCHMARKS.md, "After design 8"). So under load the writer keeps
+// the connection, at NORMAL, while writes queue behind the batch it
+// answers, and gives it back with FULL restored when none do, when
+// another writer has begun to wait for it, or after maxHeldBatches in
+// any case: database/sql counts waits begun, not waits going on, so a
+// writer that began waiting before the connection was taken goes unseen
+// until then.
+type heldConn struct {
+	conn    *sql.Conn // nil: not held
+	normal  bool      // its synchronous is NORMAL
+	waits   int64     // the pool's WaitCount when taken: a larger one is a writer waiting
+	batches int       // committed since taken
+}
+
+// maxHeldBatches bounds how many batches the writer commits on the
+// connection before giving it back: another writer waits that many at
+// most (a few milliseconds under load), and the PRAGMAs cost a
+// maxHeldBatches-th of what they did.
+const maxHeldBatches = 8
+
+// writeConn returns the write connection for a batch: the one held, or
+// the pool's, taken and held now.
+func (db *DB) writeConn() (*sql.Conn, error) {
+	if db.held.conn == nil {
+		conn, err := db.write.Conn(db.life)
+		if err != nil {
+			return nil, err
+		}
+		db.held = heldConn{conn: conn, waits: db.write.Stats().WaitCount}
+	}
+	return db.held.conn, nil
+}
+
+// releaseWriteConn gives the held connection back to the pool with
+// synchronous=FULL, or has the pool close it when FULL cannot be set.
+func (db *DB) releaseWriteConn() {
+	h := db.held
+	if h.conn == nil {
+		return
+	}
+	db.held = heldConn{}
+	if h.normal {
+		h.conn.Raw(func(dc any) error {
+			if _, err := db.writerConn(dc.(driver.Conn)).exec(`PRAGMA synchronous = FULL`); err != nil {
+				// The other writers count on FULL: the pool closes this
+				// connection rather than lend it to them.
+				return driver.ErrBadConn
+			}
+			return nil
+		})
+	}
+	h.conn.Close()
 }
 
 // gather adds to batch what else is queued. When one P runs everything
@@ -269,57 +340,52 @@ func (db *DB) finish(job *pendingBatch, syncErr error) []writeResult {
 	return job.results
 }
 
-// commitBatch runs batch in one transaction on the write connection,
-// taken from the write pool for the batch (so the other writers of this
-// process, tokens and webhooks, queue for it in Go rather than for
-// SQLite's lock) and driven below database/sql (see rawConn). It makes
-// none of the batch's effects: its outcome says what they are.
+// commitBatch runs batch in one transaction on the write connection
+// (writeConn: held by the writer, so the other writers of this process,
+// tokens and webhooks, queue for it in Go rather than for SQLite's lock)
+// and driven below database/sql (see rawConn). It makes none of the
+// batch's effects: its outcome says what they are. After a failure the
+// connection is given back, to be taken afresh.
 func (db *DB) commitBatch(batch []*writeRequest) (out batchOutcome, err error) {
-	op := fmt.Sprintf("write %d plants", len(batch))
-	if len(batch) == 1 {
-		op = fmt.Sprintf("write plant %d", batch[0].plant.ID)
-	}
-	conn, err := db.write.Conn(db.life)
+	conn, err := db.writeConn()
 	if err != nil {
-		return out, storeError(op, err)
+		return out, storeError(batchOp(batch), err)
 	}
-	defer conn.Close()
 	var batchErr error
-	restoreFailed := false
 	rawErr := conn.Raw(func(dc any) error {
 		c := db.writerConn(dc.(driver.Conn))
-		ownSync := db.durable.syncsWAL()
-		if ownSync {
+		if db.durable.syncsWAL() && !db.held.normal {
 			if _, batchErr = c.exec(`PRAGMA synchronous = NORMAL`); batchErr != nil {
 				return nil
 			}
+			db.held.normal = true
 		}
 		if out, batchErr = db.runBatch(c, batch); batchErr != nil {
 			// A failed statement may have rolled the transaction back
 			// already; then this fails too, harmlessly.
 			c.exec(`ROLLBACK`)
 		}
-		if ownSync {
-			if _, err := c.exec(`PRAGMA synchronous = FULL`); err != nil {
-				// The other writers count on FULL: the pool closes this
-				// connection rather than lend it to them. The batch's
-				// outcome stands.
-				restoreFailed = true
-				return driver.ErrBadConn
-			}
-		}
 		return nil
 	})
-	if batchErr == nil && rawErr != nil && !restoreFailed {
+	if batchErr == nil {
 		batchErr = rawErr
 	}
 	if batchErr != nil {
+		db.releaseWriteConn()
 		if errors.Is(batchErr, driver.ErrBadConn) {
 			batchErr = errors.Join(batchErr, sql.ErrConnDone)
 		}
-		return out, storeError(op, batchErr)
+		return out, storeError(batchOp(batch), batchErr)
 	}
 	return out, nil
+}
+
+// batchOp names a batch's write in errors; only a failed batch pays for it.
+func batchOp(batch []*writeRequest) string {
+	if len(batch) == 1 {
+		return fmt.Sprintf("write plant %d", batch[0].plant.ID)
+	}
+	return fmt.Sprintf("write %d plants", len(batch))
 }
 
 // writerConn is the rawConn of the write pool's connection dc, with its

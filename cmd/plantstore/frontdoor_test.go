@@ -171,6 +171,18 @@ func TestStoreOfSomethingElseRefused(t *testing.T) {
 			t.Errorf("the commands changed %s", path)
 		}
 	}
+	// Nothing left beside them either: no lock file, no log.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"notes.txt", "other.db"}; !slices.Equal(names, want) {
+		t.Errorf("after the refusals the directory holds %q, want %q", names, want)
+	}
 }
 
 // A store in a missing directory, in a directory this user may not write,

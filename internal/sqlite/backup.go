@@ -108,7 +108,7 @@ var ErrStoreExists = errors.New("a store exists there")
 // the copy is renamed into place. Commands such as "token" must not run
 // during a restore: one that has the old store open would go on writing
 // to it.
-func Restore(ctx context.Context, from, to string, opts RestoreOptions) (BackupInfo, error) {
+func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ BackupInfo, err error) {
 	abs, err := filepath.Abs(to)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
@@ -119,12 +119,18 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (BackupI
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
 	defer removeWithSidecars(tmp)
-	lock, err := lockSoleServer(abs)
+	lock, lockCreated, err := lockSoleServer(abs)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w; stop the server first", to, err)
 	}
 	if lock != nil {
-		defer lock.Close()
+		defer func() {
+			if err != nil && lockCreated {
+				// A refused restore leaves nothing behind.
+				os.Remove(lock.Name())
+			}
+			lock.Close()
+		}()
 	}
 	if _, err := os.Lstat(to); err == nil && !opts.Replace {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, ErrStoreExists)

@@ -397,9 +397,7 @@ func TestRestoreRefusesBadBackups(t *testing.T) {
 			t.Log(err)
 			entries, _ := os.ReadDir(filepath.Dir(to))
 			for _, e := range entries {
-				if e.Name() != "restored.db.lock" {
-					t.Errorf("a refused restore left %s", e.Name())
-				}
+				t.Errorf("a refused restore left %s", e.Name())
 			}
 			// Over an existing store, with Replace: it is left as it was.
 			before := dumpRows(t, path)

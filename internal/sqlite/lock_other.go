@@ -6,4 +6,4 @@ import "os"
 
 // lockSoleServer takes no lock where flock does not exist; the plant cache
 // is then off (see Open).
-func lockSoleServer(string) (*os.File, error) { return nil, nil }
+func lockSoleServer(string) (*os.File, bool, error) { return nil, false, nil }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,6 +98,25 @@ func TestOpenRefusesFilesOfOthers(t *testing.T) {
 		if after, _ := os.ReadFile(path); !bytes.Equal(after, before[path]) {
 			t.Errorf("Open %s changed the file", path)
 		}
+	}
+	// As a sole server: the lock file it made goes with the refusal; one
+	// that was there before stays.
+	if db, err := Open(ctx, other, Options{SoleServer: true}); err == nil {
+		db.Close()
+		t.Fatalf("Open %s as the sole server succeeded", other)
+	}
+	if _, err := os.Lstat(other + ".lock"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused Open left %s.lock: %v", other, err)
+	}
+	if err := os.WriteFile(text+".lock", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if db, err := Open(ctx, text, Options{SoleServer: true}); err == nil {
+		db.Close()
+		t.Fatalf("Open %s as the sole server succeeded", text)
+	}
+	if _, err := os.Lstat(text + ".lock"); err != nil {
+		t.Errorf("a refused Open removed a lock file it did not make: %v", err)
 	}
 	// An empty file is a new store's start, as a missing one is.
 	empty := filepath.Join(dir, "empty.db")

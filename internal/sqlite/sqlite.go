@@ -127,8 +127,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	var soleLock *os.File
+	var lockCreated bool
 	if opts.SoleServer {
-		if soleLock, err = lockSoleServer(abs); err != nil {
+		if soleLock, lockCreated, err = lockSoleServer(abs); err != nil {
 			return nil, err
 		}
 	}
@@ -148,6 +149,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 			}
 		}
 		if soleLock != nil {
+			if lockCreated {
+				// Removed while still held: no other server can have
+				// locked it meanwhile, and none waits for it.
+				os.Remove(soleLock.Name())
+			}
 			soleLock.Close()
 		}
 		return nil, notAStore(path, err)

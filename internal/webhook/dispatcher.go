@@ -244,8 +244,14 @@ func (d *Dispatcher) Run(ctx context.Context) {
 					// A worker that found nothing to send (its due deliveries
 					// wait behind their plants' retries) does not make the
 					// loop claim again at once: the poll will.
+					// Never blocking: the loop takes one report a turn,
+					// and a full buffer wakes it all the same. A worker
+					// blocked here would keep Run's return waiting.
 					if progress {
-						finished <- struct{}{}
+						select {
+						case finished <- struct{}{}:
+						default:
+						}
 					}
 				})
 			}

@@ -667,3 +667,48 @@ func TestDeliversUnderEndlessLoadAfterMaxDefer(t *testing.T) {
 		t.Errorf("five deliveries in %d windows, want three at least (of %d): %v", windows, concurrency, trace)
 	}
 }
+
+// Run returns once its context ends, whenever that is: a worker that
+// reports its progress while the loop is not listening must not keep
+// the shutdown waiting for it.
+func TestRunReturnsWhileWorkersReport(t *testing.T) {
+	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "plants.db"), sqlite.Options{SoleServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	f := &fixture{t: t, store: store}
+	for range 12 {
+		f.subscribe(nil)
+	}
+	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 2 * time.Second})
+	wake := make(chan struct{}, 1)
+	next := int64(0)
+	for round := range 16 {
+		disp, err := webhook.NewDispatcher(webhook.DispatcherConfig{Store: store, Client: client,
+			Poll: time.Millisecond, Wake: wake, Workers: 2, Schedule: fast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { disp.Run(ctx); close(done) }()
+		for range 20 {
+			next++
+			f.create(next)
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+		// The loop takes at most one report a claim, and claims every 10 to
+		// 100 ms: a few hundred milliseconds in, reports are waiting.
+		time.Sleep(time.Duration(round) * 30 * time.Millisecond)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Run did not return 10 s after its context ended", round)
+		}
+	}
+}

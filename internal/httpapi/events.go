@@ -362,7 +362,16 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		if len(events) > 0 {
 			// There may be more already: in the tail, which may have
 			// advanced (and closed the changed we hold) while this
-			// stream read the store, or in the store.
+			// stream read the store, or in the store. A stream catching
+			// up may never find nothing new: it looks for the end here
+			// too, or a shutdown would wait out its timeout for it.
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.feed.shutdown:
+				return
+			default:
+			}
 			continue
 		}
 		select {

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -145,6 +146,8 @@ type options struct {
 	dbURL string
 	// eventRetention is app.Config.EventRetention.
 	eventRetention time.Duration
+	// shutdownTimeout is app.Config.ShutdownTimeout; 100 ms when zero.
+	shutdownTimeout time.Duration
 }
 
 type env struct {
@@ -177,7 +180,7 @@ func start(t *testing.T, opts options) *env {
 		AccessLog:       logs, // as serve writes it
 		TokenCacheTTL:   opts.authTTL,
 		WrapStore:       opts.wrap,
-		ShutdownTimeout: 100 * time.Millisecond, // a test's slow clients need not be waited for
+		ShutdownTimeout: cmp.Or(opts.shutdownTimeout, 100*time.Millisecond), // a test's slow clients need not be waited for
 		EventRetention:  opts.eventRetention,
 	}
 	var dbPath, dbURL string

@@ -1,0 +1,80 @@
+//go:build unix
+
+package httpapi_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// A stream catching up a backlog ends at shutdown too, though each of its
+// reads finds more: the server's Shutdown waits for the page being sent,
+// not for the whole backlog (or for its own timeout).
+func TestEventStreamCatchingUpEndsOnShutdown(t *testing.T) {
+	e := start(t, options{shutdownTimeout: 10 * time.Second})
+	// ~7.5 MB of events: more than the kernel buffers on loopback (the
+	// server's send buffer grows to 4 MB), and seconds for the client
+	// below to read.
+	const n = 28800
+	name := strings.Repeat("n", plantstore.MaxNameLength)
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range n / 32 {
+				if _, err := e.db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(w*n + i + 1), Name: name}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// A small receive buffer, so that the kernel does not take the whole
+	// backlog off the server's hands at once.
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
+		return err
+	}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	req, err := http.NewRequest("GET", e.url+"/events?after=0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+e.readToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		buf := make([]byte, 4096)
+		for {
+			if _, err := resp.Body.Read(buf); err != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // a slow client: ~800 KB/s
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	begin := time.Now()
+	e.stop() // returns when Serve does: once no request is in flight, or after the timeout
+	took := time.Since(begin)
+	t.Logf("the server stopped %v after shutdown began", took.Round(time.Millisecond))
+	if took > 4*time.Second {
+		t.Errorf("the server took %v to stop: it waited for the catching-up stream", took.Round(time.Millisecond))
+	}
+	resp.Body.Close()
+	<-ended
+}

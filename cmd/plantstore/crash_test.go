@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -425,4 +427,39 @@ func call(t *testing.T, client *http.Client, method, url, token, body string) (i
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	return status, header, answer
+}
+
+// SIGTERM drains the requests in flight for up to --shutdown-timeout; a
+// second SIGINT or SIGTERM during the drain stops the process at once, as
+// an operator pressing Ctrl-C again expects.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "me")
+	s := serveProcess(t, dir, "--shutdown-timeout", "60s", "--read-timeout", "60s", "--body-read-timeout", "60s")
+	// A request in flight that will not finish by itself: its body never
+	// comes whole.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", token)
+	time.Sleep(300 * time.Millisecond)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if !s.logged(`"shutting down"`, 10*time.Second) {
+		t.Fatalf("no shutdown after SIGTERM:\n%s", s.logs)
+	}
+	begin := time.Now()
+	s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-s.done:
+		s.done <- err // for the cleanup
+		exit, ok := errors.AsType[*exec.ExitError](err)
+		if !ok || exit.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
+			t.Errorf("after the second signal: %v, want the process ended by SIGINT", err)
+		}
+		t.Logf("stopped %v after the second signal", time.Since(begin).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still draining 10 s after a second signal:\n%s", s.logs)
+	}
 }

@@ -17,6 +17,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM asks for a graceful stop; once it has
+	// come, the signals are no longer caught, so a second one stops the
+	// process at once (as SIGKILL would: what was answered 200 stays).
+	go func() { <-ctx.Done(); stop() }()
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if errors.Is(err, errHelp) {

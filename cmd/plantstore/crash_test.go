@@ -430,8 +430,9 @@ func call(t *testing.T, client *http.Client, method, url, token, body string) (i
 }
 
 // SIGTERM drains the requests in flight for up to --shutdown-timeout; a
-// second SIGINT or SIGTERM during the drain stops the process at once, as
-// an operator pressing Ctrl-C again expects.
+// SIGINT during the drain stops the process at once, as an operator
+// pressing Ctrl-C again expects. (A repeated SIGTERM does not:
+// TestGracefulShutdown.)
 func TestSecondSignalStopsAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "me")

@@ -16,11 +16,19 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// The first SIGINT or SIGTERM asks for a graceful stop; once it has
-	// come, the signals are no longer caught, so a second one stops the
-	// process at once (as SIGKILL would: what was answered 200 stays).
-	go func() { <-ctx.Done(); stop() }()
+	// The first SIGINT or SIGTERM asks for a graceful stop. After it,
+	// SIGINT is no longer caught: Ctrl-C again stops the process at once
+	// (as SIGKILL would; what was answered 200 stays). A repeated SIGTERM
+	// still waits for the drain: supervisors may send it more than once,
+	// and send SIGKILL when they are done waiting.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
+	go func() {
+		<-signals
+		signal.Reset(os.Interrupt)
+		stop()
+	}()
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if errors.Is(err, errHelp) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -16,12 +17,42 @@ import (
 // there would make plantstore create or open its target, anywhere the
 // process may write. created says whether this call made the file, so
 // that a store that fails to open does not leave it behind.
+//
+// Since such a file may be removed, the lock taken must be on the file
+// still at that name: another process may have opened it just before it
+// was removed, and would otherwise hold a lock on a file no one else can
+// find. So after taking the lock, the file is compared with the one at
+// the name, and on a difference the lock is let go and taken again.
 func lockSoleServer(path string) (f *os.File, created bool, err error) {
 	name := path + ".lock"
-	f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	created = err == nil
+	for attempt := 1; ; attempt++ {
+		f, created, err = lockFile(name)
+		if err != nil || lockedAtName(f, name) {
+			return f, created, err
+		}
+		f.Close()
+		if attempt == 10 {
+			return nil, false, fmt.Errorf("lock %s: it keeps being replaced; is another process removing it?", name)
+		}
+	}
+}
+
+// beforeFlock, when set, runs between opening the lock file and locking
+// it: tests use it to act in that gap.
+var beforeFlock func()
+
+// lockFile opens the lock file at name, making it if there is none, and
+// locks it.
+func lockFile(name string) (*os.File, bool, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	created := err == nil
 	if errors.Is(err, fs.ErrExist) {
 		f, err = os.OpenFile(name, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Removed since: make it.
+			f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+			created = err == nil
+		}
 	}
 	if err != nil {
 		// Linux says ELOOP, FreeBSD EMLINK: ask the file system instead.
@@ -34,12 +65,25 @@ func lockSoleServer(path string) (f *os.File, created bool, err error) {
 		f.Close()
 		return nil, false, fmt.Errorf("%s is not a regular file; refusing to use it as the lock file (remove it)", name)
 	}
+	if beforeFlock != nil {
+		beforeFlock()
+	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, false, fmt.Errorf("another plantstore serve is using %s: one server per SQLite file (run several against PostgreSQL)", path)
+			return nil, false, fmt.Errorf("another plantstore serve is using %s: one server per SQLite file (run several against PostgreSQL)", strings.TrimSuffix(name, ".lock"))
 		}
 		return nil, false, fmt.Errorf("lock %s: %w", name, err)
 	}
 	return f, created, nil
+}
+
+// lockedAtName says whether f is still the file at name.
+func lockedAtName(f *os.File, name string) bool {
+	held, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	there, err := os.Lstat(name)
+	return err == nil && os.SameFile(held, there)
 }

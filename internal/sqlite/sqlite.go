@@ -150,8 +150,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		}
 		if soleLock != nil {
 			if lockCreated {
-				// Removed while still held: no other server can have
-				// locked it meanwhile, and none waits for it.
+				// Removed while still held; a process that opened it
+				// meanwhile finds it gone once it has the lock, and
+				// takes the lock again (lockSoleServer).
 				os.Remove(soleLock.Name())
 			}
 			soleLock.Close()

@@ -1,0 +1,73 @@
+//go:build unix
+
+package sqlite
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// A lock file removed by the process that made it (a refused Open or
+// Restore) while another had it open is not a lock: that other process
+// takes the lock again, on the file at the name, and a third is refused.
+func TestSoleLockNotHeldOnARemovedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plants.db")
+	a, created, err := lockSoleServer(path)
+	if err != nil || !created {
+		t.Fatalf("first lock: created %v, %v", created, err)
+	}
+	// B opens the file A made; before B locks it, A removes it and lets go.
+	var once sync.Once
+	beforeFlock = func() {
+		once.Do(func() {
+			os.Remove(a.Name())
+			a.Close()
+		})
+	}
+	t.Cleanup(func() { beforeFlock = nil })
+	b, _, err := lockSoleServer(path)
+	if err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	defer b.Close()
+	if !lockedAtName(b, path+".lock") {
+		t.Fatal("B holds a lock on a file no longer at the name")
+	}
+	if c, _, err := lockSoleServer(path); err == nil {
+		c.Close()
+		t.Fatal("B and C both hold the sole-server lock")
+	} else if !strings.Contains(err.Error(), "another plantstore serve") {
+		t.Errorf("C: %v", err)
+	}
+}
+
+// The same race with the real parts: a failing Restore, which makes the
+// lock file and removes it, against a server taking the lock.
+func TestSoleLockAgainstAFailingRestore(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plants.db")
+	for i := range 2000 {
+		os.Remove(path + ".lock") // so that Restore makes it, and removes it
+		var wg sync.WaitGroup
+		var f *os.File
+		var lerr error
+		wg.Go(func() { Restore(context.Background(), filepath.Join(dir, "no-such-backup.db"), path, RestoreOptions{}) })
+		wg.Go(func() { f, _, lerr = lockSoleServer(path) })
+		wg.Wait()
+		if lerr != nil {
+			if !strings.Contains(lerr.Error(), "another plantstore serve") {
+				t.Fatalf("round %d: %v", i, lerr)
+			}
+			continue
+		}
+		if !lockedAtName(f, path+".lock") {
+			f.Close()
+			t.Fatalf("round %d: the server holds a lock on a file no longer at the name", i)
+		}
+		f.Close()
+	}
+}

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/plantstore/plantstore/internal/apitest"
 )
 
 // Every YAML file here parses, each of its documents.
@@ -473,15 +475,7 @@ func TestPgTLSScript(t *testing.T) {
 	}
 	run()
 	for dir, want := range map[string][]string{caDir: {"ca.crt"}, tlsDir: {"server.crt", "server.key"}} {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		if !slices.Equal(names, want) {
+		if names := apitest.DirNames(t, dir); !slices.Equal(names, want) {
 			t.Errorf("%s holds %v, want %v (the CA's key must not be kept)", filepath.Base(dir), names, want)
 		}
 	}

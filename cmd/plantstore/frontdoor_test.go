@@ -172,15 +172,7 @@ func TestStoreOfSomethingElseRefused(t *testing.T) {
 		}
 	}
 	// Nothing left beside them either: no lock file, no log.
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	if want := []string{"notes.txt", "other.db"}; !slices.Equal(names, want) {
+	if names, want := apitest.DirNames(t, dir), []string{"notes.txt", "other.db"}; !slices.Equal(names, want) {
 		t.Errorf("after the refusals the directory holds %q, want %q", names, want)
 	}
 }

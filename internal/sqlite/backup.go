@@ -125,11 +125,11 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	}
 	if lock != nil {
 		defer func() {
-			if err != nil && lockCreated {
-				// A refused restore leaves nothing behind.
-				os.Remove(lock.Name())
+			if err != nil {
+				dropLock(lock, lockCreated)
+			} else {
+				lock.Close()
 			}
-			lock.Close()
 		}()
 	}
 	if _, err := os.Lstat(to); err == nil && !opts.Replace {

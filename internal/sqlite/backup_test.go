@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
 )
 
 // fillForBackup gives db a little of everything a store holds: plants
@@ -395,9 +396,8 @@ func TestRestoreRefusesBadBackups(t *testing.T) {
 				t.Errorf("restore: %v, want an error saying %q", err, c.want)
 			}
 			t.Log(err)
-			entries, _ := os.ReadDir(filepath.Dir(to))
-			for _, e := range entries {
-				t.Errorf("a refused restore left %s", e.Name())
+			for _, name := range apitest.DirNames(t, filepath.Dir(to)) {
+				t.Errorf("a refused restore left %s", name)
 			}
 			// Over an existing store, with Replace: it is left as it was.
 			before := dumpRows(t, path)

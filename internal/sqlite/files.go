@@ -143,3 +143,15 @@ func Warnings(path string) []string {
 	return []string{fmt.Sprintf("store files are open to other local users: %s; they hold webhook signing secrets, token hashes and every plant: chmod 600 them (plantstore creates new stores 0600)",
 		strings.Join(open, ", "))}
 }
+
+// dropLock lets go of a sole-server lock taken for an Open or Restore that
+// failed, and removes its file when that call made it, so that a refused
+// file leaves nothing beside it. The file is removed while still held: a
+// process that opened it meanwhile finds it gone once it has the lock,
+// and locks again (lockSoleServer).
+func dropLock(lock *os.File, created bool) {
+	if created {
+		os.Remove(lock.Name())
+	}
+	lock.Close()
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 	"syscall"
 )
 
@@ -26,32 +25,38 @@ import (
 func lockSoleServer(path string) (f *os.File, created bool, err error) {
 	name := path + ".lock"
 	for attempt := 1; ; attempt++ {
-		f, created, err = lockFile(name)
-		if err != nil || lockedAtName(f, name) {
-			return f, created, err
+		f, created, err = lockFile(path)
+		if err == nil && lockedAtName(f, name) {
+			return f, created, nil
 		}
-		f.Close()
+		if err == nil {
+			f.Close()
+		} else if !errors.Is(err, errLockGone) {
+			return nil, false, err
+		}
 		if attempt == 10 {
 			return nil, false, fmt.Errorf("lock %s: it keeps being replaced; is another process removing it?", name)
 		}
 	}
 }
 
+// errLockGone is lockFile's when the lock file it found was removed
+// before it could open it: then it is made afresh.
+var errLockGone = errors.New("the lock file was removed")
+
 // beforeFlock, when set, runs between opening the lock file and locking
 // it: tests use it to act in that gap.
 var beforeFlock func()
 
-// lockFile opens the lock file at name, making it if there is none, and
-// locks it.
-func lockFile(name string) (*os.File, bool, error) {
+// lockFile opens the lock file of the store at path, making it if there
+// is none, and locks it.
+func lockFile(path string) (*os.File, bool, error) {
+	name := path + ".lock"
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	created := err == nil
 	if errors.Is(err, fs.ErrExist) {
-		f, err = os.OpenFile(name, os.O_RDWR|syscall.O_NOFOLLOW, 0)
-		if errors.Is(err, fs.ErrNotExist) {
-			// Removed since: make it.
-			f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-			created = err == nil
+		if f, err = os.OpenFile(name, os.O_RDWR|syscall.O_NOFOLLOW, 0); errors.Is(err, fs.ErrNotExist) {
+			return nil, false, errLockGone
 		}
 	}
 	if err != nil {
@@ -71,7 +76,7 @@ func lockFile(name string) (*os.File, bool, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, false, fmt.Errorf("another plantstore serve is using %s: one server per SQLite file (run several against PostgreSQL)", strings.TrimSuffix(name, ".lock"))
+			return nil, false, fmt.Errorf("another plantstore serve is using %s: one server per SQLite file (run several against PostgreSQL)", path)
 		}
 		return nil, false, fmt.Errorf("lock %s: %w", name, err)
 	}

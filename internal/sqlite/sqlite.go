@@ -149,13 +149,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 			}
 		}
 		if soleLock != nil {
-			if lockCreated {
-				// Removed while still held; a process that opened it
-				// meanwhile finds it gone once it has the lock, and
-				// takes the lock again (lockSoleServer).
-				os.Remove(soleLock.Name())
-			}
-			soleLock.Close()
+			dropLock(soleLock, lockCreated)
 		}
 		return nil, notAStore(path, err)
 	}

@@ -66,6 +66,9 @@ type result struct {
 	// MeanBatch is the mean size of the group commits over the measured
 	// interval (from plantstore's metrics), for runs that create.
 	MeanBatch float64 `json:"mean_batch_size,omitempty"`
+	// RoundsRPS is the req/s of each closed-loop round, in order, of
+	// which this result is the best.
+	RoundsRPS []float64 `json:"rounds_rps,omitempty"`
 }
 
 // suspectBusy is the generator's busy share above which its run may have

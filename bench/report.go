@@ -9,8 +9,8 @@ import (
 // over the shapes.
 
 func printHeader() {
-	fmt.Println("| scenario | mode | target | req/s | p50 ms | p99 ms | p99.9 ms | errors | peak RSS MiB | req/s ratio | p99 ratio | server CPU µs/req | CPU ratio | mean batch | generator busy |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| scenario | mode | target | req/s | p50 ms | p99 ms | p99.9 ms | errors | peak RSS MiB | req/s ratio | p99 ratio | server CPU µs/req | CPU ratio | mean batch | generator busy | each round req/s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 }
 
 // printRows prints the baseline's row, then each plantstore target's with
@@ -25,13 +25,25 @@ func printRows(b result, ps ...result) {
 		if r.MeanBatch > 0 {
 			batch = fmt.Sprintf("%.1f", r.MeanBatch)
 		}
-		fmt.Printf("| %s | %s | %s | %.0f | %.2f | %.2f | %.2f | %d | %.1f | %s | %s | %s |\n",
-			r.Scenario, mode, r.Target, r.RPS, r.P50, r.P99, r.P999, r.Errors, r.PeakRSSMiB, ratios, batch, busy(r))
+		fmt.Printf("| %s | %s | %s | %.0f | %.2f | %.2f | %.2f | %d | %.1f | %s | %s | %s | %s |\n",
+			r.Scenario, mode, r.Target, r.RPS, r.P50, r.P99, r.P999, r.Errors, r.PeakRSSMiB, ratios, batch, busy(r), eachRound(r))
 	}
 	row(b, fmt.Sprintf("1.00 | 1.00 | %.1f | 1.00", b.ServerCPUUs))
 	for _, p := range ps {
 		row(p, fmt.Sprintf("%.2f | %.2f | %.1f | %s", p.RPS/b.RPS, p.P99/b.P99, p.ServerCPUUs, ratio(p.ServerCPUUs, b.ServerCPUUs)))
 	}
+}
+
+// eachRound lists the req/s of the closed-loop rounds r is the best of.
+func eachRound(r result) string {
+	if len(r.RoundsRPS) == 0 {
+		return "—"
+	}
+	s := make([]string, len(r.RoundsRPS))
+	for i, v := range r.RoundsRPS {
+		s[i] = fmt.Sprintf("%.0f", v)
+	}
+	return strings.Join(s, ", ")
 }
 
 func busy(r result) string {

@@ -67,7 +67,7 @@ type result struct {
 	// interval (from plantstore's metrics), for runs that create.
 	MeanBatch float64 `json:"mean_batch_size,omitempty"`
 	// RoundsRPS is the req/s of each closed-loop round, in order, of
-	// which this result is the best.
+	// which this result is the best; then Errors counts every round's.
 	RoundsRPS []float64 `json:"rounds_rps,omitempty"`
 }
 

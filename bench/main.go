@@ -611,20 +611,23 @@ func runShape(c config, dir string, sh *shape) ([]result, error) {
 		s := all[name]
 		// Each target's best of c.rounds closed-loop runs, the targets
 		// taking turns, so that a moment's noise on this shared machine
-		// does not decide a ratio; every round's req/s is kept.
+		// does not decide a ratio; every round's req/s is kept, and the
+		// errors of every round are counted.
 		targets := append([]target{bare}, stores...)
 		best := make([]result, len(targets))
 		rounds := make([][]float64, len(targets))
+		errs := make([]int, len(targets))
 		for range c.rounds {
 			for i, t := range targets {
 				r := closedLoop(t, s, c.connections, c.warmup, c.duration, &counter)
+				errs[i] += r.Errors
 				if rounds[i] = append(rounds[i], r.RPS); len(rounds[i]) == 1 || r.RPS > best[i].RPS {
 					best[i] = r
 				}
 			}
 		}
 		for i, t := range targets {
-			best[i].RoundsRPS = rounds[i]
+			best[i].RoundsRPS, best[i].Errors = rounds[i], errs[i]
 			best[i] = measure(t, best[i])
 		}
 		b, ps := best[0], best[1:]

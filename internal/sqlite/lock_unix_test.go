@@ -71,3 +71,48 @@ func TestSoleLockAgainstAFailingRestore(t *testing.T) {
 		f.Close()
 	}
 }
+
+// A lock file replaced every time it is about to be locked is given up on
+// after a bounded number of tries, with an error naming the file, and the
+// file locked last is not left held.
+func TestSoleLockGivesUpOnAFileKeptReplaced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plants.db")
+	name := path + ".lock"
+	var opened []*os.File
+	tries := 0
+	beforeFlock = func() {
+		tries++
+		// Another process replaces the file between the open and the lock.
+		os.Remove(name)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			t.Errorf("replace the lock file: %v", err)
+			return
+		}
+		opened = append(opened, f)
+	}
+	t.Cleanup(func() {
+		beforeFlock = nil
+		for _, f := range opened {
+			f.Close()
+		}
+	})
+	f, _, err := lockSoleServer(path)
+	if err == nil {
+		f.Close()
+		t.Fatal("locked a file that is never the one at the name")
+	}
+	if !strings.Contains(err.Error(), "keeps being replaced") || !strings.Contains(err.Error(), name) {
+		t.Errorf("error = %q, want it to say %s keeps being replaced", err, name)
+	}
+	if tries != 10 {
+		t.Errorf("%d tries, want 10", tries)
+	}
+	// Nothing of ours holds a lock now: the file at the name can be locked.
+	beforeFlock = nil
+	g, _, err := lockSoleServer(path)
+	if err != nil {
+		t.Fatalf("lock after giving up: %v", err)
+	}
+	g.Close()
+}

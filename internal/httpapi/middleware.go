@@ -190,14 +190,24 @@ func (rec *recorder) defaultMessage(status int) string {
 	case http.StatusBadRequest:
 		return fmt.Sprintf("the request target %q is not a path this service serves", truncate(rec.r.RequestURI, 200))
 	case http.StatusNotFound:
-		return fmt.Sprintf("there is no resource at %s", truncate(rec.r.URL.Path, 200))
+		return fmt.Sprintf("there is no resource at %s", truncate(target(rec.r), 200))
 	case http.StatusMethodNotAllowed:
 		return fmt.Sprintf("method %s is not allowed on %s; allowed: %s",
-			truncate(rec.r.Method, 20), truncate(rec.r.URL.Path, 200), rec.Header().Get("Allow"))
+			truncate(rec.r.Method, 20), truncate(target(rec.r), 200), rec.Header().Get("Allow"))
 	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
 		return fmt.Sprintf("the path is not in canonical form; use %s", truncate(rec.Header().Get("Location"), 200))
 	}
 	return strings.ToLower(http.StatusText(status))
+}
+
+// target names what a request asked for in messages: its path, or, for a
+// request without one (CONNECT's "host:port", OPTIONS's "*"), the target
+// as sent.
+func target(r *http.Request) string {
+	if r.URL.Path != "" {
+		return r.URL.Path
+	}
+	return r.RequestURI
 }
 
 func (rec *recorder) Write(p []byte) (int, error) {

@@ -41,6 +41,10 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 				t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
 			}
 		}
+		// A target without a path (CONNECT's authority form) is named as
+		// sent.
+		resp, body := e.raw("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+		wantError(t, resp, body, 405, "method CONNECT is not allowed on example.com:443;")
 	})
 }
 
@@ -166,6 +170,13 @@ func TestUnsupportedMediaType(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Errorf("Content-Type %q: %d %s", ct, resp.StatusCode, body)
 			}
+		}
+		// "identity" is no coding at all (RFC 9110, section 12.5.3).
+		resp, body = e.do("POST", "/plants", map[string]string{
+			"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json", "Content-Encoding": "identity",
+		}, strings.NewReader(`{"id":64,"name":"a"}`))
+		if resp.StatusCode != 200 {
+			t.Errorf("Content-Encoding identity: %d %s", resp.StatusCode, body)
 		}
 	})
 }

@@ -53,7 +53,7 @@ func testReceiver(t *testing.T, interpreter, name string, program []byte) {
 	port := freePort(t)
 	hook := "http://127.0.0.1:" + port + "/plants-hook"
 	mustToken(t, dir, "--name", "me") // makes the store: webhook add makes none
-	add := cli(t, dir, nil, "webhook", "add", hook)
+	add := cli(t, dir, nil, "webhook", "add", hook, "--events", "plant.created,plant.updated,plant.deleted")
 	if add.exit != 0 {
 		t.Fatalf("webhook add: exit %d, %s", add.exit, add.stderr)
 	}
@@ -71,10 +71,19 @@ func testReceiver(t *testing.T, interpreter, name string, program []byte) {
 	}
 	awaitPrinted(t, out, "new plant 7: Fern (indoor)\n", logs)
 	awaitPrinted(t, out, "new plant 9: Moss (no tag)\n", logs)
+	// An update and a delete, whose bodies are events, not plants.
+	if status, _, b, err := send(client, "PUT", s.url+"/plants/7", token, `{"name":"Fern","tag":"outdoor"}`); err != nil || status != 200 {
+		t.Fatalf("update plant 7: %d %s %v", status, b, err)
+	}
+	if status, _, b, err := send(client, "DELETE", s.url+"/plants/9", token, ""); err != nil || status != 204 {
+		t.Fatalf("delete plant 9: %d %s %v", status, b, err)
+	}
+	awaitPrinted(t, out, "updated plant 7: Fern (outdoor)\n", logs)
+	awaitPrinted(t, out, "deleted plant 9: Moss (no tag)\n", logs)
 	deadline := time.Now().Add(10 * time.Second)
-	for subs := listSubscribers(t, dir, "plantstore.db"); subs[0].Delivered != 2 || subs[0].State != "active"; subs = listSubscribers(t, dir, "plantstore.db") {
+	for subs := listSubscribers(t, dir, "plantstore.db"); subs[0].Delivered != 4 || subs[0].State != "active"; subs = listSubscribers(t, dir, "plantstore.db") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the subscriber after two deliveries: %+v", subs[0])
+			t.Fatalf("the subscriber after four deliveries: %+v", subs[0])
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

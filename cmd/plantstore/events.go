@@ -11,7 +11,7 @@ import (
 	"github.com/plantstore/plantstore/client"
 )
 
-const eventsUsage = `Usage: plantstore events [--after ID] [--type TYPES] [--follow] [--json]
+const eventsUsage = `events [--after ID] [--type TYPES] [--follow] [--json]
 
 Prints the change feed of a running server: one line per change of a
 plant (id, time, type, plant id, name, tag), oldest first.
@@ -22,10 +22,7 @@ now (or after --after), until interrupted; when the connection breaks it
 says so on standard error, reconnects, and resumes where it was, missing
 nothing. If the events after --after are no longer kept, it fails with
 HTTP 410: read the plants again (plants list --all), then follow from the
-newest event.
-
-Flags:
-`
+newest event.`
 
 func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", eventsUsage, getenv, stdout, stderr)

@@ -211,6 +211,10 @@ func TestHelp(t *testing.T) {
 		{[]string{"plants", "get"}, []string{"-server", "-token"}},
 		{[]string{"plants", "update"}, []string{"-name", "-tag", "-no-tag", "-ca-cert", "PLANTSTORE_CA_CERT"}},
 		{[]string{"plants", "delete"}, []string{"-server"}},
+		{[]string{"events"}, []string{"-after", "-type", "-follow", "-json"}},
+		{[]string{"webhook", "add"}, []string{"URL [--events TYPES] [--db PATH]", "--events TYPES"}},
+		{[]string{"webhook", "list"}, []string{"-json", "-full-urls"}},
+		{[]string{"backup"}, []string{"-to", "-db"}},
 	} {
 		r := cli(t, dir, nil, append(tc.args, "--help")...)
 		if r.exit != 0 {
@@ -220,6 +224,10 @@ func TestHelp(t *testing.T) {
 			if !strings.Contains(r.stdout, f) {
 				t.Errorf("%q --help does not explain %s:\n%s", tc.args, f, r.stdout)
 			}
+		}
+		// One synopsis, one list of flags, when there are flags.
+		if strings.Count(r.stdout, "Usage: plantstore") != 1 || strings.Count(r.stdout, "Flags:") > 1 {
+			t.Errorf("%q --help says Usage or Flags more than once:\n%s", tc.args, r.stdout)
 		}
 	}
 }

@@ -61,9 +61,10 @@ func runWebhook(ctx context.Context, args []string, getenv func(string) string, 
 // webhookAdd prints the signing secret alone on stdout, so that
 // SECRET=$(plantstore webhook add URL) captures it; the rest goes to stderr.
 func webhookAdd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("webhook add", `webhook add URL [--db PATH]
+	fs := newFlagSet("webhook add", `webhook add URL [--events TYPES] [--db PATH]
 
-Subscribes URL (http or https) to new plants and prints its signing secret
+Subscribes URL (http or https) to new plants (to the changes of
+--events) and prints its signing secret
 ("whsec_" + base64) on stdout; it is shown only this once. Servers refuse
 to deliver to loopback, private and link-local addresses unless they run
 with --allow-private-webhooks, and to cloud metadata addresses unless they
@@ -73,7 +74,7 @@ all the same. Receivers verify each delivery's signature with the secret
 (docs/webhooks.md).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	// Command line only, as the URL is.
-	eventList := fs.FlagSet.String("events", plantstore.EventCreated, "the event types to send, comma-separated: "+strings.Join(plantstore.EventTypes, ","))
+	eventList := fs.FlagSet.String("events", plantstore.EventCreated, "the event `TYPES` to send, comma-separated: "+strings.Join(plantstore.EventTypes, ","))
 	rest, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -34,6 +34,9 @@ For PostgreSQL, use pg_dump (see docs/operations.md, Backups).`, getenv, stdout,
 		return usageError("backup needs --to FILE")
 	}
 	info, err := sqlite.Backup(ctx, db.db.raw, *to, *db.busyTimeout)
+	if errors.Is(err, sqlite.ErrNoStore) {
+		return fmt.Errorf("%w; --db (PLANTSTORE_DB) names the store to back up", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -181,6 +181,24 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 1 || !strings.Contains(r.stderr, "exists") {
 		t.Errorf("backup onto an existing file: %+v", r)
 	}
+	// Each mistake is named as the other commands name it, and no
+	// temporary file's name shows.
+	elsewhere := filepath.Join(dir, "elsewhere.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"backup", "--to", filepath.Join(t.TempDir(), "b.db"), "--db", elsewhere}, "there is no store at " + elsewhere},
+		{[]string{"backup", "--to", filepath.Join(dir, "nodir", "b.db")}, "the directory " + filepath.Join(dir, "nodir") + " does not exist"},
+		{[]string{"backup", "--to", t.TempDir()}, "is a directory"},
+	} {
+		if r := cli(t, dir, nil, tc.args...); r.exit != 1 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, ".tmp-") {
+			t.Errorf("%q: %+v, want exit 1 and %q", tc.args, r, tc.want)
+		}
+	}
+	if _, err := os.Stat(elsewhere); err == nil {
+		t.Error("a backup of a missing store made one")
+	}
 	// While the server runs, with --force or not.
 	for _, args := range [][]string{{"restore", "--from", file}, {"restore", "--from", file, "--force"}} {
 		if r := cli(t, dir, nil, args...); r.exit != 1 || !strings.Contains(r.stderr, "another plantstore serve") || !strings.Contains(r.stderr, "stop the server first") {

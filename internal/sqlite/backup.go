@@ -37,23 +37,32 @@ type BackupInfo struct {
 // name, synced, checked with PRAGMA integrity_check and only then given
 // its name, so a crash never leaves a partial backup under that name.
 func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (BackupInfo, error) {
-	if _, err := os.Lstat(to); err == nil {
+	if fi, err := os.Lstat(to); err == nil && fi.IsDir() {
+		return BackupInfo{}, fmt.Errorf("backup to %s: it is a directory; name a new file, in it or elsewhere", to)
+	} else if err == nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w; a backup never replaces a file", to, fs.ErrExist)
-	}
-	if _, err := os.Stat(from); err != nil {
-		return BackupInfo{}, fmt.Errorf("backup %s: no store there: %w", from, err)
 	}
 	abs, err := filepath.Abs(from)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup %s: %w", from, err)
 	}
+	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+		return BackupInfo{}, fmt.Errorf("%w at %s", ErrNoStore, abs)
+	} else if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup %s: %w", abs, err)
+	}
 	absTo, err := filepath.Abs(to)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
 	}
+	// The copy is written beside its name, then renamed: its directory
+	// must exist and take new files. Say so, not the temporary file's name.
+	if dir := filepath.Dir(absTo); !isDir(dir) {
+		return BackupInfo{}, fmt.Errorf("backup to %s: the directory %s does not exist: create it first", absTo, dir)
+	}
 	tmp, err := newTemp(absTo)
 	if err != nil {
-		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+		return BackupInfo{}, fmt.Errorf("backup to %s: cannot create files in %s: %w", absTo, filepath.Dir(absTo), unwrapPath(err))
 	}
 	defer removeWithSidecars(tmp) // a no-op once the copy has its name
 
@@ -224,6 +233,12 @@ func inspect(ctx context.Context, path string) (BackupInfo, error) {
 // newTemp creates an empty file beside path, on the same file system, so
 // it can be renamed to path. Its mode is 0600: a store holds webhook
 // secrets and token hashes.
+// isDir says whether path is a directory (or a link to one).
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
 func newTemp(path string) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {

@@ -325,7 +325,11 @@ subscriber stay parked.`, getenv, stdout, stderr)
 	if err != nil {
 		return cliError(err)
 	}
-	fmt.Fprintf(stderr, "%d parked deliveries will be sent again\n", n)
+	if n == 1 {
+		fmt.Fprintln(stderr, "1 parked delivery will be sent again")
+	} else {
+		fmt.Fprintf(stderr, "%d parked deliveries will be sent again\n", n)
+	}
 	return nil
 }
 

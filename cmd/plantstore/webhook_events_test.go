@@ -186,7 +186,7 @@ func (w *parkAndRetry) retry(t *testing.T) {
 	w.all.mu.Lock()
 	w.all.refuse = nil
 	w.all.mu.Unlock()
-	if res := cli(t, w.dir, nil, "webhook", "retry", fmt.Sprint(w.parked[0].ID), "--db", w.db); res.exit != 0 || !strings.Contains(res.stderr, "1 parked") {
+	if res := cli(t, w.dir, nil, "webhook", "retry", fmt.Sprint(w.parked[0].ID), "--db", w.db); res.exit != 0 || !strings.Contains(res.stderr, "1 parked delivery will be sent again") {
 		t.Fatalf("webhook retry: exit %d, %s", res.exit, res.stderr)
 	}
 	w.all.awaitDelivered(4, 10*time.Second, w.s.logs.String)

@@ -71,12 +71,19 @@ type result struct {
 // cli runs the binary to completion in dir with env added.
 func cli(t *testing.T, dir string, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	// A command that should end but serves instead fails the test, rather
+	// than hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("plantstore %q did not end within 2 minutes; stderr:\n%s", args, stderr.String())
+	}
 	r := result{stdout: stdout.String(), stderr: stderr.String()}
 	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 		r.exit = exit.ExitCode()

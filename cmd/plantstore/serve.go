@@ -169,6 +169,16 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 	if err := f.db.check(); err != nil {
 		return cfg, err
 	}
+	// A mistyped address is a usage error, told before the store opens,
+	// as other flags' are: not a failure to listen.
+	for _, a := range []struct{ flag, addr string }{{"--addr", *f.addr}, {"--metrics-addr", *f.metricsAddr}, {"--pprof-addr", *f.pprofAddr}} {
+		if a.addr == "" && a.flag != "--addr" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
+			return cfg, usageError(fmt.Sprintf("%s %q: want HOST:PORT, such as 127.0.0.1:8080 or :8080", a.flag, a.addr))
+		}
+	}
 	// No "0 means the default": a limit of 0 could be read as none.
 	if *f.maxBody < 1 {
 		return cfg, usageError(fmt.Sprintf("--max-body-bytes %d: want 1 or more (the default is %d)", *f.maxBody, httpapi.DefaultMaxBodyBytes))
@@ -201,6 +211,10 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		}
 	}
 	cfg.Webhooks, err = f.hooks.config()
+	if floor := 3 * cfg.Webhooks.Timeout; err == nil && cfg.Webhooks.Lease > 0 && cfg.Webhooks.Lease < floor {
+		log.Warn("--webhook-lease raised to 3 times --webhook-timeout: a lease must outlast the attempts made under it",
+			"webhook_lease", cfg.Webhooks.Lease.String(), "used", floor.String())
+	}
 	return cfg, err
 }
 

@@ -617,3 +617,43 @@ func TestWebhookFlagsChecked(t *testing.T) {
 		t.Errorf("a refused configuration created the store: %v", err)
 	}
 }
+
+// A listening address that is not HOST:PORT is a usage error (exit 2),
+// told before any store is made, not a failure to listen.
+func TestServeAddressesChecked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--addr", "bogus"},
+		{"--addr", "127.0.0.1"},
+		{"--addr", "127.0.0.1:"},
+		{"--addr", ""},
+		{"--addr", "127.0.0.1:0", "--metrics-addr", "nope"},
+		{"--addr", "127.0.0.1:0", "--pprof-addr", "localhost"},
+	} {
+		res := cli(t, dir, nil, append([]string{"serve"}, args...)...)
+		if res.exit != 2 || !strings.Contains(res.stderr, args[len(args)-2]+" ") || !strings.Contains(res.stderr, "HOST:PORT") {
+			t.Errorf("serve %q: exit %d, %q; want 2 and a message naming the flag", args, res.exit, res.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "plantstore.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused address created the store: %v", err)
+	}
+}
+
+// A lease shorter than three attempts is raised, and the log says so.
+func TestShortWebhookLeaseIsRaisedAloud(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := serve(t, dir, "--webhook-lease", "1s", "--webhook-timeout", "2s")
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(s.logs.String(), "--webhook-lease raised") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no word of the raised lease:\n%s", s.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(s.logs.String(), `"used":"6s"`) {
+		t.Errorf("the lease used is not 3 x 2s:\n%s", s.logs)
+	}
+}

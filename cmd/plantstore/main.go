@@ -149,7 +149,18 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		return usageError(fmt.Sprintf("unknown %s subcommand %q%s; want %s\nRun \"plantstore %s --help\" for its subcommands.",
 			cmd.name, args[1], didYouMean(args[1], cmd.subcommands, ""), orList(cmd.subcommands), cmd.name))
 	}
-	return cmd.run(ctx, args[1:], env, stdout, stderr)
+	err := cmd.run(ctx, args[1:], env, stdout, stderr)
+	// Every usage mistake ends with where to read the usage, as unknown
+	// commands and flags do; the commands' own checks (a required flag, a
+	// missing argument) need not each say it.
+	if ue, ok := err.(usageError); ok && !strings.Contains(string(ue), "--help") {
+		name := cmd.name
+		if len(args) > 1 && slices.Contains(cmd.subcommands, args[1]) {
+			name += " " + args[1]
+		}
+		err = usageError(fmt.Sprintf("%s\nRun \"plantstore %s --help\" for its usage.", ue, name))
+	}
+	return err
 }
 
 func commandNames(all []command) []string {

@@ -232,6 +232,30 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// Every usage mistake exits 2 and ends with the command to read its usage,
+// whether the flag package or the command itself found it.
+func TestUsageMistakesSayWhereTheUsageIs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		hint string
+	}{
+		{[]string{"token", "create"}, "plantstore token create --help"},
+		{[]string{"token", "revoke"}, "plantstore token revoke --help"},
+		{[]string{"token", "create", "--al"}, "plantstore token create --help"},
+		{[]string{"plants", "add", "--name", "x", "--token", "pst_x"}, "plantstore plants add --help"},
+		{[]string{"backup"}, "plantstore backup --help"},
+		{[]string{"serve", "--addr", "bogus"}, "plantstore serve --help"},
+		{[]string{"tokn"}, "plantstore --help"},
+	} {
+		r := cli(t, dir, nil, tc.args...)
+		if r.exit != 2 || strings.Count(r.stderr, "Run \"") != 1 || !strings.Contains(r.stderr, "Run \""+tc.hint+"\"") {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and one hint, %q", tc.args, r.exit, r.stderr, tc.hint)
+		}
+	}
+}
+
 // A database URL's passwords (its user's, and the client key's in
 // sslpassword), given in PLANTSTORE_DB, are never shown: not as the flag's
 // default in --help, nor when the database cannot be reached.

@@ -212,6 +212,7 @@ type subscriberParkedJSON struct {
 	EventID    int64  `json:"event_id"`
 	EventType  string `json:"event_type"`
 	PlantID    int64  `json:"plant_id"`
+	Attempts   int    `json:"attempts"`
 	LastStatus int    `json:"last_status"`
 	LastError  string `json:"last_error"`
 }

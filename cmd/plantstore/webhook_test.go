@@ -569,6 +569,10 @@ func TestWebhookGoneDisablesSubscriber(t *testing.T) {
 	if table := cli(t, dir, nil, "webhook", "list"); !strings.Contains(table.stdout, "disabled") {
 		t.Errorf("webhook list does not show it disabled:\n%s", table.stdout)
 	}
+	// The delivery that got the 410 was sent once, and says so.
+	if parked := parkedOf(t, dir, "plantstore.db", fmt.Sprint(subs[0].ID)); len(parked) != 1 || parked[0].Attempts != 1 || parked[0].LastStatus != http.StatusGone {
+		t.Errorf("the delivery answered 410: %+v, want 1 attempt and status 410", parked)
+	}
 }
 
 // Without --allow-private-webhooks, loopback is refused when connecting:

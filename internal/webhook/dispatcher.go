@@ -385,6 +385,9 @@ func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plant
 						break // cut short: not the subscriber's failure, not recorded
 					}
 					if outcome == Gone {
+						// The attempt counts: it is parked with the 410,
+						// and disabling parks the subscriber's others.
+						results <- r
 						gone.CompareAndSwap(nil, &dl.EventID)
 						stop()
 						break
@@ -467,6 +470,7 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 		r.Delivered = true
 		log.LogAttrs(ctx, slog.LevelInfo, "webhook delivered", attrs...)
 	case Gone:
+		r.Error, r.GiveUp = attemptError(res), true
 		log.LogAttrs(ctx, slog.LevelWarn, "webhook subscriber answered 410 Gone; disabling it", attrs...)
 	default:
 		r.Error = attemptError(res)

@@ -580,8 +580,11 @@ func TestReusesConnections(t *testing.T) {
 	}
 	eventually(t, "400 deliveries", func() bool { return f.subscriber(sub.ID).Delivered == 400 })
 	// The client the dispatcher was given keeps DefaultConcurrency idle
-	// connections per host, more than the 8 in flight here.
-	if n := conns.Load(); n > concurrency {
+	// connections per host, more than the 8 in flight here. A request that
+	// starts just before another's connection is back in the pool dials
+	// anew (Go's transport keeps the spare), so a loaded machine may see a
+	// few more than 8 (10, once, in CI); without reuse it would be 400.
+	if n := conns.Load(); n > 2*concurrency {
 		t.Errorf("%d connections opened for %d deliveries, %d at a time; want them reused", n, got.Load(), concurrency)
 	}
 }

@@ -211,7 +211,7 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		}
 	}
 	cfg.Webhooks, err = f.hooks.config()
-	if floor := 3 * cfg.Webhooks.Timeout; err == nil && cfg.Webhooks.Lease > 0 && cfg.Webhooks.Lease < floor {
+	if floor := webhook.LeaseFloor(cfg.Webhooks.Timeout); err == nil && cfg.Webhooks.Lease > 0 && cfg.Webhooks.Lease < floor {
 		log.Warn("--webhook-lease raised to 3 times --webhook-timeout: a lease must outlast the attempts made under it",
 			"webhook_lease", cfg.Webhooks.Lease.String(), "used", floor.String())
 	}

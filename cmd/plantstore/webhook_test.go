@@ -612,14 +612,9 @@ func TestWebhookFlagsChecked(t *testing.T) {
 		{"--webhook-concurrency", "1025"},
 		{"--webhook-park-after", "0s"},
 	} {
-		res := cli(t, dir, nil, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-		if res.exit != 2 || !strings.Contains(res.stderr, strings.TrimPrefix(args[0], "--")) {
-			t.Errorf("serve %v: exit %d, %q; want 2 and a message naming the flag", args, res.exit, res.stderr)
-		}
+		wantServeRefused(t, dir, append([]string{"--addr", "127.0.0.1:0"}, args...), strings.TrimPrefix(args[0], "--"))
 	}
-	if _, err := os.Stat(filepath.Join(dir, "plantstore.db")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a refused configuration created the store: %v", err)
-	}
+	wantNoStore(t, dir, "a refused configuration")
 }
 
 // A listening address that is not HOST:PORT is a usage error (exit 2),
@@ -635,13 +630,31 @@ func TestServeAddressesChecked(t *testing.T) {
 		{"--addr", "127.0.0.1:0", "--metrics-addr", "nope"},
 		{"--addr", "127.0.0.1:0", "--pprof-addr", "localhost"},
 	} {
-		res := cli(t, dir, nil, append([]string{"serve"}, args...)...)
-		if res.exit != 2 || !strings.Contains(res.stderr, args[len(args)-2]+" ") || !strings.Contains(res.stderr, "HOST:PORT") {
-			t.Errorf("serve %q: exit %d, %q; want 2 and a message naming the flag", args, res.exit, res.stderr)
-		}
+		wantServeRefused(t, dir, args, args[len(args)-2]+" ", "HOST:PORT")
 	}
+	wantNoStore(t, dir, "a refused address")
+}
+
+// wantServeRefused runs serve with args and wants exit 2 (a usage
+// mistake) and a message that says each of mentions.
+func wantServeRefused(t *testing.T, dir string, args []string, mentions ...string) {
+	t.Helper()
+	res := cli(t, dir, nil, append([]string{"serve"}, args...)...)
+	ok := res.exit == 2
+	for _, m := range mentions {
+		ok = ok && strings.Contains(res.stderr, m)
+	}
+	if !ok {
+		t.Errorf("serve %q: exit %d, %q; want 2 and a message naming the flag", args, res.exit, res.stderr)
+	}
+}
+
+// wantNoStore fails the test if dir holds a store: what was refused
+// (what) must not have made one.
+func wantNoStore(t *testing.T, dir, what string) {
+	t.Helper()
 	if _, err := os.Stat(filepath.Join(dir, "plantstore.db")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a refused address created the store: %v", err)
+		t.Errorf("%s created the store: %v", what, err)
 	}
 }
 
@@ -650,13 +663,7 @@ func TestShortWebhookLeaseIsRaisedAloud(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := serve(t, dir, "--webhook-lease", "1s", "--webhook-timeout", "2s")
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(s.logs.String(), "--webhook-lease raised") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no word of the raised lease:\n%s", s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitLog(t, s, "--webhook-lease raised")
 	if !strings.Contains(s.logs.String(), `"used":"6s"`) {
 		t.Errorf("the lease used is not 3 x 2s:\n%s", s.logs)
 	}

@@ -140,7 +140,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
 	}
-	cfg.Lease = max(cfg.Lease, 3*cfg.AttemptTimeout)
+	cfg.Lease = max(cfg.Lease, LeaseFloor(cfg.AttemptTimeout))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -501,6 +501,11 @@ func (d *Dispatcher) disable(ctx context.Context, log *slog.Logger, id int64, re
 	}
 	log.Warn("webhook subscriber disabled; its pending deliveries are failed", "reason", reason)
 }
+
+// LeaseFloor is the shortest lease a dispatcher keeps with attempts of
+// timeout: a lease must outlast the attempts made under it, and a shorter
+// one is raised to this.
+func LeaseFloor(timeout time.Duration) time.Duration { return 3 * timeout }
 
 // attemptError is the reason kept with a failed attempt: the status line,
 // or what went wrong when there was no answer.

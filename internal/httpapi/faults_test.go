@@ -263,6 +263,16 @@ func TestStoreFullIs507ReadsGoOn(t *testing.T) {
 		if resp, body := e.send("GET", "/plants?limit=1000", "", nil); resp.StatusCode != 200 {
 			t.Errorf("a listing on a full store: %d %s", resp.StatusCode, body)
 		}
+		// Deleting is how a full store is emptied, though each delete
+		// writes its event: every stored plant can go.
+		for i := range id {
+			if resp, body := e.send("DELETE", fmt.Sprint("/plants/", i), "", nil); resp.StatusCode != 204 {
+				t.Fatalf("delete plant %d of %d on a full store: %d %s", i, id, resp.StatusCode, body)
+			}
+		}
+		if resp, body := e.send("GET", "/plants?limit=1000", "", nil); resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "[]" {
+			t.Errorf("a listing after deleting every plant: %d %s", resp.StatusCode, body)
+		}
 	})
 }
 

@@ -74,6 +74,9 @@ type DB struct {
 	// The plant writer (writer.go) takes it for a run of batches; the token
 	// and webhook writes take it between runs.
 	write *sql.DB
+	// maxPages is the write connection's max_page_count (0: no cap);
+	// deletes may go past it by deleteHeadroom (writer.go).
+	maxPages int64
 	// The other reads run in parallel beside the writer, as WAL allows.
 	read *sql.DB
 	// readers serve the plant reads, below database/sql (raw.go).
@@ -190,10 +193,12 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	// CPU with ids spread over the key space. In memory it is a batch's
 	// pages at most (BENCHMARKS.md, "Where a create's time goes").
 	writeQuery.Add("_pragma", "temp_store(MEMORY)")
+	var maxPages int64
 	if opts.MaxBytes > 0 {
 		// max_page_count is per connection; the writer is the only one
 		// that grows the file. SQLite pages are 4096 bytes by default.
-		writeQuery.Add("_pragma", fmt.Sprintf("max_page_count(%d)", max(1, opts.MaxBytes/4096)))
+		maxPages = max(1, opts.MaxBytes/4096)
+		writeQuery.Add("_pragma", fmt.Sprintf("max_page_count(%d)", maxPages))
 	}
 	readQuery := cloneValues(common)
 	readQuery.Add("_pragma", "query_only(ON)")
@@ -204,7 +209,7 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	}
 	write.SetMaxOpenConns(1)
 	write.SetConnMaxIdleTime(0)
-	db := &DB{write: write, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch, eventsWritten: opts.EventsWritten}
+	db := &DB{write: write, maxPages: maxPages, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch, eventsWritten: opts.EventsWritten}
 	// The first connection sets WAL mode, which needs the file to be
 	// writable; open the readers only after it. When processes start
 	// together on a new file, switching it to WAL and creating the schema

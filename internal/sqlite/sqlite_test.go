@@ -151,6 +151,80 @@ func TestConcurrentCreatesUntilFull(t *testing.T) {
 	}
 }
 
+// A full store can be emptied: deletes, batched or alone, go past the cap
+// by at most deleteHeadroom, and creates after them stay within it.
+func TestDeletesEmptyAFullStore(t *testing.T) {
+	const maxBytes = 256 << 10
+	db, path := openTest(t, Options{MaxBytes: maxBytes})
+	ctx := context.Background()
+	name := strings.Repeat("z", 200)
+	var stored []int64
+	for id := int64(1); ; id++ {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: name}); err != nil {
+			if plantstore.ErrorCode(err) != plantstore.EINSUFFICIENT {
+				t.Fatalf("create %d: %v", id, err)
+			}
+			break
+		}
+		stored = append(stored, id)
+	}
+	pages := func() int64 {
+		t.Helper()
+		r, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var n int64
+		if err := r.QueryRow(`PRAGMA page_count`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	capPages := int64(maxBytes / 4096)
+	// One delete alone, then the others from 16 writers at once, so that
+	// some share a batch.
+	if err := db.DeletePlant(ctx, stored[0], nil); err != nil {
+		t.Fatalf("the first delete on a full store: %v", err)
+	}
+	afterOne := pages()
+	if afterOne > capPages+deleteHeadroom {
+		t.Errorf("%d pages after one delete; the cap is %d, with the headroom %d", afterOne, capPages, capPages+deleteHeadroom)
+	}
+	// Creates get no more room than the delete took.
+	for id := int64(1 << 40); ; id++ {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: name}); err != nil {
+			break
+		}
+	}
+	if n := pages(); n > afterOne {
+		t.Errorf("creates after the delete grew the file to %d pages, from %d (the cap: %d)", n, afterOne, capPages)
+	}
+	ids := make(chan int64)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for id := range ids {
+				if err := db.DeletePlant(ctx, id, nil); err != nil {
+					t.Errorf("delete %d on a full store: %v", id, err)
+				}
+			}
+		})
+	}
+	for _, id := range stored[1:] {
+		ids <- id
+	}
+	close(ids)
+	wg.Wait()
+	if n := pages(); n > capPages+deleteHeadroom {
+		t.Errorf("%d pages after the deletes; at most %d", n, capPages+deleteHeadroom)
+	}
+	page, err := db.ListPlants(ctx, plantstore.ListOptions{Limit: 10})
+	if err != nil || len(page) != 0 {
+		t.Errorf("after deleting every plant: %v, %v", page, err)
+	}
+}
+
 // Close commits the creates already queued: with the writer held up by
 // another process's lock, creates queue; Close, then the lock's release,
 // must see every one of them stored and acknowledged.

@@ -277,22 +277,27 @@ func (db *DB) drain(batch []*writeRequest) []*writeRequest {
 // result, to be reported once the batch is durable (finish). A conflict
 // or a missing plant is a result, not a failure: the batch goes on. A
 // store fault rolls the batch back; then each request is tried alone, so
-// one request's fault is not its neighbours'.
+// one request's fault is not its neighbours', and a delete refused for
+// the cap once more past it (deleteHeadroom).
 func (db *DB) commit(batch []*writeRequest) *pendingBatch {
-	out, err := db.commitBatch(batch)
+	out, err := db.commitBatch(batch, 0)
 	job := &pendingBatch{results: out.results, outcomes: []batchOutcome{out}}
 	if err != nil {
 		job.results = make([]writeResult, len(batch))
 		job.results[0] = writeResult{err: err}
-		if len(batch) > 1 {
-			for i := range batch {
-				out, err := db.commitBatch(batch[i : i+1])
+		for i := range batch {
+			if len(batch) > 1 {
+				out, err = db.commitBatch(batch[i:i+1], 0)
 				job.outcomes = append(job.outcomes, out)
-				if err != nil {
-					job.results[i] = writeResult{err: err}
-				} else {
-					job.results[i] = out.results[0]
-				}
+			}
+			if db.mayPassCap(batch[i], err) {
+				out, err = db.commitBatch(batch[i:i+1], db.maxPages+deleteHeadroom)
+				job.outcomes = append(job.outcomes, out)
+			}
+			if err != nil {
+				job.results[i] = writeResult{err: err}
+			} else {
+				job.results[i] = out.results[0]
 			}
 		}
 	}
@@ -340,13 +345,26 @@ func (db *DB) finish(job *pendingBatch, syncErr error) []writeResult {
 	return job.results
 }
 
+// deleteHeadroom is how many pages past --max-db-bytes a delete may take
+// the file (256 KiB): each delete writes its event, and deletes are how
+// a full store is emptied. The pages they free serve later writes.
+const deleteHeadroom = 64
+
+// mayPassCap says whether req, refused with err, is a delete refused for
+// the cap on the file's size, to be tried again with deleteHeadroom.
+func (db *DB) mayPassCap(req *writeRequest, err error) bool {
+	return db.maxPages > 0 && req.kind == writeDelete && plantstore.ErrorCode(err) == plantstore.EINSUFFICIENT
+}
+
 // commitBatch runs batch in one transaction on the write connection
 // (writeConn: held by the writer, so the other writers of this process,
 // tokens and webhooks, queue for it in Go rather than for SQLite's lock)
 // and driven below database/sql (see rawConn). It makes none of the
 // batch's effects: its outcome says what they are. After a failure the
-// connection is given back, to be taken afresh.
-func (db *DB) commitBatch(batch []*writeRequest) (out batchOutcome, err error) {
+// connection is given back, to be taken afresh. With maxPages > 0 the
+// batch may grow the file to that many pages, past the cap, which is set
+// again after it: SQLite keeps a cap no lower than the file's pages.
+func (db *DB) commitBatch(batch []*writeRequest, maxPages int64) (out batchOutcome, err error) {
 	conn, err := db.writeConn()
 	if err != nil {
 		return out, storeError(batchOp(batch), err)
@@ -359,6 +377,17 @@ func (db *DB) commitBatch(batch []*writeRequest) (out batchOutcome, err error) {
 				return nil
 			}
 			db.held.normal = true
+		}
+		if maxPages > 0 {
+			// PRAGMA takes no parameters; these are our own integers.
+			if _, batchErr = c.exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, maxPages)); batchErr != nil {
+				return nil
+			}
+			defer func() {
+				if _, err := c.exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, db.maxPages)); err != nil && batchErr == nil {
+					batchErr = err
+				}
+			}()
 		}
 		if out, batchErr = db.runBatch(c, batch); batchErr != nil {
 			// A failed statement may have rolled the transaction back

@@ -226,7 +226,7 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 }
 
 // flagError rewords the flag package's error as one line, with a "did
-// you mean" for a mistyped flag, and points to --help.
+// you mean" for a mistyped flag (run adds where the usage is).
 func (fs *flagSet) flagError(err error) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
@@ -238,7 +238,7 @@ func (fs *flagSet) flagError(err error) error {
 		// "invalid value ... for flag -limit: ...", "flag needs an argument: -name"
 		msg = fs.Name() + ": " + strings.ReplaceAll(msg, " -", " --")
 	}
-	return usageError(fmt.Sprintf("%s\nRun \"plantstore %s --help\" for its flags.", msg, fs.Name()))
+	return usageError(msg)
 }
 
 // noteIgnoredVariables says, on stderr, when a variable is set that looks
@@ -368,7 +368,7 @@ func checkVariables(environ []string, known variables) (warnings []string, err e
 	for _, name := range unknown {
 		msgs = append(msgs, fmt.Sprintf("unknown configuration variable %s%s", name, didYouMean(name, names, "")))
 	}
-	return nil, usageError(strings.Join(msgs, "; ") + "\nRun \"plantstore serve --help\" for the variables it reads.")
+	return nil, usageError(strings.Join(msgs, "; "))
 }
 
 // didYouMean is " (did you mean X?)" for the candidate closest to word,

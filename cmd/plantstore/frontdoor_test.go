@@ -351,11 +351,11 @@ func TestCommandLineMistakes(t *testing.T) {
 	}{
 		{[]string{"tokn", "list"}, []string{`plantstore: unknown command "tokn" (did you mean token?)`, `Run "plantstore --help" for the commands.`}},
 		{[]string{"frobnicate"}, []string{`plantstore: unknown command "frobnicate"`, `Run "plantstore --help" for the commands.`}},
-		{[]string{"token", "lsit"}, []string{`plantstore: unknown token subcommand "lsit" (did you mean list?); want create, list or revoke`, `Run "plantstore token --help" for its subcommands.`}},
-		{[]string{"plants", "lst"}, []string{`plantstore: unknown plants subcommand "lst" (did you mean list?); want add, delete, get, list or update`, `Run "plantstore plants --help" for its subcommands.`}},
-		{[]string{"token", "list", "--al"}, []string{`plantstore: token list: unknown flag --al (did you mean --all?)`, `Run "plantstore token list --help" for its flags.`}},
-		{[]string{"serve", "--adr", "127.0.0.1:0"}, []string{`plantstore: serve: unknown flag --adr (did you mean --addr?)`, `Run "plantstore serve --help" for its flags.`}},
-		{[]string{"token", "create", "--name"}, []string{`plantstore: token create: flag needs an argument: --name`, `Run "plantstore token create --help" for its flags.`}},
+		{[]string{"token", "lsit"}, []string{`plantstore: unknown token subcommand "lsit" (did you mean list?); want create, list or revoke`, `Run "plantstore token --help" for its usage.`}},
+		{[]string{"plants", "lst"}, []string{`plantstore: unknown plants subcommand "lst" (did you mean list?); want add, delete, get, list or update`, `Run "plantstore plants --help" for its usage.`}},
+		{[]string{"token", "list", "--al"}, []string{`plantstore: token list: unknown flag --al (did you mean --all?)`, `Run "plantstore token list --help" for its usage.`}},
+		{[]string{"serve", "--adr", "127.0.0.1:0"}, []string{`plantstore: serve: unknown flag --adr (did you mean --addr?)`, `Run "plantstore serve --help" for its usage.`}},
+		{[]string{"token", "create", "--name"}, []string{`plantstore: token create: flag needs an argument: --name`, `Run "plantstore token create --help" for its usage.`}},
 	} {
 		r := cli(t, dir, nil, tc.args...)
 		if got := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); r.exit != 2 || r.stdout != "" || !slices.Equal(got, tc.want) {

@@ -142,18 +142,20 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 			args[0], didYouMean(args[0], commandNames(all), "")))
 	}
 	cmd := all[i]
+	var err error
 	// A mistyped subcommand gets the same one-line answer from every
 	// command; the commands themselves handle a missing one, and help.
 	if len(cmd.subcommands) > 0 && len(args) > 1 && !strings.HasPrefix(args[1], "-") &&
 		args[1] != "help" && !slices.Contains(cmd.subcommands, args[1]) {
-		return usageError(fmt.Sprintf("unknown %s subcommand %q%s; want %s\nRun \"plantstore %s --help\" for its subcommands.",
-			cmd.name, args[1], didYouMean(args[1], cmd.subcommands, ""), orList(cmd.subcommands), cmd.name))
+		err = usageError(fmt.Sprintf("unknown %s subcommand %q%s; want %s",
+			cmd.name, args[1], didYouMean(args[1], cmd.subcommands, ""), orList(cmd.subcommands)))
+	} else {
+		err = cmd.run(ctx, args[1:], env, stdout, stderr)
 	}
-	err := cmd.run(ctx, args[1:], env, stdout, stderr)
-	// Every usage mistake ends with where to read the usage, as unknown
-	// commands and flags do; the commands' own checks (a required flag, a
-	// missing argument) need not each say it.
-	if ue, ok := err.(usageError); ok && !strings.Contains(string(ue), "--help") {
+	// Every usage mistake ends with where to read the usage, added here
+	// alone: the commands' messages (a mistyped flag, a required one, a
+	// missing argument) say only what is wrong.
+	if ue, ok := err.(usageError); ok {
 		name := cmd.name
 		if len(args) > 1 && slices.Contains(cmd.subcommands, args[1]) {
 			name += " " + args[1]

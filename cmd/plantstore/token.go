@@ -23,7 +23,7 @@ Run "plantstore token SUBCOMMAND --help" for its flags.
 
 func runToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError("token needs a subcommand: create, list or revoke\nRun \"plantstore token --help\" for its subcommands.")
+		return usageError("token needs a subcommand: create, list or revoke")
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

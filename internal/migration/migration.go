@@ -49,3 +49,36 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 func NewerSchemaError(found, known int) error {
 	return fmt.Errorf("database schema version %d is newer than this plantstore knows (%d); upgrade plantstore", found, known)
 }
+
+// CheckRecorded refuses a schema whose recorded versions (ascending) are
+// not 1, 2, 3... without gaps, with an *IncompleteSchemaError: a rollback
+// that stopped part-way, say, by hand (docs/upgrades.md). Applying the
+// migrations that follow the highest version would build on tables that
+// are not there, and a server would fail at its first write instead of
+// saying why at start.
+func CheckRecorded(versions []int) error {
+	for i, v := range versions {
+		if v != i+1 {
+			return &IncompleteSchemaError{Versions: versions}
+		}
+	}
+	return nil
+}
+
+// IncompleteSchemaError is CheckRecorded's refusal.
+type IncompleteSchemaError struct {
+	Versions []int // as recorded, ascending
+}
+
+func (e *IncompleteSchemaError) Error() string {
+	s := make([]string, len(e.Versions))
+	for i, v := range e.Versions {
+		s[i] = strconv.Itoa(v)
+	}
+	list := s[0]
+	if len(s) > 1 {
+		list = strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+	}
+	return fmt.Sprintf("database schema is incomplete: schema_migrations records versions %s, not all of 1 to %d; did a rollback stop part-way? Finish it (docs/upgrades.md) or restore a backup",
+		list, e.Versions[len(e.Versions)-1])
+}

@@ -29,3 +29,23 @@ func TestLoadRefusesAGap(t *testing.T) {
 		t.Errorf("Load with a gap: %v", err)
 	}
 }
+
+func TestCheckRecorded(t *testing.T) {
+	for _, ok := range [][]int{nil, {1}, {1, 2, 3}} {
+		if err := CheckRecorded(ok); err != nil {
+			t.Errorf("CheckRecorded(%v) = %v", ok, err)
+		}
+	}
+	for versions, want := range map[string]struct {
+		v   []int
+		msg string
+	}{
+		"a rollback stopped part-way": {[]int{1, 2, 5}, "records versions 1, 2 and 5, not all of 1 to 5"},
+		"no first":                    {[]int{2}, "records versions 2, not all of 1 to 2"},
+	} {
+		err := CheckRecorded(want.v)
+		if err == nil || !strings.Contains(err.Error(), want.msg) || !strings.Contains(err.Error(), "docs/upgrades.md") {
+			t.Errorf("%s: CheckRecorded(%v) = %v; want %q", versions, want.v, err, want.msg)
+		}
+	}
+}

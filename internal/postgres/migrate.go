@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,9 @@ func (db *DB) migrate(ctx context.Context) error {
 	}
 	for {
 		found, err := db.applyNext(ctx, ms)
+		if incomplete, ok := errors.AsType[*migration.IncompleteSchemaError](err); ok {
+			return incomplete
+		}
 		if err != nil {
 			return db.storeError("migrate", err)
 		}
@@ -80,9 +84,18 @@ func (db *DB) applyNext(ctx context.Context, ms []migration.Migration) (found in
 				return fmt.Errorf("create schema_migrations: %w", err)
 			}
 		}
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&found); err != nil {
+		rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
+		if err != nil {
 			return err
 		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return err
+		}
+		if err := migration.CheckRecorded(versions); err != nil {
+			return err
+		}
+		found = len(versions)
 		if found >= len(ms) {
 			return nil
 		}

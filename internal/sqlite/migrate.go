@@ -45,6 +45,9 @@ func (db *DB) migrate(ctx context.Context) error {
 	if err := tx.Commit(); err != nil {
 		return storeError("create schema_migrations", err)
 	}
+	if err := db.checkRecorded(ctx); err != nil {
+		return err
+	}
 	for _, m := range ms {
 		if err := db.apply(ctx, m); err != nil {
 			return err
@@ -60,6 +63,27 @@ func (db *DB) migrate(ctx context.Context) error {
 		return migration.NewerSchemaError(current, len(ms))
 	}
 	return nil
+}
+
+// checkRecorded refuses a schema with versions missing below its highest.
+func (db *DB) checkRecorded(ctx context.Context) error {
+	rows, err := db.write.QueryContext(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		return storeError("read schema versions", err)
+	}
+	defer rows.Close()
+	var versions []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return storeError("read schema versions", err)
+		}
+		versions = append(versions, v)
+	}
+	if err := rows.Err(); err != nil {
+		return storeError("read schema versions", err)
+	}
+	return migration.CheckRecorded(versions)
 }
 
 func (db *DB) apply(ctx context.Context, m migration.Migration) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -63,6 +64,30 @@ func TestOpenMissingDirectory(t *testing.T) {
 // the file is left exactly as it was: a file that is not SQLite, and a
 // SQLite database of another program, whose tables plantstore would
 // otherwise have added its own to.
+// A rollback by hand that stopped part-way leaves versions missing below
+// the highest: Open says so rather than start on tables that are gone.
+func TestOpenRefusesAnIncompleteSchema(t *testing.T) {
+	db, path := openTest(t, Options{})
+	db.Close()
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`DELETE FROM schema_migrations WHERE version IN (3, 4)`); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(context.Background(), path, Options{})
+	want := "database schema is incomplete: schema_migrations records versions 1, 2"
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("not all of 1 to %d", len(ms))) {
+		t.Fatalf("Open on an incomplete schema: %v, want an error saying %q", err, want)
+	}
+}
+
 func TestOpenRefusesFilesOfOthers(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -567,6 +567,62 @@ var downMigrations = map[int]string{
 	8: unpackEventBatches,
 }
 
+// TestUpgradesDocGivesEachReversal holds docs/upgrades.md's SQLite
+// rollback, sqlite3 commands on the stopped store, to downMigrations,
+// which TestMigrationsReversibleByHand runs: a step for every migration
+// after the first, newest first, each the same statements.
+func TestUpgradesDocGivesEachReversal(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "upgrades.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "**B. Undo the migrations by hand.**")
+	_, section, _ = strings.Cut(section, "SQLite, with the `sqlite3` shell on the stopped store:\n\n```sh\n")
+	block, _, ok := strings.Cut(section, "```")
+	if !ok {
+		t.Fatal("docs/upgrades.md has no SQLite block under \"B. Undo the migrations by hand.\"")
+	}
+	// The statements of a step, as the shell hands them to sqlite3.
+	normal := func(sql string) string {
+		sql = strings.ReplaceAll(sql, `sqlite3 ./plantstore.db "`, "")
+		sql = strings.ReplaceAll(sql, `COMMIT;"`, "")
+		sql = strings.ReplaceAll(sql, "BEGIN IMMEDIATE;", "")
+		sql = strings.ReplaceAll(sql, `\$`, "$")
+		return strings.Join(strings.Fields(sql), " ")
+	}
+	var order []int
+	steps := map[int]string{}
+	var current int
+	for line := range strings.Lines(block) {
+		var from, to int
+		if n, _ := fmt.Sscanf(line, "# %d -> %d", &from, &to); n == 2 {
+			if to != from-1 {
+				t.Errorf("docs/upgrades.md: step %d -> %d", from, to)
+			}
+			current = from
+			order = append(order, from)
+			continue
+		}
+		steps[current] += line
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for v := len(ms); v > 1; v-- {
+		want = append(want, v)
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("docs/upgrades.md's SQLite rollback has the steps from %v; want %v, the newest first", order, want)
+	}
+	for _, v := range want {
+		if got, want := normal(steps[v]), normal(downMigrations[v]); got != want {
+			t.Errorf("docs/upgrades.md's step %d -> %d:\n%s\nwant downMigrations'\n%s", v, v-1, got, want)
+		}
+	}
+}
+
 // unpackEventBatches gives each event of event_batches its row in events
 // again, and sqlite_sequence the last id given.
 const unpackEventBatches = `CREATE TABLE events (

@@ -31,8 +31,9 @@ func TestLoadRefusesAGap(t *testing.T) {
 }
 
 func TestCheckRecorded(t *testing.T) {
-	for _, ok := range [][]int{nil, {1}, {1, 2, 3}} {
-		if err := CheckRecorded(ok); err != nil {
+	// {1, 9}: newer than known, which NewerSchemaError says.
+	for _, ok := range [][]int{nil, {1}, {1, 2, 3}, {1, 9}} {
+		if err := CheckRecorded(ok, 3); err != nil {
 			t.Errorf("CheckRecorded(%v) = %v", ok, err)
 		}
 	}
@@ -43,7 +44,7 @@ func TestCheckRecorded(t *testing.T) {
 		"a rollback stopped part-way": {[]int{1, 2, 5}, "records versions 1, 2 and 5, not all of 1 to 5"},
 		"no first":                    {[]int{2}, "records versions 2, not all of 1 to 2"},
 	} {
-		err := CheckRecorded(want.v)
+		err := CheckRecorded(want.v, 5)
 		if err == nil || !strings.Contains(err.Error(), want.msg) || !strings.Contains(err.Error(), "docs/upgrades.md") {
 			t.Errorf("%s: CheckRecorded(%v) = %v; want %q", versions, want.v, err, want.msg)
 		}

@@ -92,10 +92,12 @@ func (db *DB) applyNext(ctx context.Context, ms []migration.Migration) (found in
 		if err != nil {
 			return err
 		}
-		if err := migration.CheckRecorded(versions); err != nil {
+		if err := migration.CheckRecorded(versions, len(ms)); err != nil {
 			return err
 		}
-		found = len(versions)
+		if len(versions) > 0 {
+			found = versions[len(versions)-1]
+		}
 		if found >= len(ms) {
 			return nil
 		}

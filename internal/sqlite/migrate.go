@@ -45,7 +45,7 @@ func (db *DB) migrate(ctx context.Context) error {
 	if err := tx.Commit(); err != nil {
 		return storeError("create schema_migrations", err)
 	}
-	if err := db.checkRecorded(ctx); err != nil {
+	if err := db.checkRecorded(ctx, len(ms)); err != nil {
 		return err
 	}
 	for _, m := range ms {
@@ -66,7 +66,7 @@ func (db *DB) migrate(ctx context.Context) error {
 }
 
 // checkRecorded refuses a schema with versions missing below its highest.
-func (db *DB) checkRecorded(ctx context.Context) error {
+func (db *DB) checkRecorded(ctx context.Context, known int) error {
 	rows, err := db.write.QueryContext(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
 	if err != nil {
 		return storeError("read schema versions", err)
@@ -83,7 +83,7 @@ func (db *DB) checkRecorded(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return storeError("read schema versions", err)
 	}
-	return migration.CheckRecorded(versions)
+	return migration.CheckRecorded(versions, known)
 }
 
 func (db *DB) apply(ctx context.Context, m migration.Migration) error {

@@ -38,11 +38,28 @@ type Event struct {
 	Plant Plant
 }
 
+// EventsGone is the EGONE of a query after an event the store no longer
+// keeps all of the events after: those up to horizon are pruned.
+func EventsGone(after, horizon int64) error {
+	return Errorf(EGONE, "the events after %d are no longer all kept (the oldest kept follows %d): %s", after, horizon, resyncAdvice)
+}
+
+// EventsAhead is the EGONE of a query after an event the store has not
+// recorded (its newest is latest): ids are never reused, so the client's
+// position comes from a store that has since gone back, restored from a
+// backup, and what it saw after latest may be undone.
+func EventsAhead(after, latest int64) error {
+	return Errorf(EGONE, "there is no event %d: the newest is %d (was the store restored from a backup?): %s", after, latest, resyncAdvice)
+}
+
+const resyncAdvice = "resync: note the Latest-Event-Id header, read the plants from GET /plants, then follow the feed after that id"
+
 // EventQuery selects events.
 type EventQuery struct {
 	// After is the id of the last event the client has: the events
 	// after it are answered, or EGONE when some of them are no longer
-	// kept. 0 is before the first event ever recorded.
+	// kept, or when it is after the newest event recorded. 0 is before
+	// the first event ever recorded.
 	After int64
 	// FromOldest asks for the oldest events kept, wherever they start,
 	// instead of those after After: never EGONE.
@@ -58,8 +75,9 @@ type EventStore interface {
 	// Events returns up to q.Limit events with ids greater than q.After
 	// (or the oldest kept, with q.FromOldest), in id order, of q.Types
 	// when given. When some event after q.After is no longer kept (q.After
-	// is before the retention horizon), it returns EGONE instead: the
-	// client must resync. A Limit below 1 is EINVALID.
+	// is before the retention horizon), or q.After is after the newest
+	// event recorded, it returns EGONE instead (EventsGone, EventsAhead):
+	// the client must resync. A Limit below 1 is EINVALID.
 	Events(ctx context.Context, q EventQuery) ([]Event, error)
 	// LatestEventID is the id of the newest event recorded, 0 when none.
 	LatestEventID(ctx context.Context) (int64, error)

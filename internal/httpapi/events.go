@@ -215,6 +215,10 @@ func (s *Server) serveEventPage(w http.ResponseWriter, r *http.Request) {
 	}
 	events, err := s.store.Events(r.Context(), query)
 	if err != nil {
+		if plantstore.ErrorCode(err) == plantstore.EGONE {
+			// Where the resync the 410 asks for follows the feed from.
+			w.Header().Set(latestEventHeader, strconv.FormatInt(latest, 10))
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -305,6 +309,14 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	} else {
 		cursor = *q.after
 		first, err = read(cursor)
+		if plantstore.ErrorCode(err) == plantstore.EGONE {
+			// Where the resync the 410 asks for follows the feed from.
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			if latest, e := s.store.LatestEventID(rctx); e == nil {
+				w.Header().Set(latestEventHeader, strconv.FormatInt(latest, 10))
+			}
+			cancel()
+		}
 	}
 	if err != nil {
 		s.writeError(w, r, err)

@@ -438,13 +438,31 @@ func TestEventsGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		read := map[string]string{"Authorization": "Bearer " + e.readToken}
+		newest := strconv.FormatInt(page[1].ID, 10)
 		resp, body := e.do("GET", "/events?after=0", read, nil)
 		wantError(t, resp, body, 410, "GET /plants")
+		// The 410 says where the resync follows the feed from.
+		if got := resp.Header.Get("Latest-Event-Id"); got != newest {
+			t.Errorf("410's Latest-Event-Id %q, want %s", got, newest)
+		}
 		if status := e.headLikeGet("/events?after=0", read); status != http.StatusGone {
 			t.Errorf("HEAD /events after a pruned event: %d, want 410", status)
 		}
 		_, resp, body = e.tryStream(e.readToken, "", map[string]string{"Last-Event-ID": strconv.FormatInt(page[0].ID, 10)})
 		wantError(t, resp, body, 410)
+		if got := resp.Header.Get("Latest-Event-Id"); got != newest {
+			t.Errorf("a stream's 410's Latest-Event-Id %q, want %s", got, newest)
+		}
+		// A position after the newest event comes from before a restore:
+		// ids are never reused, and what the client saw since is undone.
+		ahead := strconv.FormatInt(page[1].ID+3, 10)
+		resp, body = e.do("GET", "/events?after="+ahead, read, nil)
+		wantError(t, resp, body, 410, "there is no event "+ahead+": the newest is "+newest)
+		if got := resp.Header.Get("Latest-Event-Id"); got != newest {
+			t.Errorf("410's Latest-Event-Id %q after an id ahead, want %s", got, newest)
+		}
+		_, resp, body = e.tryStream(e.readToken, "", map[string]string{"Last-Event-ID": ahead})
+		wantError(t, resp, body, 410, "there is no event "+ahead)
 		// From the newest, or with no position, all is well.
 		if _, rest := e.eventsPage(fmt.Sprintf("?after=%d", page[1].ID)); len(rest) != 0 {
 			t.Errorf("after the newest: %+v", rest)

@@ -64,12 +64,13 @@ func (db *DB) recorded(id *int64) {
 	}
 }
 
-// eventsSQL reads the horizon and one page of events in one statement, so
-// from one snapshot: a prune cannot come between the two and hide a gap.
-// The horizon comes back on every row, and alone (with NULL event fields)
+// eventsSQL reads the horizon, the last event id given and one page of
+// events in one statement, so from one snapshot: a prune cannot come
+// between them and hide a gap. The horizon and the last id come back on
+// every row, and alone (with NULL event fields)
 // when no event follows $1 (or the horizon, when $4).
-const eventsSQL = `SELECT h.pruned_through, e.id, e.type, e.plant_id, e.name, e.tag, e.at
-	FROM event_horizon h LEFT JOIN LATERAL (
+const eventsSQL = `SELECT h.pruned_through, c.last, e.id, e.type, e.plant_id, e.name, e.tag, e.at
+	FROM event_horizon h CROSS JOIN event_counter c LEFT JOIN LATERAL (
 		SELECT id, type, plant_id, name, tag, at FROM events
 		WHERE id > CASE WHEN $4::boolean THEN h.pruned_through ELSE $1 END AND (cardinality($3::text[]) = 0 OR type = ANY($3::text[]))
 		ORDER BY id LIMIT $2
@@ -89,12 +90,12 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 		return nil, db.storeError("read events", err)
 	}
 	events := make([]plantstore.Event, 0, min(q.Limit, 1024))
-	var horizon int64
+	var horizon, latest int64
 	var id, plantID *int64
 	var typ, name *string
 	var tag *string
 	var at *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&horizon, &id, &typ, &plantID, &name, &tag, &at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&horizon, &latest, &id, &typ, &plantID, &name, &tag, &at}, func() error {
 		if id == nil {
 			return nil
 		}
@@ -110,9 +111,12 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	if err != nil {
 		return nil, db.storeError("read events", err)
 	}
-	if !q.FromOldest && q.After < horizon {
-		return nil, plantstore.Errorf(plantstore.EGONE,
-			"the events after %d are no longer all kept (the oldest kept follows %d): resync from GET /plants, then follow the feed from now", q.After, horizon)
+	switch {
+	case q.FromOldest:
+	case q.After < horizon:
+		return nil, plantstore.EventsGone(q.After, horizon)
+	case q.After > latest:
+		return nil, plantstore.EventsAhead(q.After, latest)
 	}
 	return events, nil
 }

@@ -37,19 +37,21 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 				err = e
 			}
 		}()
-		var horizon int64
-		if err := c.query(`SELECT pruned_through FROM event_horizon`, nil, func(v []driver.Value) bool {
-			horizon = v[0].(int64)
+		var horizon, latest int64
+		if err := c.query(`SELECT pruned_through, `+lastEventSQL+` FROM event_horizon`, nil, func(v []driver.Value) bool {
+			horizon, latest = v[0].(int64), v[1].(int64)
 			return false
 		}); err != nil {
 			return err
 		}
 		after := q.After
-		if q.FromOldest {
+		switch {
+		case q.FromOldest:
 			after = horizon
-		} else if after < horizon {
-			return plantstore.Errorf(plantstore.EGONE,
-				"the events after %d are no longer all kept (the oldest kept follows %d): resync from GET /plants, then follow the feed from now", q.After, horizon)
+		case after < horizon:
+			return plantstore.EventsGone(after, horizon)
+		case after > latest:
+			return plantstore.EventsAhead(after, latest)
 		}
 		var decodeErr error
 		err = c.query(batchesAfterSQL, []any{after}, func(v []driver.Value) bool {

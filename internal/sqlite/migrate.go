@@ -22,8 +22,12 @@ func loadMigrations() ([]migration.Migration, error) {
 // migrate applies the migrations this binary knows and the file lacks. Each
 // runs in a BEGIN IMMEDIATE transaction that first re-reads the version, so
 // processes starting together on one file apply each migration once. It
-// refuses a file whose schema is newer than this binary.
-func (db *DB) migrate(ctx context.Context) error {
+// refuses a file whose schema is newer than this binary, and, underServer
+// (a plantstore serve holds the file and this is a command-line tool), one
+// whose schema is older: that server is an older version, and upgrading
+// the file under it would leave it writing without what the new schema
+// adds (the change feed, say) and unable to start again.
+func (db *DB) migrate(ctx context.Context, underServer bool) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
@@ -47,6 +51,16 @@ func (db *DB) migrate(ctx context.Context) error {
 	}
 	if err := db.checkRecorded(ctx, len(ms)); err != nil {
 		return err
+	}
+	if underServer {
+		var current int
+		if err := db.write.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+			return storeError("read schema version", err)
+		}
+		if current > 0 && current < len(ms) {
+			return fmt.Errorf("the store is at schema version %d and a plantstore serve of an older version is using it: this plantstore (schema %d) would upgrade it under that server, which could then neither use it fully nor start again. Stop the server, then start this version's serve, which upgrades the store (docs/upgrades.md)",
+				current, len(ms))
+		}
 	}
 	for _, m := range ms {
 		if err := db.apply(ctx, m); err != nil {

@@ -215,7 +215,10 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	// together on a new file, switching it to WAL and creating the schema
 	// can fail with SQLITE_BUSY without waiting; every step is idempotent,
 	// so retry until the busy timeout.
-	if err := retryBusy(ctx, opts.BusyTimeout, db.migrate); err != nil {
+	// Another process serving the file (this one is a command-line tool):
+	// see migrate.
+	underServer := !opts.SoleServer && servedNow(abs)
+	if err := retryBusy(ctx, opts.BusyTimeout, func(ctx context.Context) error { return db.migrate(ctx, underServer) }); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}

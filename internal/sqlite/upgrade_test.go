@@ -567,6 +567,41 @@ var downMigrations = map[int]string{
 	8: unpackEventBatches,
 }
 
+// A command-line tool of a newer version does not upgrade a store that an
+// older serve is using: that server would go on writing without what the
+// new schema adds, and could not start again. Once the server is gone,
+// the tool (or the new serve) upgrades it.
+func TestNoUpgradeUnderARunningServer(t *testing.T) {
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := len(ms) - 1
+	path := copyFixture(t, older)
+	server, _, err := lockSoleServer(path) // as an older serve holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := appliedMigrations(t, path)
+	_, err = Open(context.Background(), path, Options{})
+	want := fmt.Sprintf("the store is at schema version %d and a plantstore serve of an older version is using it", older)
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "docs/upgrades.md") {
+		t.Fatalf("a tool opening a store an older server uses: %v; want %q", err, want)
+	}
+	if after := appliedMigrations(t, path); !slices.Equal(after, before) {
+		t.Errorf("the refused tool migrated the store: %v, was %v", after, before)
+	}
+	server.Close() // the server stops
+	db, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatalf("the tool after the server stopped: %v", err)
+	}
+	db.Close()
+	if after := appliedMigrations(t, path); len(after) != len(ms) {
+		t.Errorf("after the server stopped, the tool left versions %v; want all %d", after, len(ms))
+	}
+}
+
 // TestUpgradesDocGivesEachReversal holds docs/upgrades.md's SQLite
 // rollback, sqlite3 commands on the stopped store, to downMigrations,
 // which TestMigrationsReversibleByHand runs: a step for every migration

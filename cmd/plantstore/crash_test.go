@@ -433,10 +433,31 @@ func call(t *testing.T, client *http.Client, method, url, token, body string) (i
 // SIGINT during the drain stops the process at once, as an operator
 // pressing Ctrl-C again expects. (A repeated SIGTERM does not:
 // TestGracefulShutdown.)
+//
+// Started with SIGINT ignored, as a script's background job (cmd &) or
+// nohup starts it, the second SIGINT stops it all the same, with the exit
+// status 130 a shell gives a process SIGINT ended.
 func TestSecondSignalStopsAtOnce(t *testing.T) {
+	t.Run("SIGINT caught", func(t *testing.T) { testSecondSignal(t, false) })
+	t.Run("SIGINT ignored at start", func(t *testing.T) { testSecondSignal(t, true) })
+}
+
+func testSecondSignal(t *testing.T, ignoredAtStart bool) {
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "me")
-	s := serveProcess(t, dir, "--shutdown-timeout", "60s", "--read-timeout", "60s", "--body-read-timeout", "60s")
+	args := []string{"--shutdown-timeout", "60s", "--read-timeout", "60s", "--body-read-timeout", "60s"}
+	var s *server
+	if ignoredAtStart {
+		// bash's trap '' sets SIGINT's disposition to ignored, and exec
+		// keeps it.
+		cmd := exec.Command("bash", append([]string{"-c", `trap '' INT; exec "$0" serve --addr 127.0.0.1:0 "$@"`, binary}, args...)...)
+		cmd.Dir = dir
+		var addr chan string
+		s, addr = startProcess(t, cmd)
+		s.await(t, addr, 20*time.Second)
+	} else {
+		s = serveProcess(t, dir, args...)
+	}
 	// A request in flight that will not finish by itself: its body never
 	// comes whole.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
@@ -456,7 +477,10 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	case err := <-s.done:
 		s.done <- err // for the cleanup
 		exit, ok := errors.AsType[*exec.ExitError](err)
-		if !ok || exit.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
+		switch {
+		case ignoredAtStart && (!ok || exit.ExitCode() != 130):
+			t.Errorf("after the second signal: %v, want exit status 130", err)
+		case !ignoredAtStart && (!ok || exit.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT):
 			t.Errorf("after the second signal: %v, want the process ended by SIGINT", err)
 		}
 		t.Logf("stopped %v after the second signal", time.Since(begin).Round(time.Millisecond))

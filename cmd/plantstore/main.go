@@ -13,21 +13,27 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
-	// The first SIGINT or SIGTERM asks for a graceful stop. After it,
-	// SIGINT is no longer caught: Ctrl-C again stops the process at once
-	// (as SIGKILL would; what was answered 200 stays). A repeated SIGTERM
-	// still waits for the drain: supervisors may send it more than once,
-	// and send SIGKILL when they are done waiting.
-	signals := make(chan os.Signal, 1)
+	// The first SIGINT or SIGTERM asks for a graceful stop. A SIGINT after
+	// it (Ctrl-C again) stops the process at once, as SIGKILL would: what
+	// was answered 200 stays. A repeated SIGTERM still waits for the
+	// drain: supervisors may send it more than once, and send SIGKILL when
+	// they are done waiting.
+	ignoredAtStart := signal.Ignored(os.Interrupt) // before Notify changes it
+	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		<-signals
-		signal.Reset(os.Interrupt)
 		stop()
+		for sig := range signals {
+			if sig == os.Interrupt {
+				interruptedAgain(ignoredAtStart)
+			}
+		}
 	}()
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
 	stop()
@@ -43,6 +49,20 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// interruptedAgain ends the process at once: by SIGINT itself, as a shell
+// expects of Ctrl-C, or, when SIGINT was ignored at start (a background
+// job of a script, nohup), which signal.Reset would bring back, by exit
+// status 130, a shell's for a process SIGINT ended.
+func interruptedAgain(ignoredAtStart bool) {
+	if !ignoredAtStart {
+		signal.Reset(os.Interrupt)
+		if self, err := os.FindProcess(os.Getpid()); err == nil && self.Signal(os.Interrupt) == nil {
+			time.Sleep(time.Second) // it ends the process meanwhile
+		}
+	}
+	os.Exit(130)
 }
 
 const usage = `plantstore serves the Plant Store API, and is its command line.

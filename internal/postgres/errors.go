@@ -136,12 +136,46 @@ func redact(s string, secrets []string) string {
 		if secret == "" {
 			continue
 		}
-		s = strings.ReplaceAll(s, secret, "xxxxx")
-		// As it appears in a URL's user information or query.
-		s = strings.ReplaceAll(s, url.PathEscape(secret), "xxxxx")
-		s = strings.ReplaceAll(s, url.QueryEscape(secret), "xxxxx")
+		// As written, and as it appears in a URL's user information or
+		// query.
+		for _, form := range []string{secret, url.PathEscape(secret), url.QueryEscape(secret)} {
+			s = redactForm(s, form)
+		}
 	}
 	return s
+}
+
+// shortSecret is the length under which a secret is taken out of a text
+// only where it stands apart from letters and digits: a password of one
+// to a few characters replaced wherever it occurs would garble every
+// message ("p" in "postgres").
+const shortSecret = 8
+
+func redactForm(s, secret string) string {
+	if len(secret) >= shortSecret {
+		return strings.ReplaceAll(s, secret, "xxxxx")
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, secret)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		end := i + len(secret)
+		apart := (i == 0 || !isAlnum(s[i-1])) && (end == len(s) || !isAlnum(s[end]))
+		b.WriteString(s[:i])
+		if apart {
+			b.WriteString("xxxxx")
+		} else {
+			b.WriteString(secret)
+		}
+		s = s[end:]
+	}
+}
+
+func isAlnum(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // RedactURL returns a connection URL fit to show (in a log, a usage text):

@@ -36,6 +36,18 @@ func TestRedactURL(t *testing.T) {
 	if got := redact("pw1 pw2 pw3 pw4 pw5", secrets); got != "xxxxx xxxxx xxxxx xxxxx pw5" {
 		t.Errorf("redact = %q", got)
 	}
+	// A short password is taken out only where it stands apart: replaced
+	// wherever it occurs, it would garble every message.
+	for _, tc := range []struct{ secret, text, want string }{
+		{"p", `postgres: connect: failed to connect to user=u: password=p expected`, `postgres: connect: failed to connect to user=u: password=xxxxx expected`},
+		{"p", `postgres://u:p@db/x`, `postgres://u:xxxxx@db/x`},
+		{"p@ss", `postgres://u:p%40ss@db/x, p@ss`, `postgres://u:xxxxx@db/x, xxxxx`},
+		{"hunter22", `xhunter22x`, `xxxxxxx`},
+	} {
+		if got := redact(tc.text, []string{tc.secret}); got != tc.want {
+			t.Errorf("redact(%q, %q) = %q, want %q", tc.text, tc.secret, got, tc.want)
+		}
+	}
 }
 
 // A connection with a password refuses, by default, to authenticate by

@@ -55,14 +55,9 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
 	}
-	// The copy is written beside its name, then renamed: its directory
-	// must exist and take new files. Say so, not the temporary file's name.
-	if dir := filepath.Dir(absTo); !isDir(dir) {
-		return BackupInfo{}, fmt.Errorf("backup to %s: the directory %s does not exist: create it first", absTo, dir)
-	}
-	tmp, err := newTemp(absTo)
+	tmp, err := tempBeside(absTo)
 	if err != nil {
-		return BackupInfo{}, fmt.Errorf("backup to %s: cannot create files in %s: %w", absTo, filepath.Dir(absTo), unwrapPath(err))
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", absTo, err)
 	}
 	defer removeWithSidecars(tmp) // a no-op once the copy has its name
 
@@ -122,10 +117,15 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
+	if fi, err := os.Stat(from); err != nil {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, unwrapPath(err))
+	} else if fi.IsDir() {
+		return BackupInfo{}, fmt.Errorf("restore from %s: it is a directory; name a backup file (plantstore backup --to makes one)", from)
+	}
 	// The temporary file first: it fails plainly on a missing directory.
-	tmp, err := newTemp(abs)
+	tmp, err := tempBeside(abs)
 	if err != nil {
-		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
+		return BackupInfo{}, fmt.Errorf("restore to %s: %w", abs, err)
 	}
 	defer removeWithSidecars(tmp)
 	lock, lockCreated, err := lockSoleServer(abs)
@@ -230,15 +230,30 @@ func inspect(ctx context.Context, path string) (BackupInfo, error) {
 	return info, nil
 }
 
-// newTemp creates an empty file beside path, on the same file system, so
-// it can be renamed to path. Its mode is 0600: a store holds webhook
-// secrets and token hashes.
 // isDir says whether path is a directory (or a link to one).
 func isDir(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.IsDir()
 }
 
+// tempBeside is newTemp for a file the user named: what is wrong is said
+// of path's directory, which must exist and take new files, never with
+// the temporary file's name.
+func tempBeside(path string) (string, error) {
+	dir := filepath.Dir(path)
+	if !isDir(dir) {
+		return "", fmt.Errorf("the directory %s does not exist: create it first", dir)
+	}
+	tmp, err := newTemp(path)
+	if err != nil {
+		return "", fmt.Errorf("cannot create files in %s: %w", dir, unwrapPath(err))
+	}
+	return tmp, nil
+}
+
+// newTemp creates an empty file beside path, on the same file system, so
+// it can be renamed to path. Its mode is 0600: a store holds webhook
+// secrets and token hashes.
 func newTemp(path string) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {

@@ -175,8 +175,13 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		if a.addr == "" && a.flag != "--addr" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
-			return cfg, usageError(fmt.Sprintf("%s %q: want HOST:PORT, such as 127.0.0.1:8080 or :8080", a.flag, a.addr))
+		_, port, err := net.SplitHostPort(a.addr)
+		if err == nil && port != "" {
+			// A number up to 65535, or a service's name (":http").
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil || port == "" {
+			return cfg, usageError(fmt.Sprintf("%s %q: want HOST:PORT, with a port up to 65535, such as 127.0.0.1:8080 or :8080", a.flag, a.addr))
 		}
 	}
 	// No "0 means the default": a limit of 0 could be read as none.

@@ -626,6 +626,8 @@ func TestServeAddressesChecked(t *testing.T) {
 		{"--addr", "bogus"},
 		{"--addr", "127.0.0.1"},
 		{"--addr", "127.0.0.1:"},
+		{"--addr", "127.0.0.1:99999"},
+		{"--addr", "127.0.0.1:-1"},
 		{"--addr", ""},
 		{"--addr", "127.0.0.1:0", "--metrics-addr", "nope"},
 		{"--addr", "127.0.0.1:0", "--pprof-addr", "localhost"},

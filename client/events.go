@@ -147,7 +147,7 @@ func final(err error) bool {
 }
 
 // errStreamEnded is a stream the service closed, at shutdown say.
-var errStreamEnded = errors.New("plantstore: the event stream ended; reconnecting")
+var errStreamEnded = errors.New("plantstore: the server ended the event stream")
 
 // follow reads one stream, yielding its events and moving *after past
 // each. It returns nil when yield asked to stop, else why the stream

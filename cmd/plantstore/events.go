@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -20,14 +22,14 @@ Without --follow it prints the events kept (or those after --after) and
 exits. With --follow it goes on printing each change as it happens, from
 now (or after --after), until interrupted; when the connection breaks it
 says so on standard error, reconnects, and resumes where it was, missing
-nothing. If the events after --after are no longer kept, it fails with
-HTTP 410: read the plants again (plants list --all), then follow from the
-newest event.`
+nothing. If the events after --after are no longer kept (or it is after
+the newest, as after a restore), it fails with HTTP 410 and names the
+newest event: read the plants again (plants list --all), then follow
+after that one.`
 
 func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", eventsUsage, getenv, stdout, stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "base `URL` of the plantstore server")
-	token := fs.Secret("token", "access `TOKEN` with plants:read")
+	api := addServerFlags(fs, "access `TOKEN` with plants:read")
 	asJSON := fs.Bool("json", false, "print each event as a line of JSON")
 	follow := fs.Bool("follow", false, "go on printing changes as they happen")
 	after := fs.FlagSet.String("after", "", "only events after the one with this `ID`")
@@ -38,9 +40,6 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if err := noArguments("events", positional); err != nil {
 		return err
-	}
-	if *token == "" {
-		return usageError("no token: pass --token or set PLANTSTORE_TOKEN (plantstore token create makes one)")
 	}
 	var from *int64
 	if *after != "" {
@@ -60,13 +59,14 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 			return usageError(fmt.Sprintf("--type %q: the types are plant.created, plant.updated and plant.deleted", t))
 		}
 	}
-	c, err := client.New(*server, *token)
+	c, err := api.client()
 	if err != nil {
-		return usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
+		return err
 	}
+	server := *api.server
 	out := eventPrinter{w: stdout, json: *asJSON}
 	if !*follow {
-		return apiError(printEvents(ctx, c, from, only, out), *server)
+		return apiError(resyncAdvice(ctx, c, printEvents(ctx, c, from, only, out)), server)
 	}
 	start := client.FromNow
 	if from != nil {
@@ -75,9 +75,9 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	for ev, err := range c.Events(ctx, start, only...) {
 		if err != nil {
 			if client.StatusCode(err) != 0 {
-				return apiError(err, *server) // final: Events ends after it
+				return apiError(resyncAdvice(ctx, c, err), server) // final: Events ends after it
 			}
-			fmt.Fprintf(stderr, "plantstore: the stream broke (%v); reconnecting\n", err)
+			fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting\n", strings.TrimPrefix(err.Error(), "plantstore: "))
 			continue
 		}
 		if err := out.print(ev); err != nil {
@@ -85,6 +85,23 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	return nil // interrupted
+}
+
+// resyncAdvice words a 410 for the command line: the server's advice
+// points to a header the user does not see, so it names the newest event
+// instead, where following picks up after reading the plants again.
+func resyncAdvice(ctx context.Context, c *client.Client, err error) error {
+	e, ok := errors.AsType[*client.Error](err)
+	if !ok || e.StatusCode != http.StatusGone {
+		return err
+	}
+	page, lerr := c.ListEvents(ctx, client.EventOptions{Limit: 1})
+	if lerr != nil {
+		return err
+	}
+	why, _, _ := strings.Cut(e.Message, ": resync")
+	return fmt.Errorf("%s (HTTP 410): resync: read the plants again (plantstore plants list --all), then follow after the newest event, %d (plantstore events --follow --after %d)",
+		why, page.Latest, page.Latest)
 }
 
 // printEvents prints every page of events after from (the oldest kept

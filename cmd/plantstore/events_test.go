@@ -76,6 +76,12 @@ func (c *eventsCLI) pages(t *testing.T) {
 	if out := c.ok(t, c.run(t, "events", "--after", "2")); !strings.HasPrefix(out, "3  ") || strings.Count(out, "\n") != 1 {
 		t.Errorf("events --after 2: %q", out)
 	}
+	// After an event not yet given (a position from before a restore):
+	// 410, and where to follow from after reading the plants again.
+	if r := c.run(t, "events", "--after", "99"); r.exit != 1 || !strings.Contains(r.stderr, "there is no event 99") ||
+		!strings.Contains(r.stderr, "plants list --all") || !strings.Contains(r.stderr, "--after 3") || strings.Contains(r.stderr, "header") {
+		t.Errorf("events --after 99: exit %d, %q; want 1, and to follow after 3", r.exit, r.stderr)
+	}
 	for _, bad := range [][]string{{"--after", "x"}, {"--type", "plant.eaten"}, {"extra"}} {
 		if r := c.run(t, append([]string{"events"}, bad...)...); r.exit != 2 || r.stdout != "" {
 			t.Errorf("events %q: exit %d, stdout %q; want 2 and nothing", bad, r.exit, r.stdout)

@@ -49,35 +49,53 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError(fmt.Sprintf("unknown plants subcommand %q: want add, list, get, update or delete", args[0]))
 	}
 	fs := newFlagSet("plants "+args[0], cmd.usage, getenv, stdout, stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "base `URL` of the plantstore server")
-	token := fs.Secret("token", "access `TOKEN`")
-	caCert := fs.String("ca-cert", "", "trust the certificates in this PEM `FILE` (a private CA) instead of the system's, for an https --server")
+	api := addServerFlags(fs, "access `TOKEN`")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	run := cmd.flags(fs)
 	positional, err := fs.parse(args[1:])
 	if err != nil {
 		return err
 	}
-	if *token == "" {
-		return usageError("no token: pass --token or set PLANTSTORE_TOKEN (plantstore token create makes one)")
-	}
 	// A user waits: retry what the server refuses for now, but only while
 	// it asks for short waits (the client's 10 s cap), and say how long
 	// otherwise (apiError).
-	opts := []client.Option{client.WithRetries(plantRetries)}
-	if *caCert != "" {
-		cfg, err := trustOnly(*caCert)
+	c, err := api.client(client.WithRetries(plantRetries))
+	if err != nil {
+		return err
+	}
+	out := plantPrinter{w: stdout, json: *asJSON}
+	return apiError(run(ctx, c, positional, out, stderr), *api.server)
+}
+
+// serverFlags are the flags of the commands that talk to a server over
+// its API (plants, events).
+type serverFlags struct{ server, token, caCert *string }
+
+func addServerFlags(fs *flagSet, tokenUsage string) serverFlags {
+	return serverFlags{
+		server: fs.String("server", "http://127.0.0.1:8080", "base `URL` of the plantstore server"),
+		token:  fs.Secret("token", tokenUsage),
+		caCert: fs.String("ca-cert", "", "trust the certificates in this PEM `FILE` (a private CA) instead of the system's, for an https --server"),
+	}
+}
+
+// client is the API client the flags name, with opts.
+func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
+	if *f.token == "" {
+		return nil, usageError("no token: pass --token or set PLANTSTORE_TOKEN (plantstore token create makes one)")
+	}
+	if *f.caCert != "" {
+		cfg, err := trustOnly(*f.caCert)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		opts = append(opts, client.WithTLSConfig(cfg))
 	}
-	c, err := client.New(*server, *token, opts...)
+	c, err := client.New(*f.server, *f.token, opts...)
 	if err != nil {
-		return usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
+		return nil, usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
 	}
-	out := plantPrinter{w: stdout, json: *asJSON}
-	return apiError(run(ctx, c, positional, out, stderr), *server)
+	return c, nil
 }
 
 // plantRetries is how many times the plants commands retry a request.

@@ -120,7 +120,8 @@ func TestPlantsRetryDroppedConnection(t *testing.T) {
 }
 
 // --ca-cert (or PLANTSTORE_CA_CERT) trusts a private CA for an https
-// server; without it, the server's certificate is refused.
+// server, for plants and events; without it, the server's certificate is
+// refused.
 func TestPlantsCACert(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -138,6 +139,16 @@ func TestPlantsCACert(t *testing.T) {
 	}
 	if r := cli(t, dir, env, "plants", "get", "1"); r.exit != 1 || !strings.Contains(r.stderr, "certificate") {
 		t.Errorf("get without the CA: exit %d, %s; want a certificate error", r.exit, r.stderr)
+	}
+	// events talks to the server as plants does.
+	if r := cli(t, dir, env, "events", "--ca-cert", certFile); r.exit != 0 || !strings.Contains(r.stdout, "plant.created") {
+		t.Errorf("events --ca-cert: exit %d, %q, %s", r.exit, r.stdout, r.stderr)
+	}
+	if r := cli(t, dir, append(env, "PLANTSTORE_CA_CERT="+certFile), "events"); r.exit != 0 || !strings.Contains(r.stdout, "plant.created") {
+		t.Errorf("events with PLANTSTORE_CA_CERT: exit %d, %q, %s", r.exit, r.stdout, r.stderr)
+	}
+	if r := cli(t, dir, env, "events"); r.exit != 1 || !strings.Contains(r.stderr, "certificate") {
+		t.Errorf("events without the CA: exit %d, %s; want a certificate error", r.exit, r.stderr)
 	}
 	notPEM := filepath.Join(dir, "not.pem")
 	os.WriteFile(notPEM, []byte("not a certificate"), 0o600)

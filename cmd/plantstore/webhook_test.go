@@ -630,6 +630,7 @@ func TestServeAddressesChecked(t *testing.T) {
 		{"--addr", "127.0.0.1:-1"},
 		{"--addr", ""},
 		{"--addr", "127.0.0.1:0", "--metrics-addr", "nope"},
+		{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:99999"},
 		{"--addr", "127.0.0.1:0", "--pprof-addr", "localhost"},
 	} {
 		wantServeRefused(t, dir, args, args[len(args)-2]+" ", "HOST:PORT")

@@ -179,12 +179,18 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	var data strings.Builder
+	var id string // of the block being read
 	for lines.Scan() {
 		line := lines.Text()
 		if line != "" {
-			// Only data matters: the id and type are in it too.
+			// Data carries the event, its id and type too.
 			if value, ok := strings.CutPrefix(line, "data:"); ok {
 				data.WriteString(strings.TrimPrefix(value, " "))
+			}
+			// An id without data is the position past events a type
+			// filter left out: resume after it.
+			if value, ok := strings.CutPrefix(line, "id:"); ok {
+				id = strings.TrimPrefix(value, " ")
 			}
 			// A stream from now names where now is, so that a
 			// reconnection misses nothing in between.
@@ -196,8 +202,14 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 			continue
 		}
 		if data.Len() == 0 {
-			continue // a comment, or the retry field
+			// A comment, the retry field, or an id alone.
+			if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > *after {
+				*after = n
+			}
+			id = ""
+			continue
 		}
+		id = ""
 		var e Event
 		if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
 			return received, fmt.Errorf("plantstore: malformed event: %w", err)

@@ -350,6 +350,9 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	}
 	keepAlive := time.NewTicker(s.cfg.StreamKeepAlive)
 	defer keepAlive.Stop()
+	// The id the client last got: behind cursor when ?type= left the
+	// events since out.
+	sent := cursor
 	for {
 		events, changed, fromTail := s.feed.since(cursor)
 		if len(first) > 0 {
@@ -365,6 +368,7 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		for _, e := range events {
 			if len(q.types) == 0 || slices.Contains(q.types, e.typ) {
 				buf = appendStreamEvent(buf, e)
+				sent = e.id
 			}
 			cursor = e.id
 		}
@@ -389,6 +393,16 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-changed:
 		case <-keepAlive.C:
+			if cursor != sent {
+				// An id without data moves the client's Last-Event-ID
+				// past the events its filter left out, and dispatches
+				// nothing (the HTML standard's EventSource): reconnecting
+				// after they are pruned is not a 410.
+				buf = append(buf, "id: "...)
+				buf = strconv.AppendInt(buf, cursor, 10)
+				buf = append(buf, '\n')
+				sent = cursor
+			}
 			buf = append(buf, ": keep-alive\n\n"...)
 			if !send() {
 				return

@@ -87,6 +87,7 @@ type stream struct {
 	ended    chan struct{} // closed when the server ends the stream
 	mu       sync.Mutex
 	raw      bytes.Buffer // all that was received, to check at the end
+	lastID   string       // as a browser's EventSource keeps it; under mu
 }
 
 // openStream opens a stream with token; it fails the test unless the
@@ -140,6 +141,7 @@ func (s *stream) read() {
 	defer close(s.ended)
 	r := bufio.NewReader(io.TeeReader(s.resp.Body, lockedWriter{&s.mu, &s.raw}))
 	var ev sseEvent
+	hasID := false
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
@@ -150,17 +152,23 @@ func (s *stream) read() {
 		value = strings.TrimPrefix(value, " ")
 		switch {
 		case line == "":
+			// An id sets the last event id even when no data follows.
+			if hasID {
+				s.mu.Lock()
+				s.lastID = ev.id
+				s.mu.Unlock()
+			}
 			if ev.data != "" {
 				s.events <- ev
 			}
-			ev = sseEvent{}
+			ev, hasID = sseEvent{}, false
 		case field == "":
 			select {
 			case s.comments <- value:
 			default:
 			}
 		case field == "id":
-			ev.id = value
+			ev.id, hasID = value, true
 		case field == "event":
 			ev.event = value
 		case field == "data":
@@ -473,6 +481,46 @@ func TestEventsGone(t *testing.T) {
 	})
 }
 
+// A stream filtered by ?type= moves its client's Last-Event-ID past the
+// events it leaves out (an id without data, with a keep-alive), so that a
+// client that reconnects after they are pruned resumes, not resyncs.
+func TestFilteredStreamMovesItsPosition(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{cfg: httpapi.Config{StreamKeepAlive: 50 * time.Millisecond}})
+		e.create(`{"id":1,"name":"a"}`)
+		_, page := e.eventsPage("")
+		start := strconv.FormatInt(page[0].ID, 10)
+		s := e.openStream(e.readToken, "?type=plant.deleted", map[string]string{"Last-Event-ID": start})
+		e.create(`{"id":2,"name":"b"}`)
+		e.create(`{"id":3,"name":"c"}`)
+		_, page = e.eventsPage("?after=" + start)
+		newest := strconv.FormatInt(page[len(page)-1].ID, 10)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s.mu.Lock()
+			last := s.lastID
+			s.mu.Unlock()
+			if last == newest {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the filtered stream's last event id is %q, want %s, the newest event it left out", last, newest)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		s.none(100 * time.Millisecond) // and no event dispatched
+		s.close()
+		if _, err := e.db.PruneEvents(context.Background(), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		again := e.openStream(e.readToken, "?type=plant.deleted", map[string]string{"Last-Event-ID": newest})
+		e.send("DELETE", "/plants/2", "", nil)
+		if ev := again.next().decode(t); ev.summary() != `plant.deleted 2 "b" <none>` {
+			t.Errorf("resumed after the pruning: %s", ev.summary())
+		}
+	})
+}
+
 // Streams have their own limits: a token's open streams are capped, and
 // open streams hold no slot of --max-in-flight.
 func TestEventStreamLimits(t *testing.T) {
@@ -669,6 +717,61 @@ func (p *cutProxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// The Go client keeps the position a filtered stream moves it to (an id
+// without data): reconnecting after the events its filter left out are
+// pruned, it resumes instead of ending with a 410.
+func TestClientFollowsAFilteredFeedPastPruning(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{cfg: httpapi.Config{StreamKeepAlive: 50 * time.Millisecond}})
+		proxy := newCutProxy(t, e.addr)
+		c, err := client.New("http://"+proxy.ln.Addr().String(), e.readToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.create(`{"id":1,"name":"a"}`)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		type item struct {
+			ev  client.Event
+			err error
+		}
+		items := make(chan item, 100)
+		go func() {
+			defer close(items)
+			for ev, err := range c.Events(ctx, 0, client.EventDeleted) {
+				items <- item{ev, err}
+			}
+		}()
+		e.create(`{"id":2,"name":"b"}`)
+		time.Sleep(300 * time.Millisecond) // keep-alives, with the position, go by
+		proxy.cut()
+		if _, err := e.db.PruneEvents(context.Background(), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		e.send("DELETE", "/plants/2", "", nil)
+		for {
+			select {
+			case it, ok := <-items:
+				if !ok {
+					t.Fatal("Events ended")
+				}
+				if client.StatusCode(it.err) != 0 {
+					t.Fatalf("after the pruning: %v, want to resume", it.err)
+				}
+				if it.err != nil {
+					continue // the cut, reconnecting
+				}
+				if it.ev.Type != client.EventDeleted || it.ev.Plant.ID != 2 {
+					t.Fatalf("got %+v, want plant 2 deleted", it.ev)
+				}
+				return
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event within 10 s")
+			}
+		}
+	})
 }
 
 // The Go client follows the stream, and when the connection breaks it

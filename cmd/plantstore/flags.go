@@ -250,8 +250,10 @@ func (fs *flagSet) noteIgnoredVariables() {
 		if fs.fromVars[f.Name] || fs.stderr == nil {
 			return
 		}
-		if env := envName(f.Name); fs.getenv(env) != "" || fs.getenv(env+"_FILE") != "" {
-			fmt.Fprintf(fs.stderr, "plantstore: ignoring %s: --%s is read from the command line only\n", env, f.Name)
+		for _, env := range []string{envName(f.Name), envName(f.Name) + "_FILE"} {
+			if fs.getenv(env) != "" {
+				fmt.Fprintf(fs.stderr, "plantstore: ignoring %s: --%s is read from the command line only\n", env, f.Name)
+			}
 		}
 	})
 }

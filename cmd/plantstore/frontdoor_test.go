@@ -60,6 +60,11 @@ func TestOtherCommandsVariablesDoNotStopServe(t *testing.T) {
 	if !strings.Contains(r.stderr, "ignoring PLANTSTORE_ALL: --all is read from the command line only") {
 		t.Errorf("plants list says nothing of PLANTSTORE_ALL: %q", r.stderr)
 	}
+	// The variable named is the one set.
+	r = cli(t, dir, []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_ALL=", "PLANTSTORE_ALL_FILE=x"}, "plants", "list", "--limit", "2")
+	if !strings.Contains(r.stderr, "ignoring PLANTSTORE_ALL_FILE: --all") || strings.Contains(r.stderr, "ignoring PLANTSTORE_ALL:") {
+		t.Errorf("plants list with PLANTSTORE_ALL_FILE set: %q", r.stderr)
+	}
 }
 
 // Each flag either reads its variable or is in commandLineOnly, and

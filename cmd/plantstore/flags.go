@@ -102,6 +102,15 @@ func envName(flagName string) string {
 	return "PLANTSTORE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// given says whether the flag name was set, on the command line or by its
+// variable; after parse.
+func (fs *flagSet) given(name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	env := envName(name)
+	return set || fs.fromVars[name] && (fs.getenv(env) != "" || fs.getenv(env+"_FILE") != "")
+}
+
 // fromEnv sets v from the flag's variable when that is set, or else from
 // the file that the variable with _FILE appended names: container
 // platforms mount secrets (a database URL with its password, a token) as

@@ -216,6 +216,10 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		}
 	}
 	cfg.Webhooks, err = f.hooks.config()
+	if err == nil && f.hooks.given("webhook-max-age") {
+		log.Warn("--webhook-max-age is deprecated: it is the earlier name of --webhook-park-after, which to set instead",
+			"webhook_park_after", cfg.Webhooks.Schedule.ParkAfter.String())
+	}
 	if floor := webhook.LeaseFloor(cfg.Webhooks.Timeout); err == nil && cfg.Webhooks.Lease > 0 && cfg.Webhooks.Lease < floor {
 		log.Warn("--webhook-lease raised to 3 times --webhook-timeout: a lease must outlast the attempts made under it",
 			"webhook_lease", cfg.Webhooks.Lease.String(), "used", floor.String())
@@ -246,6 +250,7 @@ type webhookFlags struct {
 	parkAfter, maxAge, timeout *time.Duration
 	poll, lease                *time.Duration
 	workers, concurrency       *int64
+	given                      func(flag string) bool
 }
 
 func addWebhookFlags(fs *flagSet) webhookFlags {
@@ -260,6 +265,7 @@ func addWebhookFlags(fs *flagSet) webhookFlags {
 		lease:         fs.Duration("webhook-lease", 30*time.Second, "how long a subscriber stays with one instance without renewal; a crashed instance's subscribers are taken over after it (at least 3x --webhook-timeout)"),
 		workers:       fs.Int64("webhook-workers", 16, "subscribers served at once; a slow one holds one worker, never the others"),
 		concurrency:   fs.Int64("webhook-concurrency", webhook.DefaultConcurrency, "webhook attempts in flight to one subscriber; one plant's events still go one after another, in order"),
+		given:         fs.given,
 	}
 }
 
@@ -275,7 +281,10 @@ func (f webhookFlags) config() (app.WebhookConfig, error) {
 		return app.WebhookConfig{}, usageError("--webhook-concurrency must be between 1 and 1024")
 	}
 	parkAfter := *f.parkAfter
-	if *f.maxAge > 0 {
+	if f.given("webhook-max-age") {
+		if f.given("webhook-park-after") && *f.maxAge != *f.parkAfter {
+			return app.WebhookConfig{}, usageError("--webhook-max-age is the earlier name of --webhook-park-after, and both are set to different times: set --webhook-park-after alone")
+		}
 		parkAfter = *f.maxAge
 	}
 	if parkAfter <= 0 {

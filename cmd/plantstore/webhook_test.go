@@ -611,6 +611,8 @@ func TestWebhookFlagsChecked(t *testing.T) {
 		{"--webhook-concurrency", "0"},
 		{"--webhook-concurrency", "1025"},
 		{"--webhook-park-after", "0s"},
+		// The deprecated name and the new one, set apart.
+		{"--webhook-max-age", "1h", "--webhook-park-after", "5m"},
 	} {
 		wantServeRefused(t, dir, append([]string{"--addr", "127.0.0.1:0"}, args...), strings.TrimPrefix(args[0], "--"))
 	}
@@ -662,6 +664,18 @@ func wantNoStore(t *testing.T, dir, what string) {
 }
 
 // A lease shorter than three attempts is raised, and the log says so.
+// The deprecated --webhook-max-age still works, and the log says which
+// flag to set instead.
+func TestWebhookMaxAgeIsDeprecatedAloud(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := serve(t, dir, "--webhook-max-age", "7m")
+	awaitLog(t, s, "--webhook-max-age is deprecated")
+	if !strings.Contains(s.logs.String(), `"webhook_park_after":"7m0s"`) {
+		t.Errorf("the park-after used is not --webhook-max-age's:\n%s", s.logs)
+	}
+}
+
 func TestShortWebhookLeaseIsRaisedAloud(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -429,6 +429,37 @@ func call(t *testing.T, client *http.Client, method, url, token, body string) (i
 	return status, header, answer
 }
 
+// A request still running when --shutdown-timeout ends: the process says
+// so, in the log's JSON too, and exits 1.
+func TestShutdownTimeoutExitsOne(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "me")
+	s := serveProcess(t, dir, "--shutdown-timeout", "300ms", "--read-timeout", "60s", "--body-read-timeout", "60s")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A body that never comes whole.
+	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", token)
+	time.Sleep(300 * time.Millisecond)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		s.done <- err // for the cleanup
+		if exit, ok := errors.AsType[*exec.ExitError](err); !ok || exit.ExitCode() != 1 {
+			t.Errorf("after the shutdown timeout: %v, want exit status 1", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10 s after SIGTERM with a 300ms shutdown timeout:\n%s", s.logs)
+	}
+	logs := s.logs.String()
+	if !strings.Contains(logs, `"level":"ERROR","msg":"stopped","err":"in-flight requests did not finish within 300ms"`) ||
+		!strings.Contains(logs, "plantstore: in-flight requests did not finish within 300ms") {
+		t.Errorf("the shutdown timeout is not said, as a log line and on stderr:\n%s", logs)
+	}
+}
+
 // SIGTERM drains the requests in flight for up to --shutdown-timeout; a
 // SIGINT during the drain stops the process at once, as an operator
 // pressing Ctrl-C again expects. (A repeated SIGTERM does not:

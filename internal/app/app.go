@@ -131,6 +131,10 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	background.Wait()
 	if err == nil {
 		a.log.Info("stopped")
+	} else {
+		// Also in the log's format, for whatever reads it; the caller
+		// says it on stderr as well.
+		a.log.Error("stopped", "err", err.Error())
 	}
 	return err
 }

@@ -189,7 +189,9 @@ func pruneSome(ctx context.Context, tx pgx.Tx, cutoff time.Time) (n int, done bo
 	if _, err := tx.Exec(ctx, `DELETE FROM events WHERE id <= $1`, last); err != nil {
 		return 0, false, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE event_horizon SET pruned_through = $1`, last); err != nil {
+	// Never lowered: after a restore it may be past every event kept
+	// (docs/operations.md, "On PostgreSQL").
+	if _, err := tx.Exec(ctx, `UPDATE event_horizon SET pruned_through = greatest(pruned_through, $1)`, last); err != nil {
 		return 0, false, err
 	}
 	return n, n < seen || seen < pruneChunk, nil

@@ -501,3 +501,53 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// The statements docs/operations.md gives to run after pg_restore carry
+// the change feed past the replaced database's newest event L: a client
+// that followed it gets EGONE, new events never reuse an id it saw, and
+// pruning what was restored keeps the horizon past L.
+func TestRestoredFeedCarriedOnByHand(t *testing.T) {
+	ctx := context.Background()
+	db, url := openTest(t)
+	for i := range int64(5) {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: i, Name: "restored"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const gone = 45 // the replaced database's newest event
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(doc), "run on the restored one\n\n```sql\n")
+	stmts, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("docs/operations.md gives no statements to run after pg_restore")
+	}
+	if _, err := connect(t, url).Exec(ctx, strings.ReplaceAll(stmts, "L + 1", fmt.Sprint(gone+1))); err != nil {
+		t.Fatalf("the documented statements: %v", err)
+	}
+	for _, after := range []int64{5, gone} {
+		if _, err := db.Events(ctx, plantstore.EventQuery{After: after, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+			t.Errorf("events after %d: %v, want EGONE", after, err)
+		}
+	}
+	if latest, err := db.LatestEventID(ctx); err != nil || latest != gone+1 {
+		t.Errorf("latest event id %d, %v; want %d", latest, err, gone+1)
+	}
+	restoredAt := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 100, Name: "after the restore"}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := db.Events(ctx, plantstore.EventQuery{After: gone + 1, Limit: 10})
+	if err != nil || len(page) != 1 || page[0].ID != gone+2 {
+		t.Errorf("following after the restore: %+v, %v; want one event, %d", page, err, gone+2)
+	}
+	if n, err := db.PruneEvents(ctx, restoredAt); err != nil || n != 5 {
+		t.Fatalf("pruning the restored events: %d, %v; want 5", n, err)
+	}
+	if _, err := db.Events(ctx, plantstore.EventQuery{After: gone, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+		t.Errorf("after the pruning, events after %d: %v, want EGONE", gone, err)
+	}
+}

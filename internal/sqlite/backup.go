@@ -117,11 +117,6 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
-	if fi, err := os.Stat(from); err != nil {
-		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, unwrapPath(err))
-	} else if fi.IsDir() {
-		return BackupInfo{}, fmt.Errorf("restore from %s: it is a directory; name a backup file (plantstore backup --to makes one)", from)
-	}
 	// The temporary file first: it fails plainly on a missing directory.
 	tmp, err := tempBeside(abs)
 	if err != nil {
@@ -144,6 +139,11 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if _, err := os.Lstat(to); err == nil && !opts.Replace {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, ErrStoreExists)
 	}
+	if fi, err := os.Stat(from); err != nil {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, unwrapPath(err))
+	} else if fi.IsDir() {
+		return BackupInfo{}, fmt.Errorf("restore from %s: it is a directory; name a backup file (plantstore backup --to makes one)", from)
+	}
 	// A store's main file without its log may lack commits: that is a
 	// live store or a copy of one, not a backup.
 	if st, err := os.Stat(from + "-wal"); err == nil && st.Size() > 0 {
@@ -163,6 +163,11 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if info.SchemaVersion > len(ms) {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, migration.NewerSchemaError(info.SchemaVersion, len(ms)))
 	}
+	if opts.Replace {
+		if err := carryEventIDs(ctx, abs, tmp); err != nil {
+			return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
+		}
+	}
 	// inspect closed its connection, which removes these; make sure.
 	removeSidecars(tmp)
 	if err := removeSidecars(abs); err != nil {
@@ -173,6 +178,97 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	}
 	info.Path = to
 	return info, nil
+}
+
+// carryEventIDs makes the change feed of the restored copy at restored
+// go on after the newest event the store it replaces (at old) gave, when
+// that is newer than the copy's own: its ids past the copy's newest stand
+// for changes the restore undid. Event ids are never reused, so the
+// feed's horizon moves past that newest event, and new ones follow: a
+// client whose position came from the replaced store gets 410 and reads
+// the plants again, instead of resuming after an id that now means
+// another change. A replaced store that cannot be read (the reason to
+// restore, it may be) is passed over.
+func carryEventIDs(ctx context.Context, old, restored string) error {
+	if _, err := os.Stat(old); err != nil {
+		return nil
+	}
+	gone, _, err := lastEventID(ctx, old)
+	if err != nil {
+		return nil
+	}
+	db, err := sql.Open("sqlite", dsn(restored, url.Values{"mode": {"rw"}}))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	last, feed, err := lastEventIDOf(ctx, db)
+	if err != nil || feed == noFeed || gone <= last {
+		// A copy from before the change feed (schema 1 to 3) starts one
+		// when a newer serve migrates it: its ids begin after the horizon
+		// of 0, and no client of this store could have them.
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	// Past the newest id given, by one: a client that saw that event saw
+	// a change undone, and must read the plants again too. No event is
+	// held after the horizon, and the next gets the id after it.
+	next := gone + 1
+	if _, err := tx.ExecContext(ctx, `UPDATE event_horizon SET pruned_through = ?`, next); err != nil {
+		return err
+	}
+	if feed == feedRows {
+		// Before the feed's batches (schema 4 to 7): AUTOINCREMENT gives
+		// the ids.
+		if _, err := tx.ExecContext(ctx, `UPDATE sqlite_sequence SET seq = max(seq, ?1) WHERE name = 'events'`, next); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sqlite_sequence (name, seq) SELECT 'events', ?1 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'events')`, next); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// feedKind is how a store's schema keeps the change feed.
+type feedKind int
+
+const (
+	noFeed      feedKind = iota // schema 1 to 3
+	feedRows                    // a row an event: schema 4 to 7
+	feedBatches                 // a row a committed batch
+)
+
+// lastEventID is the id of the newest event the store at path gave (0
+// without a change feed), and how it keeps its feed.
+func lastEventID(ctx context.Context, path string) (int64, feedKind, error) {
+	db, err := openQueryOnly(path)
+	if err != nil {
+		return 0, noFeed, err
+	}
+	defer db.Close()
+	return lastEventIDOf(ctx, db)
+}
+
+func lastEventIDOf(ctx context.Context, db *sql.DB) (last int64, feed feedKind, err error) {
+	tables, err := userTables(ctx, db)
+	if err != nil {
+		return 0, noFeed, err
+	}
+	switch {
+	case slices.Contains(tables, "event_batches"):
+		feed = feedBatches
+		err = db.QueryRowContext(ctx, `SELECT `+lastEventSQL).Scan(&last)
+	case slices.Contains(tables, "events"):
+		feed = feedRows
+		err = db.QueryRowContext(ctx, `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
+			coalesce((SELECT max(id) FROM events), 0), (SELECT pruned_through FROM event_horizon))`).Scan(&last)
+	}
+	return last, feed, err
 }
 
 // inspect checks that the SQLite file at path is whole and a plantstore

@@ -321,6 +321,81 @@ func TestRestore(t *testing.T) {
 	}
 }
 
+// A restore over a store whose feed went further than the backup's moves
+// the feed past the replaced store's newest event: ids are never reused,
+// and a client whose position came from the replaced store (the backup's
+// or later) must read the plants again, so it gets EGONE, not events that
+// now mean other changes. A backup of an earlier schema (a row an event)
+// gets the same.
+func TestRestoreCarriesTheFeedOn(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		backup func(t *testing.T, path string) string
+	}{
+		{"this schema", func(t *testing.T, path string) string { return mustBackup(t, path) }},
+		{"schema 7", func(t *testing.T, _ string) string { return copyFixture(t, 7) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, path := openTest(t, Options{})
+			for i := range int64(5) {
+				if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: i, Name: "before the backup"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			backup := tc.backup(t, path)
+			backupLast, _, err := lastEventID(ctx, backup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range int64(40) {
+				if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000 + i, Name: "after the backup"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gone, err := db.LatestEventID(ctx)
+			if err != nil || gone <= backupLast {
+				t.Fatalf("the replaced store's newest event %d (%v), the backup's %d: want it later", gone, err, backupLast)
+			}
+			db.Close()
+			if _, err := Restore(ctx, backup, path, RestoreOptions{Replace: true}); err != nil {
+				t.Fatal(err)
+			}
+			restored, err := Open(ctx, path, Options{SoleServer: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer restored.Close()
+			for _, after := range []int64{backupLast, gone - 1, gone} {
+				if _, err := restored.Events(ctx, plantstore.EventQuery{After: after, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+					t.Errorf("events after %d (the backup's newest %d, the replaced store's %d): %v, want EGONE", after, backupLast, gone, err)
+				}
+			}
+			latest, err := restored.LatestEventID(ctx)
+			if err != nil || latest != gone+1 {
+				t.Errorf("the restored store's latest event id: %d, %v; want %d, past the replaced store's", latest, err, gone+1)
+			}
+			restoredAt := time.Now()
+			time.Sleep(5 * time.Millisecond)
+			if _, err := restored.CreatePlant(ctx, plantstore.Plant{ID: 5000, Name: "after the restore"}); err != nil {
+				t.Fatal(err)
+			}
+			page, err := restored.Events(ctx, plantstore.EventQuery{After: latest, Limit: 10})
+			if err != nil || len(page) != 1 || page[0].ID != gone+2 || page[0].Plant.ID != 5000 {
+				t.Errorf("after the restore, following from %d: %+v, %v; want the create of plant 5000 as event %d", latest, page, err, gone+2)
+			}
+			// Pruning the backup's events never lowers the horizon the
+			// restore set past them.
+			if n, err := restored.PruneEvents(ctx, restoredAt); err != nil || n == 0 {
+				t.Fatalf("pruning the backup's events: %d, %v", n, err)
+			}
+			if _, err := restored.Events(ctx, plantstore.EventQuery{After: gone, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+				t.Errorf("after the pruning, events after %d: %v, want EGONE", gone, err)
+			}
+		})
+	}
+}
+
 // Nothing at the target changes when the backup is unusable.
 func TestRestoreRefusesBadBackups(t *testing.T) {
 	db, path := openTest(t, Options{})

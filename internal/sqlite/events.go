@@ -268,7 +268,9 @@ func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, er
 	if _, err := tx.ExecContext(ctx, `DELETE FROM event_batches WHERE last <= ?`, last); err != nil {
 		return 0, false, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE event_horizon SET pruned_through = ?`, last); err != nil {
+	// Never lowered: a restore may have put it past every batch kept
+	// (carryEventIDs).
+	if _, err := tx.ExecContext(ctx, `UPDATE event_horizon SET pruned_through = max(pruned_through, ?)`, last); err != nil {
 		return 0, false, err
 	}
 	if err := tx.Commit(); err != nil {

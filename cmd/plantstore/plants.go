@@ -243,7 +243,7 @@ exit status is 1.`,
 				case *name == "" && !tag.set && !*noTag:
 					return usageError("plants update needs --name, --tag or --no-tag: what to change")
 				}
-				p, etag, err := updatePlant(ctx, c, id, *name, tag.value(), *noTag, *ifMatch)
+				p, etag, err := updatePlant(ctx, c, id, *name, tag.value(), *noTag, entityTag(*ifMatch))
 				if err != nil {
 					return err
 				}
@@ -261,13 +261,23 @@ that ETag (from plants get).`,
 				if err != nil {
 					return err
 				}
-				if err := c.DeleteIf(ctx, id, *ifMatch); err != nil {
+				if err := c.DeleteIf(ctx, id, entityTag(*ifMatch)); err != nil {
 					return err
 				}
 				fmt.Fprintf(stderr, "deleted plant %d\n", id)
 				return nil
 			}
 		}},
+}
+
+// entityTag is --if-match's ETAG as If-Match needs it: quoted. A shell
+// drops the quotes of an ETag copied from the table ("--if-match "x""
+// passes x), and the server would take x for an ETag no plant has.
+func entityTag(s string) string {
+	if s == "" || s == "*" || strings.HasPrefix(s, `"`) || strings.HasPrefix(s, `W/"`) {
+		return s
+	}
+	return `"` + s + `"`
 }
 
 // updateAttempts bounds the reads and writes of an update that changes

@@ -105,6 +105,9 @@ func (c *plantsCLI) getAndUpdate(t *testing.T) {
 	if r := c.plants(t, "delete", "7", "--if-match", etag); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 412)") {
 		t.Errorf("delete with a stale --if-match: %+v", r)
 	}
+	// An ETag whose quotes the shell took off ("--if-match "x"" passes x)
+	// is the same ETag.
+	newTag = taggedRow(t, c.plants(t, "update", "7", "--name", "Boston fern", "--tag", "hanging", "--if-match", strings.Trim(newTag, `"`)), `7\s+Boston fern\s+hanging`)
 	r := c.plants(t, "get", "7", "--json")
 	var got map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got["etag"] != newTag || got["name"] != "Boston fern" {

@@ -3,6 +3,7 @@ package http1
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -88,6 +89,12 @@ func (c *conn) serve() {
 			return
 		}
 		c.idle.Store(false)
+		if first {
+			if b, _ := c.br.Peek(1); b[0] == tlsHandshake {
+				c.refuseTLS()
+				return
+			}
+		}
 		if lastPost {
 			// As net/http, after a POST: up to four CR or LF before the
 			// next request are dropped (RFC 7230, section 3.5), whichever
@@ -116,6 +123,23 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// tlsHandshake begins a TLS record of a handshake (RFC 8446, section
+// 5.1), which no HTTP/1 request does: its first byte is a method's.
+const tlsHandshake = 0x16
+
+// tlsRefusal answers a TLS client on this plain HTTP port at once, which
+// then reports the mistake ("wrong version number"), instead of waiting
+// out ReadHeaderTimeout for a head that never comes.
+var tlsRefusal = func() []byte {
+	body := `{"error":400,"message":"this port speaks plain HTTP, not TLS: use an http:// URL"}`
+	return fmt.Appendf(nil, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}()
+
+func (c *conn) refuseTLS() {
+	c.c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.c.Write(tlsRefusal)
 }
 
 // readHead returns the buffered head of the next request, through the

@@ -3,6 +3,7 @@ package http1
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -372,5 +373,34 @@ func trickle(c net.Conn, line string, n int) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A TLS client on this plain HTTP port gets an answer at once, which its
+// TLS library reports as the mistake it is, instead of waiting out the
+// head timeout.
+func TestTLSClientAnsweredAtOnce(t *testing.T) {
+	addr, _ := listen(t, echo(nil), true, Limits{ReadHeaderTimeout: 5 * time.Second})
+	start := time.Now()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err == nil {
+		c.Close()
+		t.Fatal("a TLS handshake with a plain HTTP port succeeded")
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the TLS client failed after %v (%v); the head timeout is 5s", took, err)
+	}
+	raw, br := dial(t, addr)
+	raw.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00})
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a handshake record's answer: %v, %v", res, err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(body), "not TLS") || res.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("a handshake record's answer: %q %s", res.Header, body)
+	}
+	if !closedWithin(raw, br, time.Second) {
+		t.Error("the connection stayed open")
 	}
 }

@@ -14,6 +14,11 @@ import (
 func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secret, err := bearerToken(r.Header)
+		if err != nil && len(r.Header.Values("Authorization")) == 0 && strings.Contains(r.URL.RawQuery, "access_token=") {
+			// queryToken took it for no stream: say why, not only that
+			// a token is missing.
+			err = credentialError(http.StatusUnauthorized, "", "an access token is required: send Authorization: Bearer <token> (the access_token query parameter is taken only by an event stream, a GET /events that accepts text/event-stream)", "")
+		}
 		if err != nil {
 			s.noteAuthFailure(r, err)
 			s.writeError(w, r, err)

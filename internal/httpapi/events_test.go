@@ -322,7 +322,7 @@ func TestEventsRefusals(t *testing.T) {
 		// A token in the query is for a browser's EventSource, which
 		// cannot send headers: streams only.
 		resp, body = e.do("GET", "/events?access_token="+url.QueryEscape(e.readToken), nil, nil)
-		wantError(t, resp, body, 401)
+		wantError(t, resp, body, 401, "access_token query parameter is taken only by an event stream")
 		_, resp, body = e.tryStream("", "?access_token=wrong", nil)
 		wantError(t, resp, body, 401)
 		s := e.openStream("", "?after=0&access_token="+url.QueryEscape(e.readToken), nil)

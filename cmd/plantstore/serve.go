@@ -261,7 +261,7 @@ func addWebhookFlags(fs *flagSet) webhookFlags {
 		parkAfter:     fs.Duration("webhook-park-after", webhook.DefaultSchedule.ParkAfter, "how long a webhook delivery is retried, from its first failed attempt, before it is parked and its plant's later events go on (webhook list shows parked deliveries, webhook retry sends them again)"),
 		maxAge:        fs.Duration("webhook-max-age", 0, "deprecated: the earlier name of --webhook-park-after, used in its place when set"),
 		timeout:       fs.Duration("webhook-timeout", 10*time.Second, "time one webhook attempt may take, connection to answer"),
-		poll:          fs.Duration("webhook-poll", time.Second, "how often to look for due webhook deliveries when no create of this process signals one (bounds how soon instances send what others enqueued)"),
+		poll:          fs.Duration("webhook-poll", time.Second, "how often to look for due webhook deliveries when no create of this process signals one (bounds how soon instances send what others enqueued), and, on PostgreSQL, how often event streams look for other instances' events in any case (NOTIFY tells them sooner)"),
 		lease:         fs.Duration("webhook-lease", 30*time.Second, "how long a subscriber stays with one instance without renewal; a crashed instance's subscribers are taken over after it (at least 3x --webhook-timeout)"),
 		workers:       fs.Int64("webhook-workers", 16, "subscribers served at once; a slow one holds one worker, never the others"),
 		concurrency:   fs.Int64("webhook-concurrency", webhook.DefaultConcurrency, "webhook attempts in flight to one subscriber; one plant's events still go one after another, in order"),
@@ -322,7 +322,7 @@ func addLimitFlags(fs *flagSet) limitFlags {
 		authFailures:      fs.Int64("auth-failure-limit", 10, "refused tokens one client address may send per --auth-failure-window; beyond, its requests with tokens this server has not found valid before get 429, unchecked, until it has an attempt again (0: no limit)"),
 		authFailureWindow: fs.Duration("auth-failure-window", httpapi.DefaultAuthFailureWindow, "the window of --auth-failure-limit; an address regains one attempt every window/limit"),
 		addressRate:       fs.Int64("address-rate", 20, "requests per second one client address may make to /readyz, /docs and the documents, in bursts of twice that; more get 429 (0: no limit; /healthz is never limited)"),
-		proxies:           fs.String("trusted-proxies", "", "comma-separated `CIDRs` of proxies whose X-Forwarded-For names the client address for --auth-failure-limit; ignored from any other peer"),
+		proxies:           fs.String("trusted-proxies", "", "comma-separated `CIDRs` of proxies whose X-Forwarded-For names the client address (for --auth-failure-limit and --address-rate), and whose X-Forwarded-Proto and -Host, or Forwarded, the URL the client used (for Link and the OpenAPI servers); ignored from any other peer"),
 	}
 }
 

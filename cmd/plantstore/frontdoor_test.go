@@ -210,7 +210,8 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 	readOnlyDir := filepath.Join(dir, "ro")
 	withStore := filepath.Join(dir, "ro-with-store")
 	readOnlyStore := filepath.Join(dir, "rw")
-	for _, d := range []string{readOnlyDir, withStore, readOnlyStore} {
+	unreadable := filepath.Join(dir, "unreadable")
+	for _, d := range []string{readOnlyDir, withStore, readOnlyStore, unreadable} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -218,6 +219,9 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 	mustToken(t, withStore, "--name", "me")
 	mustToken(t, readOnlyStore, "--name", "me")
 	os.Chmod(filepath.Join(withStore, "plantstore.db"), 0o666)
+	mustToken(t, unreadable, "--name", "me")
+	os.Chmod(unreadable, 0o777)
+	os.Chmod(filepath.Join(unreadable, "plantstore.db"), 0o200)
 	os.Chmod(readOnlyStore, 0o777)
 	os.Chmod(filepath.Join(readOnlyStore, "plantstore.db"), 0o444)
 	os.Chmod(readOnlyDir, 0o555)
@@ -232,6 +236,7 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 		{withStore, []string{"serve", "--addr", "127.0.0.1:0"}, "cannot create files in its directory " + withStore},
 		{readOnlyStore, []string{"serve", "--addr", "127.0.0.1:0"}, "the store " + filepath.Join(readOnlyStore, "plantstore.db") + " cannot be opened for writing: permission denied"},
 		{readOnlyStore, []string{"token", "create", "--name", "other"}, "cannot be opened for writing: permission denied"},
+		{unreadable, []string{"backup", "--to", filepath.Join(unreadable, "b.db")}, "the store cannot be read: permission denied"},
 	} {
 		start := time.Now()
 		r := run(t, tc.dir, nil, tc.args...)

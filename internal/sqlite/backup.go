@@ -51,6 +51,12 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	} else if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup %s: %w", abs, err)
 	}
+	// Said plainly, rather than SQLite's "unable to open database file".
+	f, err := os.Open(abs)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup %s: the store cannot be read: %w", abs, unwrapPath(err))
+	}
+	f.Close()
 	absTo, err := filepath.Abs(to)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)

@@ -429,20 +429,26 @@ func call(t *testing.T, client *http.Client, method, url, token, body string) (i
 	return status, header, answer
 }
 
+// hangingRequest starts a create on s that will not finish by itself, its
+// body never coming whole, and gives the server time to take it in.
+func hangingRequest(t *testing.T, s *server, token string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", token)
+	time.Sleep(300 * time.Millisecond)
+}
+
 // A request still running when --shutdown-timeout ends: the process says
 // so, in the log's JSON too, and exits 1.
 func TestShutdownTimeoutExitsOne(t *testing.T) {
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "me")
 	s := serveProcess(t, dir, "--shutdown-timeout", "300ms", "--read-timeout", "60s", "--body-read-timeout", "60s")
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// A body that never comes whole.
-	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", token)
-	time.Sleep(300 * time.Millisecond)
+	hangingRequest(t, s, token)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-s.done:
@@ -489,15 +495,7 @@ func testSecondSignal(t *testing.T, ignoredAtStart bool) {
 	} else {
 		s = serveProcess(t, dir, args...)
 	}
-	// A request in flight that will not finish by itself: its body never
-	// comes whole.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", token)
-	time.Sleep(300 * time.Millisecond)
+	hangingRequest(t, s, token)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	if !s.logged(`"shutting down"`, 10*time.Second) {
 		t.Fatalf("no shutdown after SIGTERM:\n%s", s.logs)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -85,4 +86,66 @@ func (e *IncompleteSchemaError) Error() string {
 	}
 	return fmt.Sprintf("database schema is incomplete: schema_migrations records versions %s, not all of 1 to %d; did a rollback stop part-way? Finish it (docs/upgrades.md) or restore a backup",
 		list, e.Versions[len(e.Versions)-1])
+}
+
+// CheckDocReversals holds the rollback docs/upgrades.md (doc) gives for one
+// engine (see DocReversals) to down, the reversals the engine's tests run
+// for each version above 1: a step for each, newest first, with the same
+// statements once normal has taken out what differs only in form. It
+// returns what does not hold.
+func CheckDocReversals(doc, intro, marker string, known int, down map[int]string, normal func(string) string) []string {
+	order, steps, err := DocReversals(doc, intro, marker)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var want []int
+	for v := known; v > 1; v-- {
+		want = append(want, v)
+	}
+	var problems []string
+	if !slices.Equal(order, want) {
+		problems = append(problems, fmt.Sprintf("the steps go from %v; want %v, the newest first", order, want))
+	}
+	for _, v := range want {
+		if got, want := normal(steps[v]), normal(down[v]); got != want {
+			problems = append(problems, fmt.Sprintf("step %d -> %d:\n%s\nwant\n%s", v, v-1, got, want))
+		}
+	}
+	return problems
+}
+
+// DocReversals reads the rollback steps docs/upgrades.md (doc) gives for
+// one engine: the code block that follows intro (say "PostgreSQL:\n\n```sql\n")
+// under "B. Undo the migrations by hand.", in ReversalSteps' form.
+func DocReversals(doc, intro, marker string) (order []int, steps map[int]string, err error) {
+	_, section, _ := strings.Cut(doc, "**B. Undo the migrations by hand.**")
+	_, section, _ = strings.Cut(section, intro)
+	block, _, ok := strings.Cut(section, "```")
+	if !ok {
+		return nil, nil, fmt.Errorf("no block %q under \"B. Undo the migrations by hand.\"", intro)
+	}
+	return ReversalSteps(block, marker)
+}
+
+// ReversalSteps reads rollback steps from block: each step starts with a
+// line in the form of marker ("-- %d -> %d" or "# %d -> %d") and holds the
+// lines up to the next. It returns the steps' from-versions in the order
+// given and each one's text, which the engines' tests hold to the
+// reversals they run; a step that does not go down by one is an error.
+func ReversalSteps(block, marker string) (order []int, steps map[int]string, err error) {
+	steps = map[int]string{}
+	var current int
+	for line := range strings.Lines(block) {
+		var from, to int
+		if n, _ := fmt.Sscanf(line, marker, &from, &to); n == 2 {
+			if to != from-1 {
+				return nil, nil, fmt.Errorf("step %d -> %d: want one version down", from, to)
+			}
+			current = from
+			order = append(order, from)
+			continue
+		}
+		steps[current] += line
+	}
+	return order, steps, nil
 }

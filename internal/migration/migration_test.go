@@ -50,3 +50,13 @@ func TestCheckRecorded(t *testing.T) {
 		}
 	}
 }
+
+func TestReversalSteps(t *testing.T) {
+	order, steps, err := ReversalSteps("# 3 -> 2\nDROP a;\n# 2 -> 1\nDROP b;\nDROP c;\n", "# %d -> %d")
+	if err != nil || len(order) != 2 || order[0] != 3 || order[1] != 2 || steps[3] != "DROP a;\n" || steps[2] != "DROP b;\nDROP c;\n" {
+		t.Errorf("ReversalSteps = %v, %v, %v", order, steps, err)
+	}
+	if _, _, err := ReversalSteps("-- 3 -> 1\nDROP a;\n", "-- %d -> %d"); err == nil || !strings.Contains(err.Error(), "step 3 -> 1") {
+		t.Errorf("a step down by two: %v", err)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/migration"
 	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 )
@@ -655,42 +656,12 @@ func TestUpgradesDocGivesEachReversal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, _ := strings.Cut(string(doc), "**B. Undo the migrations by hand.**")
-	_, section, _ = strings.Cut(section, "PostgreSQL:\n\n```sql\n")
-	block, _, ok := strings.Cut(section, "```")
-	if !ok {
-		t.Fatal("docs/upgrades.md has no PostgreSQL block under \"B. Undo the migrations by hand.\"")
-	}
 	normal := func(sql string) string {
 		sql = strings.ReplaceAll(strings.ReplaceAll(sql, "BEGIN;", ""), "COMMIT;", "")
 		return strings.Join(strings.Fields(sql), " ")
 	}
-	var order []int
-	steps := map[int]string{}
-	var current int
-	for line := range strings.Lines(block) {
-		var from, to int
-		if n, _ := fmt.Sscanf(line, "-- %d -> %d", &from, &to); n == 2 {
-			if to != from-1 {
-				t.Errorf("docs/upgrades.md: step %d -> %d", from, to)
-			}
-			current = from
-			order = append(order, from)
-			continue
-		}
-		steps[current] += line
-	}
-	var want []int
-	for v := knownMigrations(t); v > 1; v-- {
-		want = append(want, v)
-	}
-	if !slices.Equal(order, want) {
-		t.Errorf("docs/upgrades.md's PostgreSQL rollback has the steps from %v; want %v, the newest first", order, want)
-	}
-	for _, v := range want {
-		if got, want := normal(steps[v]), normal(downMigrations[v]); got != want {
-			t.Errorf("docs/upgrades.md's step %d -> %d:\n%s\nwant downMigrations'\n%s", v, v-1, got, want)
-		}
+	for _, problem := range migration.CheckDocReversals(string(doc), "PostgreSQL:\n\n```sql\n", "-- %d -> %d", knownMigrations(t), downMigrations, normal) {
+		t.Errorf("docs/upgrades.md, PostgreSQL: %s", problem)
 	}
 }
 

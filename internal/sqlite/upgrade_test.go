@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/migration"
 )
 
 // upgradeFixture is a store written by an earlier plantstore, and what it
@@ -611,12 +612,6 @@ func TestUpgradesDocGivesEachReversal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, _ := strings.Cut(string(doc), "**B. Undo the migrations by hand.**")
-	_, section, _ = strings.Cut(section, "SQLite, with the `sqlite3` shell on the stopped store:\n\n```sh\n")
-	block, _, ok := strings.Cut(section, "```")
-	if !ok {
-		t.Fatal("docs/upgrades.md has no SQLite block under \"B. Undo the migrations by hand.\"")
-	}
 	// The statements of a step, as the shell hands them to sqlite3.
 	normal := func(sql string) string {
 		sql = strings.ReplaceAll(sql, `sqlite3 ./plantstore.db "`, "")
@@ -625,36 +620,8 @@ func TestUpgradesDocGivesEachReversal(t *testing.T) {
 		sql = strings.ReplaceAll(sql, `\$`, "$")
 		return strings.Join(strings.Fields(sql), " ")
 	}
-	var order []int
-	steps := map[int]string{}
-	var current int
-	for line := range strings.Lines(block) {
-		var from, to int
-		if n, _ := fmt.Sscanf(line, "# %d -> %d", &from, &to); n == 2 {
-			if to != from-1 {
-				t.Errorf("docs/upgrades.md: step %d -> %d", from, to)
-			}
-			current = from
-			order = append(order, from)
-			continue
-		}
-		steps[current] += line
-	}
-	ms, err := loadMigrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []int
-	for v := len(ms); v > 1; v-- {
-		want = append(want, v)
-	}
-	if !slices.Equal(order, want) {
-		t.Errorf("docs/upgrades.md's SQLite rollback has the steps from %v; want %v, the newest first", order, want)
-	}
-	for _, v := range want {
-		if got, want := normal(steps[v]), normal(downMigrations[v]); got != want {
-			t.Errorf("docs/upgrades.md's step %d -> %d:\n%s\nwant downMigrations'\n%s", v, v-1, got, want)
-		}
+	for _, problem := range migration.CheckDocReversals(string(doc), "SQLite, with the `sqlite3` shell on the stopped store:\n\n```sh\n", "# %d -> %d", knownVersion(t), downMigrations, normal) {
+		t.Errorf("docs/upgrades.md, SQLite: %s", problem)
 	}
 }
 

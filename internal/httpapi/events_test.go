@@ -745,7 +745,10 @@ func TestClientFollowsAFilteredFeedPastPruning(t *testing.T) {
 			}
 		}()
 		e.create(`{"id":2,"name":"b"}`)
-		time.Sleep(300 * time.Millisecond) // keep-alives, with the position, go by
+		// Keep-alives, with the position, go by: every 50ms, so thirty
+		// in this wait, which a loaded machine (the race detector, CI)
+		// needs for the stream to see the create and send one.
+		time.Sleep(1500 * time.Millisecond)
 		proxy.cut()
 		if _, err := e.db.PruneEvents(context.Background(), time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)

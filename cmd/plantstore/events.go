@@ -100,8 +100,10 @@ func resyncAdvice(ctx context.Context, c *client.Client, err error) error {
 		return err
 	}
 	why, _, _ := strings.Cut(e.Message, ": resync")
-	return fmt.Errorf("%s (HTTP 410): resync: read the plants again (plantstore plants list --all), then follow after the newest event, %d (plantstore events --follow --after %d)",
+	reworded := *e
+	reworded.Message = fmt.Sprintf("%s: resync: read the plants again (plantstore plants list --all), then follow after the newest event, %d (plantstore events --follow --after %d)",
 		why, page.Latest, page.Latest)
+	return &reworded
 }
 
 // printEvents prints every page of events after from (the oldest kept

@@ -79,7 +79,8 @@ func (c *eventsCLI) pages(t *testing.T) {
 	// After an event not yet given (a position from before a restore):
 	// 410, and where to follow from after reading the plants again.
 	if r := c.run(t, "events", "--after", "99"); r.exit != 1 || !strings.Contains(r.stderr, "there is no event 99") ||
-		!strings.Contains(r.stderr, "plants list --all") || !strings.Contains(r.stderr, "--after 3") || strings.Contains(r.stderr, "header") {
+		!strings.Contains(r.stderr, "plants list --all") || !strings.Contains(r.stderr, "--after 3") || strings.Contains(r.stderr, "header") ||
+		!strings.Contains(r.stderr, "(HTTP 410)") || strings.Contains(r.stderr, "cannot reach") {
 		t.Errorf("events --after 99: exit %d, %q; want 1, and to follow after 3", r.exit, r.stderr)
 	}
 	for _, bad := range [][]string{{"--after", "x"}, {"--type", "plant.eaten"}, {"extra"}} {

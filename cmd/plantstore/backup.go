@@ -80,6 +80,10 @@ section).`, getenv, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "restored %s to %s: schema version %d, %d plants; start the server with: plantstore serve --db %s\n",
 		*from, info.Path, info.SchemaVersion, info.Plants, info.Path)
+	if info.FeedMovedPast > 0 {
+		fmt.Fprintf(stderr, "the change feed goes on after event %d, the newest of the store replaced: clients that followed it get 410 and read the plants again, as the changes they saw after the backup are undone\n",
+			info.FeedMovedPast)
+	}
 	return nil
 }
 

@@ -25,6 +25,10 @@ type BackupInfo struct {
 	Bytes         int64
 	SchemaVersion int
 	Plants        int64
+	// FeedMovedPast, after a restore, is the newest event of the store
+	// replaced when its feed went past the backup's (carryEventIDs): the
+	// clients that followed it must resync. 0 otherwise.
+	FeedMovedPast int64
 }
 
 // Backup writes a consistent copy of the store at from to the new file to,
@@ -170,7 +174,7 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, migration.NewerSchemaError(info.SchemaVersion, len(ms)))
 	}
 	if opts.Replace {
-		if err := carryEventIDs(ctx, abs, tmp); err != nil {
+		if info.FeedMovedPast, err = carryEventIDs(ctx, abs, tmp); err != nil {
 			return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 		}
 	}
@@ -193,19 +197,20 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 // feed's horizon moves past that newest event, and new ones follow: a
 // client whose position came from the replaced store gets 410 and reads
 // the plants again, instead of resuming after an id that now means
-// another change. A replaced store that cannot be read (the reason to
+// another change. It returns that newest event, 0 when the feed was
+// left as it was. A replaced store that cannot be read (the reason to
 // restore, it may be) is passed over.
-func carryEventIDs(ctx context.Context, old, restored string) error {
+func carryEventIDs(ctx context.Context, old, restored string) (int64, error) {
 	if _, err := os.Stat(old); err != nil {
-		return nil
+		return 0, nil
 	}
 	gone, _, err := lastEventID(ctx, old)
 	if err != nil {
-		return nil
+		return 0, nil
 	}
 	db, err := sql.Open("sqlite", dsn(restored, url.Values{"mode": {"rw"}}))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer db.Close()
 	last, feed, err := lastEventIDOf(ctx, db)
@@ -213,11 +218,11 @@ func carryEventIDs(ctx context.Context, old, restored string) error {
 		// A copy from before the change feed (schema 1 to 3) starts one
 		// when a newer serve migrates it: its ids begin after the horizon
 		// of 0, and no client of this store could have them.
-		return err
+		return 0, err
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback()
 	// Past the newest id given, by one: a client that saw that event saw
@@ -225,19 +230,19 @@ func carryEventIDs(ctx context.Context, old, restored string) error {
 	// held after the horizon, and the next gets the id after it.
 	next := gone + 1
 	if _, err := tx.ExecContext(ctx, `UPDATE event_horizon SET pruned_through = ?`, next); err != nil {
-		return err
+		return 0, err
 	}
 	if feed == feedRows {
 		// Before the feed's batches (schema 4 to 7): AUTOINCREMENT gives
 		// the ids.
 		if _, err := tx.ExecContext(ctx, `UPDATE sqlite_sequence SET seq = max(seq, ?1) WHERE name = 'events'`, next); err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sqlite_sequence (name, seq) SELECT 'events', ?1 WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'events')`, next); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return tx.Commit()
+	return gone, tx.Commit()
 }
 
 // feedKind is how a store's schema keeps the change feed.

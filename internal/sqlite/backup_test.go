@@ -358,8 +358,12 @@ func TestRestoreCarriesTheFeedOn(t *testing.T) {
 				t.Fatalf("the replaced store's newest event %d (%v), the backup's %d: want it later", gone, err, backupLast)
 			}
 			db.Close()
-			if _, err := Restore(ctx, backup, path, RestoreOptions{Replace: true}); err != nil {
+			info, err := Restore(ctx, backup, path, RestoreOptions{Replace: true})
+			if err != nil {
 				t.Fatal(err)
+			}
+			if info.FeedMovedPast != gone {
+				t.Errorf("the restore says the feed moved past %d, want %d", info.FeedMovedPast, gone)
 			}
 			restored, err := Open(ctx, path, Options{SoleServer: true})
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/plantstore/plantstore/internal/app"
 	"github.com/plantstore/plantstore/internal/cpulimit"
 	"github.com/plantstore/plantstore/internal/httpapi"
+	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/webhook"
 )
 
@@ -216,11 +217,21 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		}
 	}
 	cfg.Webhooks, err = f.hooks.config()
-	if err == nil && f.hooks.given("webhook-max-age") {
+	if err != nil {
+		return cfg, err
+	}
+	// One engine's flag given for the other: said, not silently dropped.
+	switch pg := postgres.IsURL(cfg.Store.DB); {
+	case pg && cfg.Store.MaxDBBytes > 0:
+		log.Warn("--max-db-bytes is for a SQLite store: PostgreSQL ignores it (cap the database's disk on its server)")
+	case !pg && cfg.Store.DBMaxConns > 0:
+		log.Warn("--db-max-conns is for a PostgreSQL store: SQLite ignores it")
+	}
+	if f.hooks.given("webhook-max-age") {
 		log.Warn("--webhook-max-age is deprecated: it is the earlier name of --webhook-park-after, which to set instead",
 			"webhook_park_after", cfg.Webhooks.Schedule.ParkAfter.String())
 	}
-	if floor := webhook.LeaseFloor(cfg.Webhooks.Timeout); err == nil && cfg.Webhooks.Lease > 0 && cfg.Webhooks.Lease < floor {
+	if floor := webhook.LeaseFloor(cfg.Webhooks.Timeout); cfg.Webhooks.Lease > 0 && cfg.Webhooks.Lease < floor {
 		log.Warn("--webhook-lease raised to 3 times --webhook-timeout: a lease must outlast the attempts made under it",
 			"webhook_lease", cfg.Webhooks.Lease.String(), "used", floor.String())
 	}

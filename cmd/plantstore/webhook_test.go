@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore/internal/apitest"
+	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 	"github.com/plantstore/plantstore/internal/webhook"
 )
 
@@ -674,6 +675,19 @@ func TestWebhookMaxAgeIsDeprecatedAloud(t *testing.T) {
 	if !strings.Contains(s.logs.String(), `"webhook_park_after":"7m0s"`) {
 		t.Errorf("the park-after used is not --webhook-max-age's:\n%s", s.logs)
 	}
+}
+
+// A flag of the other engine is said to be ignored, not dropped silently.
+func TestOtherEnginesFlagSaidIgnored(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		s := serve(t, t.TempDir(), "--db-max-conns", "5")
+		awaitLog(t, s, "--db-max-conns is for a PostgreSQL store: SQLite ignores it")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		s := serve(t, t.TempDir(), "--db", pgtest.NewDatabase(t), "--max-db-bytes", "100000")
+		awaitLog(t, s, "--max-db-bytes is for a SQLite store: PostgreSQL ignores it")
+	})
 }
 
 func TestShortWebhookLeaseIsRaisedAloud(t *testing.T) {

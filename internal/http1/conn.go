@@ -227,10 +227,19 @@ func (c *conn) serveRequest(req *http.Request, started time.Time) bool {
 	keep := !req.Close && !c.srv.closing.Load()
 	unread := c.body.remaining > 0
 	if unread {
-		if c.body.remaining > maxDiscard {
+		switch {
+		case c.body.remaining > maxDiscard:
 			keep = false
-		} else if _, err := io.CopyN(io.Discard, &c.body, c.body.remaining); err != nil {
+		case w.status >= 400 && int64(c.br.Buffered()) < c.body.remaining:
+			// A refusal (a 401, a 429) of a body not all in yet: sent
+			// at once, and the connection closed after it, rather than
+			// both waiting up to ReadTimeout for a body a client may
+			// send slowly, unauthenticated, to hold connections.
 			keep = false
+		default:
+			if _, err := io.CopyN(io.Discard, &c.body, c.body.remaining); err != nil {
+				keep = false
+			}
 		}
 	}
 	if len(w.header["Connection"]) > 0 {

@@ -404,3 +404,38 @@ func TestTLSClientAnsweredAtOnce(t *testing.T) {
 		t.Error("the connection stayed open")
 	}
 }
+
+// A refusal whose body is not all in (a 401 to a guesser sending slowly)
+// is answered at once and the connection closed, instead of both waiting
+// for the body up to ReadTimeout. A refusal whose body is all in keeps
+// the connection, as net/http does.
+func TestRefusalDoesNotWaitForTheBody(t *testing.T) {
+	refuse := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	addr, _ := listen(t, refuse, true, Limits{ReadTimeout: 30 * time.Second})
+	c, br := dial(t, addr)
+	start := time.Now()
+	fmt.Fprint(c, "POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"id\":")
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the refusal: %v, %v", res, err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the refusal came after %v; the read timeout is 30s", took)
+	}
+	io.Copy(io.Discard, res.Body)
+	if !closedWithin(c, br, 2*time.Second) {
+		t.Error("the connection stayed open for the rest of the body")
+	}
+	// The whole body in: read and dropped, the connection kept.
+	c, br = dial(t, addr)
+	fmt.Fprint(c, "POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}GET /plants/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+	for i := range 2 {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("answer %d on a kept connection: %v, %v", i, res, err)
+		}
+		io.Copy(io.Discard, res.Body)
+	}
+}

@@ -78,6 +78,8 @@ func statusOf(err error) (int, string) {
 		status = http.StatusNotFound
 	case plantstore.ECONFLICT:
 		status = http.StatusConflict
+	case plantstore.EPRECONDITION:
+		status = http.StatusPreconditionFailed
 	case plantstore.EGONE:
 		status = http.StatusGone
 	case plantstore.EUNAUTHORIZED:

@@ -267,7 +267,11 @@ func TestCompose(t *testing.T) {
 	if !slices.Equal(targets, instances) {
 		t.Errorf("haproxy.cfg sends to %v, want %v", targets, instances)
 	}
-	for _, want := range []string{"balance roundrobin", "uri /readyz", "expect status 200", "bind :8080"} {
+	// The headers the instances trust from it are HAProxy's, not a
+	// client's: the address, and the URL the links are built from.
+	for _, want := range []string{"balance roundrobin", "uri /readyz", "expect status 200", "bind :8080",
+		"http-request set-header X-Forwarded-For %[src]", "http-request set-header X-Forwarded-Proto http",
+		"http-request del-header X-Forwarded-Host", "http-request del-header Forwarded"} {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("haproxy.cfg lacks %q", want)
 		}

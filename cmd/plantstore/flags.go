@@ -107,8 +107,19 @@ func envName(flagName string) string {
 func (fs *flagSet) given(name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	env := envName(name)
-	return set || fs.fromVars[name] && (fs.getenv(env) != "" || fs.getenv(env+"_FILE") != "")
+	return set || fs.fromVars[name] && len(fs.variablesSet(name)) > 0
+}
+
+// variablesSet are those of the flag name's variables that are set: its
+// own, and the one with _FILE appended.
+func (fs *flagSet) variablesSet(name string) []string {
+	var set []string
+	for _, env := range []string{envName(name), envName(name) + "_FILE"} {
+		if fs.getenv(env) != "" {
+			set = append(set, env)
+		}
+	}
+	return set
 }
 
 // fromEnv sets v from the flag's variable when that is set, or else from
@@ -259,10 +270,8 @@ func (fs *flagSet) noteIgnoredVariables() {
 		if fs.fromVars[f.Name] || fs.stderr == nil {
 			return
 		}
-		for _, env := range []string{envName(f.Name), envName(f.Name) + "_FILE"} {
-			if fs.getenv(env) != "" {
-				fmt.Fprintf(fs.stderr, "plantstore: ignoring %s: --%s is read from the command line only\n", env, f.Name)
-			}
+		for _, env := range fs.variablesSet(f.Name) {
+			fmt.Fprintf(fs.stderr, "plantstore: ignoring %s: --%s is read from the command line only\n", env, f.Name)
 		}
 	})
 }

@@ -50,14 +50,12 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup %s: %w", from, err)
 	}
-	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
-		return BackupInfo{}, fmt.Errorf("%w at %s", ErrNoStore, abs)
-	} else if err != nil {
-		return BackupInfo{}, fmt.Errorf("backup %s: %w", abs, err)
-	}
 	// Said plainly, rather than SQLite's "unable to open database file".
 	f, err := os.Open(abs)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return BackupInfo{}, fmt.Errorf("%w at %s", ErrNoStore, abs)
+	case err != nil:
 		return BackupInfo{}, fmt.Errorf("backup %s: the store cannot be read: %w", abs, unwrapPath(err))
 	}
 	f.Close()

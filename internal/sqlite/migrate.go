@@ -22,12 +22,14 @@ func loadMigrations() ([]migration.Migration, error) {
 // migrate applies the migrations this binary knows and the file lacks. Each
 // runs in a BEGIN IMMEDIATE transaction that first re-reads the version, so
 // processes starting together on one file apply each migration once. It
-// refuses a file whose schema is newer than this binary, and, underServer
-// (a plantstore serve holds the file and this is a command-line tool), one
-// whose schema is older: that server is an older version, and upgrading
-// the file under it would leave it writing without what the new schema
-// adds (the change feed, say) and unable to start again.
-func (db *DB) migrate(ctx context.Context, underServer bool) error {
+// refuses a file whose schema is newer than this binary, one with
+// versions missing (migration.CheckRecorded), and, when underServer says a
+// plantstore serve holds the file (this is a command-line tool), one whose
+// schema is older: that server is an older version, and upgrading the
+// file under it would leave it writing without what the new schema adds
+// (the change feed, say) and unable to start again. underServer is asked
+// only when a migration is due.
+func (db *DB) migrate(ctx context.Context, underServer func() bool) error {
 	ms, err := loadMigrations()
 	if err != nil {
 		return err
@@ -49,18 +51,16 @@ func (db *DB) migrate(ctx context.Context, underServer bool) error {
 	if err := tx.Commit(); err != nil {
 		return storeError("create schema_migrations", err)
 	}
-	if err := db.checkRecorded(ctx, len(ms)); err != nil {
+	versions, err := db.recordedVersions(ctx)
+	if err != nil {
 		return err
 	}
-	if underServer {
-		var current int
-		if err := db.write.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-			return storeError("read schema version", err)
-		}
-		if current > 0 && current < len(ms) {
-			return fmt.Errorf("the store is at schema version %d and a plantstore serve of an older version is using it: this plantstore (schema %d) would upgrade it under that server, which could then neither use it fully nor start again. Stop the server, then start this version's serve, which upgrades the store (docs/upgrades.md)",
-				current, len(ms))
-		}
+	if err := migration.CheckRecorded(versions, len(ms)); err != nil {
+		return err
+	}
+	if n := len(versions); n > 0 && versions[n-1] < len(ms) && underServer() {
+		return fmt.Errorf("the store is at schema version %d and a plantstore serve of an older version is using it: this plantstore (schema %d) would upgrade it under that server, which could then neither use it fully nor start again. Stop the server, then start this version's serve, which upgrades the store (docs/upgrades.md)",
+			versions[n-1], len(ms))
 	}
 	for _, m := range ms {
 		if err := db.apply(ctx, m); err != nil {
@@ -79,25 +79,25 @@ func (db *DB) migrate(ctx context.Context, underServer bool) error {
 	return nil
 }
 
-// checkRecorded refuses a schema with versions missing below its highest.
-func (db *DB) checkRecorded(ctx context.Context, known int) error {
+// recordedVersions are the versions schema_migrations records, ascending.
+func (db *DB) recordedVersions(ctx context.Context) ([]int, error) {
 	rows, err := db.write.QueryContext(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
 	if err != nil {
-		return storeError("read schema versions", err)
+		return nil, storeError("read schema versions", err)
 	}
 	defer rows.Close()
 	var versions []int
 	for rows.Next() {
 		var v int
 		if err := rows.Scan(&v); err != nil {
-			return storeError("read schema versions", err)
+			return nil, storeError("read schema versions", err)
 		}
 		versions = append(versions, v)
 	}
 	if err := rows.Err(); err != nil {
-		return storeError("read schema versions", err)
+		return nil, storeError("read schema versions", err)
 	}
-	return migration.CheckRecorded(versions, known)
+	return versions, nil
 }
 
 func (db *DB) apply(ctx context.Context, m migration.Migration) error {

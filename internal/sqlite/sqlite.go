@@ -217,7 +217,7 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	// so retry until the busy timeout.
 	// Another process serving the file (this one is a command-line tool):
 	// see migrate.
-	underServer := !opts.SoleServer && servedNow(abs)
+	underServer := func() bool { return !opts.SoleServer && servedNow(abs) }
 	if err := retryBusy(ctx, opts.BusyTimeout, func(ctx context.Context) error { return db.migrate(ctx, underServer) }); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)

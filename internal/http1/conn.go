@@ -345,6 +345,11 @@ func (b *body) Read(p []byte) (int, error) {
 
 func (b *body) Close() error { return nil }
 
+// InBuffer reports whether what is left of the body has been read from the
+// connection already, so that reading it cannot block and needs no
+// deadline.
+func (b *body) InBuffer() bool { return int64(b.br.Buffered()) >= b.remaining }
+
 func leadingCRorLF(b []byte) int {
 	n := 0
 	for n < len(b) && (b[n] == '\r' || b[n] == '\n') {

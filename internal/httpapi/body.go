@@ -41,9 +41,19 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 	}
 	// The server's read timeout is sized for headers and any body; ours
 	// are small, so a body that trickles is cut off much sooner, and
-	// gives its slot in flight back.
-	http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
-	body, err := readAll(buf[:0], http.MaxBytesReader(w, r.Body, limit))
+	// gives its slot in flight back. A body that came with its head (most
+	// do) cannot trickle: moving the deadline would cost a change to the
+	// runtime's timers, and another to move it back after the answer.
+	if b, ok := r.Body.(interface{ InBuffer() bool }); !ok || !b.InBuffer() {
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
+	}
+	// A body of a stated length ends there, and that length is within the
+	// limit; only a chunked one needs counting.
+	src := r.Body
+	if r.ContentLength < 0 {
+		src = http.MaxBytesReader(w, r.Body, limit)
+	}
+	body, err := readAll(buf[:0], src)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge(limit)

@@ -265,3 +265,30 @@ func FuzzAnswersAsNetHTTP(f *testing.F) {
 		}
 	})
 }
+
+// A body that came with its head is in the buffer, and its handler
+// needs no read deadline for it (httpapi's readJSONBody sets none then);
+// one still on its way is not.
+func TestBodyInBuffer(t *testing.T) {
+	// The first read returns the head and the first part of the body, as
+	// a client's first segment would; the rest is not read yet.
+	src := io.MultiReader(strings.NewReader(`{"id":1,`), strings.NewReader(`"name":"a"}`))
+	br := bufio.NewReader(src)
+	if _, err := br.Peek(1); err != nil {
+		t.Fatal(err)
+	}
+	partly := body{br: br, remaining: int64(len(`{"id":1,"name":"a"}`))}
+	if partly.InBuffer() {
+		t.Errorf("a body with %d of %d bytes in the buffer is said to be in it", br.Buffered(), partly.remaining)
+	}
+	whole := body{br: br, remaining: int64(br.Buffered())}
+	if !whole.InBuffer() {
+		t.Error("a body all in the buffer is said not to be")
+	}
+	if _, err := io.ReadAll(&whole); err != nil {
+		t.Fatal(err)
+	}
+	if !whole.InBuffer() {
+		t.Error("a body read to its end is said not to be in the buffer")
+	}
+}

@@ -121,7 +121,7 @@ var ErrStoreExists = errors.New("a store exists there")
 // during a restore: one that has the old store open would go on writing
 // to it.
 func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ BackupInfo, err error) {
-	abs, err := filepath.Abs(to)
+	abs, err := resolve(to)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
@@ -144,8 +144,16 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 			}
 		}()
 	}
-	if _, err := os.Lstat(to); err == nil && !opts.Replace {
-		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, ErrStoreExists)
+	if fi, err := os.Lstat(abs); err == nil {
+		switch {
+		case fi.IsDir():
+			return BackupInfo{}, fmt.Errorf("restore to %s: it is a directory; name the store's file", to)
+		case !opts.Replace:
+			return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, ErrStoreExists)
+		}
+		if err := replaceable(ctx, to, abs); err != nil {
+			return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
+		}
 	}
 	if fi, err := os.Stat(from); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, unwrapPath(err))
@@ -181,12 +189,38 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if err := removeSidecars(abs); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
-	if err := install(tmp, to, opts.Replace); err != nil {
+	if err := install(tmp, abs, opts.Replace); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
 	info.Path = to
 	return info, nil
 }
+
+// replaceable refuses to let a restore replace what is not a store, even
+// when told to replace: a file that is not a SQLite database, or another
+// program's database. A damaged store, the usual reason to restore, is
+// replaced: its header outlives most damage.
+func replaceable(ctx context.Context, to, abs string) error {
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil // said by the steps that need it
+	}
+	head := make([]byte, len(sqliteHeader))
+	n, _ := io.ReadFull(f, head)
+	f.Close()
+	if n > 0 && string(head[:n]) != sqliteHeader {
+		return fmt.Errorf("%s is not a SQLite database, so not a store; restore replaces only a store, and changed nothing: move the file away first, or name another", to)
+	}
+	if err := checkIsStore(ctx, to, abs); err != nil {
+		if _, ok := errors.AsType[*otherDatabaseError](err); ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// sqliteHeader begins every SQLite database file.
+const sqliteHeader = "SQLite format 3\x00"
 
 // carryEventIDs makes the change feed of the restored copy at restored
 // go on after the newest event the store it replaces (at old) gave, when

@@ -533,3 +533,71 @@ func TestBackupAndRestoreRelativePaths(t *testing.T) {
 	}
 	sameRows(t, "restored", dumpRows(t, "restored/plantstore.db"), dumpRows(t, "backup.db"))
 }
+
+// A restore through a symbolic link replaces the file the link names (and
+// is refused while a server holds that file); it never replaces what is
+// not a store, even with Replace: a file that is not SQLite, another
+// program's database, a directory.
+func TestRestoreReplacesOnlyAStore(t *testing.T) {
+	ctx := context.Background()
+	db, path := openTest(t, Options{})
+	fillForBackup(t, db)
+	backup := mustBackup(t, path)
+	want := dumpRows(t, backup)
+	db.Close()
+
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store.db")
+	served, err := Open(ctx, store, Options{SoleServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.db")
+	if err := os.Symlink(store, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(ctx, backup, link, RestoreOptions{Replace: true}); err == nil || !strings.Contains(err.Error(), "another plantstore serve") {
+		t.Errorf("restore through a link to a served store: %v, want a refusal", err)
+	}
+	served.Close()
+	if _, err := Restore(ctx, backup, link, RestoreOptions{Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link after a restore through it: %v, %v; want it still a link", fi, err)
+	}
+	sameRows(t, "the store restored through a link", dumpRows(t, store), want)
+
+	text := filepath.Join(dir, "conf.yaml")
+	if err := os.WriteFile(text, []byte("important: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(dir, "foreign.db")
+	other, err := sql.Open("sqlite", foreign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(`CREATE TABLE accounts (id INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	foreignBefore, err := os.ReadFile(foreign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ to, want string }{
+		{text, "not a SQLite database"},
+		{foreign, "of something else"},
+		{dir, "is a directory"},
+	} {
+		if _, err := Restore(ctx, backup, c.to, RestoreOptions{Replace: true}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("restore onto %s with Replace: %v, want %q", c.to, err, c.want)
+		}
+	}
+	if got, err := os.ReadFile(text); err != nil || string(got) != "important: true\n" {
+		t.Errorf("the text file after a refused restore: %q, %v", got, err)
+	}
+	if got, err := os.ReadFile(foreign); err != nil || string(got) != string(foreignBefore) {
+		t.Errorf("the other program's database changed: %v", err)
+	}
+}

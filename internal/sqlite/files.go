@@ -23,6 +23,22 @@ var sidecars = []string{"-wal", "-shm", "-journal"}
 // at the path.
 var ErrNoStore = errors.New("there is no store")
 
+// resolve makes path absolute and follows the symbolic links to the file
+// it names, when there is one: the lock a server holds, the log files and
+// the file a restore replaces are then the real file's, whichever link
+// names it. Otherwise two servers could share one file, each locking a
+// lock beside its own name for it.
+func resolve(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	if target, err := filepath.EvalSymlinks(abs); err == nil {
+		return target, nil
+	}
+	return abs, nil
+}
+
 // checkDirectory fails at once, naming the directory and the cause, when
 // the store's directory is missing or this process may not create files
 // in it: SQLite creates its log (-wal, -shm) there, and would otherwise

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -122,7 +121,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	abs, err := filepath.Abs(path)
+	abs, err := resolve(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -411,8 +410,19 @@ func checkIsStore(ctx context.Context, path, abs string) error {
 	if len(tables) > 5 {
 		tables = append(tables[:5], "…")
 	}
-	return fmt.Errorf("%s is a SQLite database of something else (its tables: %s), not a plantstore store; plantstore changed nothing in it: name a new file, or a store plantstore made",
-		path, strings.Join(tables, ", "))
+	return &otherDatabaseError{path: path, tables: tables}
+}
+
+// otherDatabaseError is checkIsStore's for a SQLite database that is not
+// a store: another program's.
+type otherDatabaseError struct {
+	path   string
+	tables []string // its first few
+}
+
+func (e *otherDatabaseError) Error() string {
+	return fmt.Sprintf("%s is a SQLite database of something else (its tables: %s), not a plantstore store; plantstore changed nothing in it: name a new file, or a store plantstore made",
+		e.path, strings.Join(e.tables, ", "))
 }
 
 // openQueryOnly opens the SQLite file at abs through connections that

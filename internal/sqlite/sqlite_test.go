@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -446,5 +447,26 @@ func TestBatchesStayBatchedOnOneCore(t *testing.T) {
 		t.Errorf("%d creates in %d batches: %.1f a batch on one P, want at least 48", creates, batches, mean)
 	} else {
 		t.Logf("%d creates in %d batches: %.1f a batch", creates, batches, mean)
+	}
+}
+
+// A store named through a symbolic link is the file the link names: a
+// second server on it, by either name, is refused, since the lock is the
+// real file's.
+func TestSoleServerLockThroughALink(t *testing.T) {
+	db, path := openTest(t, Options{SoleServer: true})
+	defer db.Close()
+	link := filepath.Join(t.TempDir(), "link.db")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	if second, err := Open(context.Background(), link, Options{SoleServer: true}); err == nil || !strings.Contains(err.Error(), "another plantstore serve") {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("a second server on a link to the served file: %v, want a refusal", err)
+	}
+	if _, err := os.Lstat(link + ".lock"); err == nil {
+		t.Error("a lock file was made beside the link")
 	}
 }

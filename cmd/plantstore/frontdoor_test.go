@@ -442,3 +442,40 @@ func (s *server) logged(substr string, timeout time.Duration) bool {
 		}
 	}
 }
+
+// A token or a signing secret that could not be written out is not left
+// behind, active and unseen: token create and webhook add undo what they
+// made, say so, and exit 1.
+func TestSecretThatCannotBePrintedIsUndone(t *testing.T) {
+	t.Parallel()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip("no /dev/full here:", err)
+	}
+	defer full.Close()
+	dir := t.TempDir()
+	mustToken(t, dir, "--name", "first") // the store exists
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"token", "create", "--name", "lost"}, "so it was revoked at once"},
+		{[]string{"webhook", "add", "https://example.org/hook"}, "so the subscriber was removed at once"},
+	} {
+		cmd := exec.Command(binary, c.args...)
+		cmd.Dir = dir
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = full, &stderr
+		err := cmd.Run()
+		exit, ok := errors.AsType[*exec.ExitError](err)
+		if !ok || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), c.want) || !strings.Contains(stderr.String(), "no space left on device") {
+			t.Errorf("%q with its output on /dev/full: %v; stderr:\n%s", c.args, err, stderr.String())
+		}
+	}
+	if r := cli(t, dir, nil, "token", "list"); r.exit != 0 || strings.Contains(r.stdout, "lost") || !strings.Contains(r.stdout, "first") {
+		t.Errorf("token list after a token that could not be printed: %+v", r)
+	}
+	if r := cli(t, dir, nil, "webhook", "list"); r.exit != 0 || strings.Contains(r.stdout, "example.org") {
+		t.Errorf("webhook list after a secret that could not be printed: %+v", r)
+	}
+}

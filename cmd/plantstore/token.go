@@ -93,7 +93,14 @@ there is none, and says so on standard error.`, getenv, stdout, stderr)
 	if err != nil {
 		return cliError(err)
 	}
-	fmt.Fprintln(stdout, secret)
+	if _, werr := fmt.Fprintln(stdout, secret); werr != nil {
+		// A token no one saw is of no use, and it would stay active:
+		// revoke it at once.
+		if err := store.RevokeToken(ctx, *name, time.Now()); err != nil {
+			return fmt.Errorf("the token could not be written to standard output (%v), and revoking it failed (%v): revoke %q with plantstore token revoke", werr, cliError(err), *name)
+		}
+		return fmt.Errorf("the token could not be written to standard output (%v), so it was revoked at once; run token create again with standard output where it can be written", werr)
+	}
 	fmt.Fprintf(stderr, "created token %q with scopes %s; it is shown only this once\n", *name, strings.Join(scopes, ","))
 	return nil
 }

@@ -107,7 +107,14 @@ all the same. Receivers verify each delivery's signature with the secret
 	if err != nil {
 		return cliError(err)
 	}
-	fmt.Fprintln(stdout, secret)
+	if _, werr := fmt.Fprintln(stdout, secret); werr != nil {
+		// Without its secret no receiver can verify a delivery: remove
+		// the subscriber rather than sign deliveries no one can check.
+		if err := store.RemoveSubscriber(ctx, sub.ID); err != nil {
+			return fmt.Errorf("the signing secret could not be written to standard output (%v), and removing subscriber %d failed (%v): remove it with plantstore webhook remove %d", werr, sub.ID, cliError(err), sub.ID)
+		}
+		return fmt.Errorf("the signing secret could not be written to standard output (%v), so the subscriber was removed at once; run webhook add again with standard output where it can be written", werr)
+	}
 	// Not the URL as typed: its path or query may hold the subscriber's
 	// own secret, and terminal output ends up in CI logs and scrollback.
 	fmt.Fprintf(stderr, "added webhook subscriber %d for %s (%s); its signing secret is shown only this once\n",

@@ -337,7 +337,7 @@ func TestRootAndDocsURL(t *testing.T) {
 	}
 	resp, body = get("/", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8") // a browser's
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
-		!strings.Contains(body, `<a href="docs">`) || !strings.Contains(body, `<a href="openapi.json">`) {
+		!strings.Contains(body, `<a href="`+s.url+`/docs">`) || !strings.Contains(body, `<a href="`+s.url+`/openapi.json">`) {
 		t.Errorf("GET / for a browser: %d %s\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
 	resp, body = get("/docs/", "text/html")

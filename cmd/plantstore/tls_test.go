@@ -185,6 +185,40 @@ func TestPublicURL(t *testing.T) {
 	if got, want := resp.Header.Get("Link"), `<https://api.example.com/store/plants?after=1&limit=1>; rel="next"`; got != want {
 		t.Errorf("Link %q, want %q", got, want)
 	}
+	// So do the root page's links.
+	var root struct{ Docs string }
+	if page := do(client, "GET", s.url+"/", "", ""); json.Unmarshal([]byte(page.body), &root) != nil || root.Docs != "https://api.example.com/store/docs" {
+		t.Errorf("GET / for a program: %s", page.body)
+	}
+	html, _ := http.NewRequest("GET", s.url+"/", nil)
+	html.Header.Set("Accept", "text/html")
+	if resp, err := client.Do(html); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `<a href="https://api.example.com/store/docs">`) {
+			t.Errorf("the root page's links do not keep the prefix:\n%s", b)
+		}
+	}
+	// A redirect to the canonical path stays under the prefix.
+	noRedirects := apitest.Served(t, &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, s.url)
+	for path, want := range map[string]string{
+		"/plants/./1?x=y":   "https://api.example.com/store/plants/1?x=y",
+		"/%2e/plants?tag=a": "https://api.example.com/store/plants?tag=a",
+		"/docs/":            "https://api.example.com/store/docs",
+	} {
+		req, _ := http.NewRequest("GET", s.url+path, nil)
+		req.URL.Opaque, _, _ = strings.Cut(path, "?") // sent as written, not cleaned
+		resp, err := noRedirects.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Location"); resp.StatusCode/100 != 3 || got != want {
+			t.Errorf("GET %s: %d, Location %q, want %q", path, resp.StatusCode, got, want)
+		}
+	}
 
 	var doc struct {
 		Servers []struct{ URL string } `json:"servers" yaml:"servers"`

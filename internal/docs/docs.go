@@ -124,23 +124,26 @@ var index = template.Must(template.New("index").Parse(`<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.}}</title>
+<title>{{.Title}}</title>
 </head>
 <body>
-<h1>{{.}}</h1>
-<p>This is an API: its plants are at <code>/plants</code>, for a bearer token.</p>
+<h1>{{.Title}}</h1>
+<p>This is an API: its plants are at <code>{{.Base}}/plants</code>, for a bearer token.</p>
 <ul>
-<li><a href="docs">The API reference</a></li>
-<li><a href="openapi.json">The OpenAPI document</a> (also <a href="openapi.yaml">as YAML</a>)</li>
+<li><a href="{{.Base}}/docs">The API reference</a></li>
+<li><a href="{{.Base}}/openapi.json">The OpenAPI document</a> (also <a href="{{.Base}}/openapi.yaml">as YAML</a>)</li>
 </ul>
 </body>
 </html>
 `))
 
-// Index serves the page a browser gets at the service's root.
-func Index(title string) http.Handler {
+// Index serves the page a browser gets at the service's root, its links
+// under base: the service's base URL, which keeps a proxy's path prefix
+// (a link relative to ".../v1" would leave it), or "" for links from the
+// root of the host the page came from.
+func Index(title, base string) http.Handler {
 	var b bytes.Buffer
-	if err := index.Execute(&b, title); err != nil {
+	if err := index.Execute(&b, struct{ Title, Base string }{title, base}); err != nil {
 		panic(err) // a constant template and a string
 	}
 	html := b.Bytes()

@@ -93,7 +93,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			h["Strict-Transport-Security"] = hsts
 		}
 		rec := &held.rec
-		rec.ResponseWriter, rec.r = w, r
+		rec.ResponseWriter, rec.r, rec.publicURL = w, r, s.cfg.PublicURL
 		held.ctx = infoContext{Context: s.deadlines.context(start), info: info}
 		ctx := &held.ctx
 		r = r.WithContext(ctx)
@@ -160,6 +160,9 @@ type recorder struct {
 	status  int
 	bytes   int64
 	discard bool // the body written by the handler is replaced
+	// publicURL is Config.PublicURL: a redirect the mux makes to a path
+	// ("/plants") is sent to it, as the path under a proxy's prefix.
+	publicURL string
 }
 
 func (rec *recorder) WriteHeader(status int) {
@@ -168,6 +171,9 @@ func (rec *recorder) WriteHeader(status int) {
 	}
 	rec.status = status
 	h := rec.Header()
+	if loc := h["Location"]; rec.publicURL != "" && len(loc) == 1 && strings.HasPrefix(loc[0], "/") && !strings.HasPrefix(loc[0], "//") {
+		h["Location"] = []string{rec.publicURL + loc[0]}
+	}
 	if status < 300 || status == http.StatusNotModified || strings.HasPrefix(h.Get("Content-Type"), "application/json") {
 		rec.ResponseWriter.WriteHeader(status)
 		return

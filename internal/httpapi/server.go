@@ -352,7 +352,7 @@ func (s *Server) handleRoot() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Vary", "Accept")
 		if prefersHTML(r.Header.Get("Accept")) {
-			docs.Index("Plant Store API").ServeHTTP(w, r)
+			docs.Index("Plant Store API", s.baseURL(r)).ServeHTTP(w, r)
 			return
 		}
 		base := s.baseURL(r) + "/"
@@ -363,19 +363,71 @@ func (s *Server) handleRoot() http.Handler {
 	})
 }
 
-// prefersHTML says whether an Accept header asks for HTML before JSON, as
-// a browser's does (text/html first, */* last); curl's */* gets JSON.
+// prefersHTML says whether an Accept header ranks HTML above JSON, as a
+// browser's does (text/html, then */* at a lower quality): by quality,
+// each judged by the most specific range that names it, and on a tie by
+// the one listed first. curl's */* gets JSON, and so does a header that
+// gives text/html q=0.
 func prefersHTML(accept string) bool {
+	html, json := acceptRank{}, acceptRank{}
+	i := 0
 	for part := range strings.SplitSeq(accept, ",") {
-		media, _, _ := strings.Cut(strings.TrimSpace(part), ";")
-		switch strings.ToLower(strings.TrimSpace(media)) {
+		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		media = strings.ToLower(strings.TrimSpace(media))
+		q := quality(params)
+		switch media {
 		case "text/html", "application/xhtml+xml":
-			return true
-		case "application/json", "*/*":
-			return false
+			html.consider(3, q, i)
+		case "text/*":
+			html.consider(2, q, i)
+		case "application/json":
+			json.consider(3, q, i)
+		case "application/*":
+			json.consider(2, q, i)
+		case "*/*":
+			html.consider(1, q, i)
+			json.consider(1, q, i)
+		}
+		i++
+	}
+	switch {
+	case html.q <= 0:
+		return false
+	case html.q != json.q:
+		return html.q > json.q
+	}
+	return html.at < json.at
+}
+
+// acceptRank is how an Accept header ranks one kind of answer: the
+// quality of the most specific range that matches it (RFC 9110, section
+// 12.5.1), and that range's place in the header.
+type acceptRank struct {
+	specific int // 0: no range matched
+	q        float64
+	at       int
+}
+
+func (r *acceptRank) consider(specific int, q float64, at int) {
+	if specific > r.specific {
+		*r = acceptRank{specific: specific, q: q, at: at}
+	}
+}
+
+// quality is the q parameter among a media range's parameters: 1 when
+// there is none, 0 when it is malformed.
+func quality(params string) float64 {
+	for param := range strings.SplitSeq(params, ";") {
+		name, value, _ := strings.Cut(strings.TrimSpace(param), "=")
+		if strings.EqualFold(strings.TrimSpace(name), "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil || q < 0 || q > 1 {
+				return 0
+			}
+			return q
 		}
 	}
-	return false
+	return 1
 }
 
 // redirectToDocs sends /docs/ to /docs, where the page's relative links

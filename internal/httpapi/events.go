@@ -165,17 +165,32 @@ func acceptsEventStream(accept string) bool {
 // which cannot set headers, must. Only a stream may, and only without an
 // Authorization header: a page is fetched by code that can send the
 // header, and a URL is more likely to be logged on its way than a header
-// (our access log writes the path alone). docs/events.md advises a token
-// with plants:read only for it.
-func queryToken(next http.Handler) http.Handler {
+// (our access log writes the path alone). A stream that sends both, or
+// the parameter twice, gets 400 invalid_request (RFC 6750 sections 2 and
+// 3.1: one method, one token). docs/events.md advises a token with
+// plants:read only for it.
+func (s *Server) queryToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") == "" && acceptsEventStream(r.Header.Get("Accept")) {
-			if q, err := url.ParseQuery(r.URL.RawQuery); err == nil && len(q["access_token"]) == 1 {
-				r = r.Clone(r.Context())
-				r.Header.Set("Authorization", "Bearer "+q.Get("access_token"))
-				q.Del("access_token")
-				r.URL.RawQuery = q.Encode()
-			}
+		if !acceptsEventStream(r.Header.Get("Accept")) || !strings.Contains(r.URL.RawQuery, "access_token") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		switch tokens := q["access_token"]; {
+		case err != nil || len(tokens) == 0:
+			// Nothing to take; the handler says what is wrong with the query.
+		case len(tokens) > 1:
+			s.writeError(w, r, credentialError(http.StatusBadRequest, "invalid_request", "access_token: give it at most once", ""))
+			return
+		case len(r.Header.Values("Authorization")) > 0:
+			s.writeError(w, r, credentialError(http.StatusBadRequest, "invalid_request",
+				"send the access token one way: the Authorization header or the access_token parameter, not both", ""))
+			return
+		default:
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer "+tokens[0])
+			q.Del("access_token")
+			r.URL.RawQuery = q.Encode()
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -325,6 +325,14 @@ func TestEventsRefusals(t *testing.T) {
 		wantError(t, resp, body, 401, "access_token query parameter is taken only by an event stream")
 		_, resp, body = e.tryStream("", "?access_token=wrong", nil)
 		wantError(t, resp, body, 401)
+		// One method and one token (RFC 6750, sections 2 and 3.1).
+		_, resp, body = e.tryStream(e.readToken, "?access_token=garbage", nil)
+		wantError(t, resp, body, 400, "not both")
+		if got := resp.Header.Get("WWW-Authenticate"); !strings.Contains(got, `error="invalid_request"`) {
+			t.Errorf("both ways: WWW-Authenticate %q", got)
+		}
+		_, resp, body = e.tryStream("", "?access_token="+url.QueryEscape(e.readToken)+"&access_token="+url.QueryEscape(e.readToken), nil)
+		wantError(t, resp, body, 400, "access_token: give it at most once")
 		s := e.openStream("", "?after=0&access_token="+url.QueryEscape(e.readToken), nil)
 		e.create(`{"id":1,"name":"a"}`)
 		if ev := s.next().decode(t); ev.Plant.ID != 1 {

@@ -300,7 +300,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	handle("DELETE /plants/{id}", plants(write, s.handleDeletePlant()))
 	// A page of events is like a plant operation; a stream holds a stream
 	// slot instead of one in flight (handleEvents).
-	handle("GET /events", varyEncoding(queryToken(s.requireScope(read, s.handleEvents()))))
+	handle("GET /events", varyEncoding(s.queryToken(s.requireScope(read, s.handleEvents()))))
 
 	handle("GET /healthz", s.handleHealth())
 	handle("GET /readyz", public(s.handleReady()))

@@ -57,6 +57,28 @@ func TestConfigurationFromFiles(t *testing.T) {
 	if r.exit != 2 || strings.Contains(r.stderr, "sekrit") || !strings.Contains(r.stderr, "PLANTSTORE_BUSY_TIMEOUT_FILE") {
 		t.Errorf("a malformed value from a file: exit %d, %q", r.exit, r.stderr)
 	}
+	// Nor when the command's own check of it refuses it: an address, a
+	// URL, a path, a short word.
+	secretFile := filepath.Join(t.TempDir(), "value")
+	for _, c := range []struct {
+		value, variable string
+		args            []string
+		exit            int
+	}{
+		{"SECRETVALUE", "PLANTSTORE_ADDR_FILE", []string{"serve"}, 2},
+		{"SECRETVALUE", "PLANTSTORE_PUBLIC_URL_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2},
+		{"SECRETVALUE", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 2},
+		{"/nonexistent/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1},
+		{"xml", "PLANTSTORE_LOG_FORMAT_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2},
+	} {
+		if err := os.WriteFile(secretFile, []byte(c.value+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := cli(t, dir, []string{c.variable + "=" + secretFile}, c.args...)
+		if r.exit != c.exit || strings.Contains(r.stderr, c.value) || !strings.Contains(r.stderr, "<the value in "+c.variable+">") {
+			t.Errorf("%s refused by %q: exit %d (want %d), stderr %q", c.variable, c.args, r.exit, c.exit, r.stderr)
+		}
+	}
 }
 
 // A misspelt variable stops serve with a message that names it.

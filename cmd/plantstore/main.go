@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/plantstore/plantstore/internal/redact"
 )
 
 func main() {
@@ -182,8 +184,43 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		}
 		err = usageError(fmt.Sprintf("%s\nRun \"plantstore %s --help\" for its usage.", ue, name))
 	}
-	return err
+	return withoutFileValues(err, env)
 }
+
+// withoutFileValues takes out of err's message each value a
+// PLANTSTORE_..._FILE variable's file holds, as docs/configuration.md
+// promises: such a value is a secret as often as not (a database URL, a
+// token), and a command's check of a value (an address, a URL, a path)
+// quotes it. The error keeps its kind (a usage error still exits 2).
+func withoutFileValues(err error, env environment) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for name, file := range env.vars {
+		if !strings.HasPrefix(name, "PLANTSTORE_") || !strings.HasSuffix(name, "_FILE") || file == "" {
+			continue
+		}
+		b, rerr := os.ReadFile(file)
+		if rerr != nil {
+			continue
+		}
+		// As the flags read it: without the line end an editor adds.
+		msg = redact.Replace(msg, strings.TrimRight(string(b), "\r\n"), "<the value in "+name+">")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &fileValuesHidden{msg: msg, err: err}
+}
+
+type fileValuesHidden struct {
+	msg string
+	err error
+}
+
+func (e *fileValuesHidden) Error() string { return e.msg }
+func (e *fileValuesHidden) Unwrap() error { return e.err }
 
 func commandNames(all []command) []string {
 	names := make([]string, len(all))

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/redact"
 )
 
 // storeError turns a driver error into a domain error (see classify) whose
@@ -128,10 +129,10 @@ type redactedError struct {
 	secrets []string
 }
 
-func (e *redactedError) Error() string { return redact(e.err.Error(), e.secrets) }
+func (e *redactedError) Error() string { return withoutSecrets(e.err.Error(), e.secrets) }
 func (e *redactedError) Unwrap() error { return e.err }
 
-func redact(s string, secrets []string) string {
+func withoutSecrets(s string, secrets []string) string {
 	for _, secret := range secrets {
 		if secret == "" {
 			continue
@@ -139,43 +140,10 @@ func redact(s string, secrets []string) string {
 		// As written, and as it appears in a URL's user information or
 		// query.
 		for _, form := range []string{secret, url.PathEscape(secret), url.QueryEscape(secret)} {
-			s = redactForm(s, form)
+			s = redact.Replace(s, form, "xxxxx")
 		}
 	}
 	return s
-}
-
-// shortSecret is the length under which a secret is taken out of a text
-// only where it stands apart from letters and digits: a password of one
-// to a few characters replaced wherever it occurs would garble every
-// message ("p" in "postgres").
-const shortSecret = 8
-
-func redactForm(s, secret string) string {
-	if len(secret) >= shortSecret {
-		return strings.ReplaceAll(s, secret, "xxxxx")
-	}
-	var b strings.Builder
-	for {
-		i := strings.Index(s, secret)
-		if i < 0 {
-			b.WriteString(s)
-			return b.String()
-		}
-		end := i + len(secret)
-		apart := (i == 0 || !isAlnum(s[i-1])) && (end == len(s) || !isAlnum(s[end]))
-		b.WriteString(s[:i])
-		if apart {
-			b.WriteString("xxxxx")
-		} else {
-			b.WriteString(secret)
-		}
-		s = s[end:]
-	}
-}
-
-func isAlnum(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // RedactURL returns a connection URL fit to show (in a log, a usage text):

@@ -124,7 +124,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	if err != nil {
 		// NewWithConfig connects nothing unless MinConns asks it to; its
 		// errors are of configuration, and may quote it.
-		return nil, fmt.Errorf("postgres: %s", redact(err.Error(), secrets))
+		return nil, fmt.Errorf("postgres: %s", withoutSecrets(err.Error(), secrets))
 	}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
@@ -173,7 +173,7 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 		if !parsed {
 			return nil, nil, fmt.Errorf("postgres: invalid database URL (not shown, as it may hold a password)")
 		}
-		return nil, nil, fmt.Errorf("postgres: invalid database URL: %s", redact(err.Error(), secrets))
+		return nil, nil, fmt.Errorf("postgres: invalid database URL: %s", withoutSecrets(err.Error(), secrets))
 	}
 	if pw := cfg.ConnConfig.Password; pw != "" {
 		secrets = append(secrets, pw)

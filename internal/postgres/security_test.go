@@ -33,7 +33,7 @@ func TestRedactURL(t *testing.T) {
 	if !ok || strings.Join(secrets, ",") == "" {
 		t.Fatalf("urlPasswords = %q, %t", secrets, ok)
 	}
-	if got := redact("pw1 pw2 pw3 pw4 pw5", secrets); got != "xxxxx xxxxx xxxxx xxxxx pw5" {
+	if got := withoutSecrets("pw1 pw2 pw3 pw4 pw5", secrets); got != "xxxxx xxxxx xxxxx xxxxx pw5" {
 		t.Errorf("redact = %q", got)
 	}
 	// A short password is taken out only where it stands apart: replaced
@@ -44,8 +44,8 @@ func TestRedactURL(t *testing.T) {
 		{"p@ss", `postgres://u:p%40ss@db/x, p@ss`, `postgres://u:xxxxx@db/x, xxxxx`},
 		{"hunter22", `xhunter22x`, `xxxxxxx`},
 	} {
-		if got := redact(tc.text, []string{tc.secret}); got != tc.want {
-			t.Errorf("redact(%q, %q) = %q, want %q", tc.text, tc.secret, got, tc.want)
+		if got := withoutSecrets(tc.text, []string{tc.secret}); got != tc.want {
+			t.Errorf("withoutSecrets(%q, %q) = %q, want %q", tc.text, tc.secret, got, tc.want)
 		}
 	}
 }

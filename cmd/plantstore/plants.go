@@ -63,8 +63,28 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	out := plantPrinter{w: stdout, json: *asJSON}
-	return apiError(run(ctx, c, positional, out, stderr), *api.server)
+	w := &outputWriter{w: stdout}
+	err = run(ctx, c, positional, plantPrinter{w: w, json: *asJSON}, stderr)
+	if w.err != nil {
+		// The server answered; the failure is here, and not to be taken
+		// for the server's (a change it made is made).
+		return fmt.Errorf("the server's answer could not be written to standard output: %w", w.err)
+	}
+	return apiError(err, *api.server)
+}
+
+// outputWriter notes the first error writing to w.
+type outputWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil && o.err == nil {
+		o.err = err
+	}
+	return n, err
 }
 
 // serverFlags are the flags of the commands that talk to a server over

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -274,5 +278,33 @@ func TestDatabasePasswordIsNeverShown(t *testing.T) {
 		if args[len(args)-1] == "--help" && !strings.Contains(r.stdout, "postgres://plant:xxxxx@127.0.0.1:1/db") {
 			t.Errorf("%q does not show the masked URL as the default:\n%s", args, r.stdout)
 		}
+	}
+}
+
+// When the answer cannot be written out, plants says so, not that the
+// server could not be reached: the server did what was asked.
+func TestPlantsOutputThatCannotBeWritten(t *testing.T) {
+	t.Parallel()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip("no /dev/full here:", err)
+	}
+	defer full.Close()
+	dir := t.TempDir()
+	s := serve(t, dir)
+	c := &plantsCLI{dir: dir, url: s.url, token: mustToken(t, dir, "--name", "cli")}
+	cmd := exec.Command(binary, "plants", "add", "--id", "400", "--name", "full")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PLANTSTORE_SERVER="+c.url, "PLANTSTORE_TOKEN="+c.token)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = full, &stderr
+	err = cmd.Run()
+	exit, ok := errors.AsType[*exec.ExitError](err)
+	if !ok || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "the server's answer could not be written to standard output") ||
+		strings.Contains(stderr.String(), "cannot reach") {
+		t.Errorf("plants add with its output on /dev/full: %v; stderr:\n%s", err, stderr.String())
+	}
+	if r := c.plants(t, "get", "400"); r.exit != 0 || !strings.Contains(r.stdout, "full") {
+		t.Errorf("the plant added: %+v", r)
 	}
 }

@@ -64,9 +64,14 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	server := *api.server
-	out := eventPrinter{w: stdout, json: *asJSON}
+	w := &outputWriter{w: stdout}
+	out := eventPrinter{w: w, json: *asJSON}
 	if !*follow {
-		return apiError(resyncAdvice(ctx, c, printEvents(ctx, c, from, only, out)), server)
+		err := resyncAdvice(ctx, c, printEvents(ctx, c, from, only, out))
+		if werr := w.failure(); werr != nil {
+			return werr
+		}
+		return apiError(err, server)
 	}
 	start := client.FromNow
 	if from != nil {
@@ -80,8 +85,8 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 			fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting\n", strings.TrimPrefix(err.Error(), "plantstore: "))
 			continue
 		}
-		if err := out.print(ev); err != nil {
-			return err
+		if out.print(ev) != nil {
+			return w.failure()
 		}
 	}
 	return nil // interrupted

@@ -65,10 +65,8 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	w := &outputWriter{w: stdout}
 	err = run(ctx, c, positional, plantPrinter{w: w, json: *asJSON}, stderr)
-	if w.err != nil {
-		// The server answered; the failure is here, and not to be taken
-		// for the server's (a change it made is made).
-		return fmt.Errorf("the server's answer could not be written to standard output: %w", w.err)
+	if err := w.failure(); err != nil {
+		return err
 	}
 	return apiError(err, *api.server)
 }
@@ -77,6 +75,16 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 type outputWriter struct {
 	w   io.Writer
 	err error
+}
+
+// failure says what failed when a write did: the server answered, and the
+// failure is here, not to be taken for the server's (a change it made is
+// made).
+func (o *outputWriter) failure() error {
+	if o.err == nil {
+		return nil
+	}
+	return fmt.Errorf("the server's answer could not be written to standard output: %w", o.err)
 }
 
 func (o *outputWriter) Write(p []byte) (int, error) {

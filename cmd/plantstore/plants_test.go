@@ -307,4 +307,14 @@ func TestPlantsOutputThatCannotBeWritten(t *testing.T) {
 	if r := c.plants(t, "get", "400"); r.exit != 0 || !strings.Contains(r.stdout, "full") {
 		t.Errorf("the plant added: %+v", r)
 	}
+	// The events command too.
+	cmd = exec.Command(binary, "events")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PLANTSTORE_SERVER="+c.url, "PLANTSTORE_TOKEN="+c.token)
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = full, &stderr
+	err = cmd.Run()
+	if exit, ok := errors.AsType[*exec.ExitError](err); !ok || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "could not be written to standard output") {
+		t.Errorf("events with its output on /dev/full: %v; stderr:\n%s", err, stderr.String())
+	}
 }

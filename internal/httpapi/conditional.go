@@ -182,6 +182,18 @@ func notModified(r *http.Request, current ...string) bool {
 	return any || slices.ContainsFunc(current, func(c string) bool { return weakMatch(tags, c) })
 }
 
+// readPreconditionFails says whether a read's If-Match does not hold
+// (RFC 9110, section 13.1.1: evaluated for any method that selects a
+// representation, a GET too): sent, and neither "*" nor a strong match of
+// a current tag. A page's weak tag never matches strongly.
+func readPreconditionFails(r *http.Request, current ...string) bool {
+	tags, any, present := etagList(r.Header, "If-Match")
+	if !present || any {
+		return false
+	}
+	return !slices.ContainsFunc(current, func(c string) bool { return strongMatch(tags, c) })
+}
+
 // preconditionFailed is the answer to a write whose If-Match does not
 // hold: the plant has changed since the client read it, or is gone.
 func preconditionFailed(id int64) error {

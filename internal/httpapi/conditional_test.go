@@ -53,6 +53,45 @@ func TestPlantETagAndIfNoneMatch(t *testing.T) {
 	})
 }
 
+// A read with If-Match answers only while it holds (RFC 9110, section
+// 13.1.1, for a GET too): a plant's current strong ETag or *, never a
+// page's weak one; else 412.
+func TestIfMatchOnReads(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":1,"name":"Fern"}`)
+		resp, _ := e.send("GET", "/plants/1", "", nil)
+		etag := resp.Header.Get("ETag")
+		for _, c := range []struct {
+			method, path, ifMatch string
+			want                  int
+		}{
+			{"GET", "/plants/1", etag, 200},
+			{"GET", "/plants/1", `"other", ` + etag, 200},
+			{"GET", "/plants/1", "*", 200},
+			{"GET", "/plants/1", `"nomatch"`, http.StatusPreconditionFailed},
+			{"GET", "/plants/1", "W/" + etag, http.StatusPreconditionFailed},
+			{"HEAD", "/plants/1", `"nomatch"`, http.StatusPreconditionFailed},
+			{"HEAD", "/plants/1", etag, 200},
+			{"GET", "/plants?limit=10", "*", 200},
+			{"GET", "/plants?limit=10", `"nomatch"`, http.StatusPreconditionFailed},
+			{"GET", "/events", `"nomatch"`, http.StatusPreconditionFailed},
+			{"GET", "/events", "*", 200},
+			{"HEAD", "/plants", `"nomatch"`, http.StatusPreconditionFailed},
+			{"HEAD", "/events", `"nomatch"`, http.StatusPreconditionFailed},
+		} {
+			resp, body := e.send(c.method, c.path, "", map[string]string{"If-Match": c.ifMatch})
+			if resp.StatusCode != c.want {
+				t.Errorf("%s %s with If-Match %s: %d %s, want %d", c.method, c.path, c.ifMatch, resp.StatusCode, body, c.want)
+			}
+		}
+		page, _ := e.send("GET", "/plants?limit=10", "", nil)
+		if resp, _ := e.send("GET", "/plants?limit=10", "", map[string]string{"If-Match": page.Header.Get("ETag")}); resp.StatusCode != http.StatusPreconditionFailed {
+			t.Errorf("a page's own weak ETag in If-Match: %d, want 412 (strong comparison)", resp.StatusCode)
+		}
+	})
+}
+
 // PUT and DELETE with If-Match change the plant only while it still has
 // that ETag: a stale one gets 412 and changes nothing.
 func TestIfMatchOnWrites(t *testing.T) {

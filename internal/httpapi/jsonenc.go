@@ -181,7 +181,14 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 			sent = gzTag
 		}
 		// Either coding's tag names the same state of the resource,
-		// whichever coding this answer takes.
+		// whichever coding this answer takes. If-Match first (RFC 9110,
+		// section 13.2.2).
+		if r != nil && readPreconditionFails(r, tag, gzTag) {
+			putBuffer(bp, b)
+			writeJSON(w, http.StatusPreconditionFailed, errorBody{Error: http.StatusPreconditionFailed,
+				Message: "If-Match names no current state of this resource: GET it without If-Match for its current ETag"})
+			return
+		}
 		if r != nil && notModified(r, tag, gzTag) {
 			answerNotModified(w, sent)
 			putBuffer(bp, b)

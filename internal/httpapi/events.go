@@ -82,7 +82,7 @@ type eventQuery struct {
 // reading pages alike.
 func eventQueryOf(rawQuery string, stream bool) (eventQuery, error) {
 	q := eventQuery{limit: DefaultEventLimit}
-	v, err := url.ParseQuery(rawQuery)
+	v, err := parseQuery(rawQuery)
 	if err != nil {
 		return q, invalid("the query string is malformed: %v", err)
 	}
@@ -175,7 +175,7 @@ func (s *Server) queryToken(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		q, err := url.ParseQuery(r.URL.RawQuery)
+		q, err := parseQuery(r.URL.RawQuery)
 		switch tokens := q["access_token"]; {
 		case err != nil || len(tokens) == 0:
 			// Nothing to take; the handler says what is wrong with the query.

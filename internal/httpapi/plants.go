@@ -156,7 +156,7 @@ func (s *Server) handleListPlants() http.Handler {
 // ignored.
 func listOptions(rawQuery string) (plantstore.ListOptions, error) {
 	opts := plantstore.ListOptions{Limit: plantstore.DefaultListLimit}
-	q, err := url.ParseQuery(rawQuery)
+	q, err := parseQuery(rawQuery)
 	if err != nil {
 		return opts, invalid("the query string is malformed: %v", err)
 	}

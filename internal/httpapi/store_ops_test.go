@@ -261,3 +261,26 @@ func TestListQueryErrors(t *testing.T) {
 		}
 	})
 }
+
+// A semicolon in a query is a character (RFC 3986): ?tag=a;b asks for the
+// tag "a;b", and a parameter the route ignores is ignored with one in it.
+func TestSemicolonInQuery(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":1,"name":"x","tag":"a;b"}`)
+		e.create(`{"id":2,"name":"y","tag":"a"}`)
+		read := map[string]string{"Authorization": "Bearer " + e.readToken}
+		resp, body := e.do("GET", "/plants?tag=a;b", read, nil)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"id":1`) || strings.Contains(string(body), `"id":2`) {
+			t.Errorf("GET /plants?tag=a;b: %d %s", resp.StatusCode, body)
+		}
+		for _, path := range []string{"/plants?limit=2&x=a;b", "/events?x=a;b", "/events?after=0&x=;"} {
+			if resp, body := e.do("GET", path, read, nil); resp.StatusCode != 200 {
+				t.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+			}
+		}
+		if resp, body := e.do("GET", "/plants?tag=%zz", read, nil); resp.StatusCode != 400 || !strings.Contains(string(body), "malformed") {
+			t.Errorf("GET /plants?tag=%%zz: %d %s, want 400", resp.StatusCode, body)
+		}
+	})
+}

@@ -124,3 +124,31 @@ func TestServeWarnsOfReadableStore(t *testing.T) {
 		t.Errorf("no warning of the readable store:\n%s", logs)
 	}
 }
+
+// An empty --db, from the command line or an empty _FILE, and a database
+// URL that does not parse are usage mistakes (exit 2), said as such; the
+// URL's password is not shown.
+func TestStoreFlagMistakes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"token", "list", "--db", ""}, "--db: empty"},
+		{[]string{"PLANTSTORE_DB_FILE=" + empty}, []string{"token", "list"}, "empty"},
+		{nil, []string{"token", "list", "--db", "postgres://u:sekritpw@db:99999999/plants"}, "invalid database URL"},
+		{nil, []string{"token", "create", "--name", "x", "--db", "postgres://u:sekritpw@db:99999999/plants"}, "invalid database URL"},
+		{nil, []string{"serve", "--addr", "127.0.0.1:0", "--db", "postgres://u:sekritpw@db:99999999/plants"}, "invalid database URL"},
+	} {
+		r := cli(t, dir, c.env, c.args...)
+		if r.exit != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "sekritpw") {
+			t.Errorf("%v %q: exit %d, stderr %q; want 2 and %q", c.env, c.args, r.exit, r.stderr, c.want)
+		}
+	}
+}

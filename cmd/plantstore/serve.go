@@ -59,7 +59,7 @@ shown beside it.`, env.getenv, stdout, stderr)
 	a, err := app.Open(ctx, cfg)
 	if err != nil {
 		closeListeners(ln, cfg.MetricsListener, cfg.PprofListener)
-		return err
+		return dbMistake(err)
 	}
 	defer a.Close()
 	var flushing sync.WaitGroup

@@ -49,7 +49,14 @@ func addServeDBFlags(fs *flagSet) dbFlags {
 // from PLANTSTORE_DB would appear as the default) and in logs.
 type dbValue struct{ raw string }
 
-func (v *dbValue) Set(s string) error { v.raw = s; return nil }
+func (v *dbValue) Set(s string) error {
+	if s == "" {
+		// Else SQLite's error about the current directory, which is no file.
+		return errors.New("empty: name the store's file or a postgres:// URL, or leave --db out for ./plantstore.db")
+	}
+	v.raw = s
+	return nil
+}
 func (v *dbValue) String() string {
 	if v == nil {
 		return ""
@@ -94,7 +101,16 @@ func (f dbFlags) open(ctx context.Context) (plantstore.Store, error) {
 	if errors.Is(err, sqlite.ErrNoStore) {
 		return nil, fmt.Errorf("%w; plantstore serve or plantstore token create makes one, and --db (PLANTSTORE_DB) names another", err)
 	}
-	return store, err
+	return store, dbMistake(err)
+}
+
+// dbMistake makes a --db that is no URL a usage error (exit 2), as a
+// malformed value of any other flag is.
+func dbMistake(err error) error {
+	if errors.Is(err, postgres.ErrInvalidURL) {
+		return usageError("--db: " + err.Error())
+	}
+	return err
 }
 
 // create opens the store as open does, making a SQLite store if there is
@@ -103,7 +119,8 @@ func (f dbFlags) create(ctx context.Context, stderr io.Writer) (plantstore.Store
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return app.OpenStore(ctx, f.storeConfig(), false, app.StoreHooks{Created: func(path string) {
+	store, err := app.OpenStore(ctx, f.storeConfig(), false, app.StoreHooks{Created: func(path string) {
 		fmt.Fprintf(stderr, "created a new store: %s\n", path)
 	}})
+	return store, dbMistake(err)
 }

@@ -9,6 +9,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	neturl "net/url"
@@ -156,6 +157,10 @@ func IsURL(s string) bool {
 	return strings.HasPrefix(lower, "postgres://") || strings.HasPrefix(lower, "postgresql://")
 }
 
+// ErrInvalidURL is the error of Open for a database URL that does not
+// parse: a mistake in the configuration, not in the database.
+var ErrInvalidURL = errors.New("invalid database URL")
+
 // poolConfig parses url and applies our defaults to what it leaves unset.
 // It also returns the passwords to redact from errors: the URL's, or one
 // that pgx found in PGPASSWORD or a password file.
@@ -171,9 +176,9 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 		// in clear in the error's fields, so only its text goes on, with
 		// the password taken out, and only when we could find it.
 		if !parsed {
-			return nil, nil, fmt.Errorf("postgres: invalid database URL (not shown, as it may hold a password)")
+			return nil, nil, fmt.Errorf("postgres: %w (not shown, as it may hold a password)", ErrInvalidURL)
 		}
-		return nil, nil, fmt.Errorf("postgres: invalid database URL: %s", withoutSecrets(err.Error(), secrets))
+		return nil, nil, fmt.Errorf("postgres: %w: %s", ErrInvalidURL, withoutSecrets(err.Error(), secrets))
 	}
 	if pw := cfg.ConnConfig.Password; pw != "" {
 		secrets = append(secrets, pw)

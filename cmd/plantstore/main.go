@@ -154,6 +154,11 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	case "--version":
 		args = append([]string{"version"}, args[1:]...)
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+			// "plantstore help serve" is "plantstore serve --help".
+			args = []string{args[1], "--help"}
+			break
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}

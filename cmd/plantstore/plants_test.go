@@ -237,6 +237,13 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%q --help says Usage or Flags more than once:\n%s", tc.args, r.stdout)
 		}
 	}
+	// "help COMMAND" is "COMMAND --help".
+	for _, name := range []string{"serve", "token", "backup"} {
+		want := cli(t, dir, nil, name, "--help")
+		if r := cli(t, dir, nil, "help", name); r.exit != 0 || r.stdout != want.stdout {
+			t.Errorf("help %s: exit %d, stdout:\n%s\nwant %s --help's:\n%s", name, r.exit, r.stdout, name, want.stdout)
+		}
+	}
 }
 
 // Every usage mistake exits 2 and ends with the command to read its usage,

@@ -193,6 +193,8 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 		{[]string{"backup", "--to", t.TempDir()}, "is a directory"},
 		{[]string{"restore", "--from", file, "--db", filepath.Join(dir, "nodir", "x.db")}, "the directory " + filepath.Join(dir, "nodir") + " does not exist"},
 		{[]string{"restore", "--from", t.TempDir(), "--db", filepath.Join(dir, "x.db")}, "is a directory; name a backup file"},
+		{[]string{"backup", "--to", filepath.Join(file, "b.db")}, file + " is a file, not a directory"},
+		{[]string{"restore", "--from", file, "--db", filepath.Join(file, "x.db")}, file + " is a file, not a directory"},
 	} {
 		if r := cli(t, dir, nil, tc.args...); r.exit != 1 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, ".tmp-") {
 			t.Errorf("%q: %+v, want exit 1 and %q", tc.args, r, tc.want)

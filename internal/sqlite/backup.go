@@ -369,19 +369,18 @@ func inspect(ctx context.Context, path string) (BackupInfo, error) {
 	return info, nil
 }
 
-// isDir says whether path is a directory (or a link to one).
-func isDir(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.IsDir()
-}
-
 // tempBeside is newTemp for a file the user named: what is wrong is said
 // of path's directory, which must exist and take new files, never with
 // the temporary file's name.
 func tempBeside(path string) (string, error) {
 	dir := filepath.Dir(path)
-	if !isDir(dir) {
+	switch fi, err := os.Stat(dir); {
+	case errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("the directory %s does not exist: create it first", dir)
+	case err != nil:
+		return "", fmt.Errorf("the directory %s: %w", dir, unwrapPath(err))
+	case !fi.IsDir():
+		return "", fmt.Errorf("%s is a file, not a directory", dir)
 	}
 	tmp, err := newTemp(path)
 	if err != nil {

@@ -186,7 +186,8 @@ func (c *Contract) checkErrorBody(req *http.Request, resp *http.Response, body [
 // a redirect to a canonical path, a CORS preflight or a protocol error.
 // HEAD is documented wherever GET is, so it is routed like any method.
 func (c *Contract) checkUnrouted(req *http.Request, resp *http.Response) error {
-	methods := c.documentedMethods(req.URL.Path)
+	// Escaped: /plants%2F1 is one segment, no path of the document's.
+	methods := c.documentedMethods(req.URL.EscapedPath())
 	switch {
 	case resp.StatusCode == http.StatusMethodNotAllowed:
 		if len(methods) == 0 {

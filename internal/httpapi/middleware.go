@@ -206,12 +206,12 @@ func (rec *recorder) defaultMessage(status int) string {
 	return strings.ToLower(http.StatusText(status))
 }
 
-// target names what a request asked for in messages: its path, or, for a
-// request without one (CONNECT's "host:port", OPTIONS's "*"), the target
-// as sent.
+// target names what a request asked for in messages: its path as sent
+// (escaped: /plants%2F1 is not /plants/1), or, for a request without one
+// (CONNECT's "host:port", OPTIONS's "*"), the target as sent.
 func target(r *http.Request) string {
 	if r.URL.Path != "" {
-		return r.URL.Path
+		return r.URL.EscapedPath()
 	}
 	return r.RequestURI
 }

@@ -27,6 +27,10 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 			resp, body := e.do("GET", path, auth, nil)
 			wantError(t, resp, body, 404)
 		}
+		// The path as sent: /plants%2F1 is not /plants/1, which exists.
+		e.create(`{"id":1,"name":"a"}`)
+		resp, body := e.raw("GET /plants%2F1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken + "\r\n\r\n")
+		wantError(t, resp, body, 404, "there is no resource at /plants%2F1")
 		for _, tc := range []struct{ method, path, allow string }{
 			{"PUT", "/plants", "GET, HEAD, POST"},
 			{"DELETE", "/plants", "GET, HEAD, POST"},
@@ -43,7 +47,7 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 		}
 		// A target without a path (CONNECT's authority form) is named as
 		// sent.
-		resp, body := e.raw("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+		resp, body = e.raw("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
 		wantError(t, resp, body, 405, "method CONNECT is not allowed on example.com:443;")
 	})
 }

@@ -219,6 +219,9 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 			return nil, errHelp
 		}
 	}
+	if err := fs.flagAsValue(args); err != nil {
+		return nil, err
+	}
 	var positional []string
 	args, negatives := fs.takeNegativeNumbers(args)
 	for {
@@ -259,6 +262,34 @@ func (fs *flagSet) flagError(err error) error {
 		msg = fs.Name() + ": " + strings.ReplaceAll(msg, " -", " --")
 	}
 	return usageError(msg)
+}
+
+// flagAsValue refuses a flag that takes a value followed by another of
+// the command's flags ("token create --name --replace"), which the flag
+// package would take as the value, quietly. "--name=--replace" says that
+// is meant.
+func (fs *flagSet) flagAsValue(args []string) error {
+	for i := 0; i+1 < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return nil
+		}
+		name, ok := strings.CutPrefix(a, "-")
+		if !ok || strings.Contains(a, "=") {
+			continue
+		}
+		f := fs.Lookup(strings.TrimPrefix(name, "-"))
+		if f == nil || isBoolFlag(f) {
+			continue
+		}
+		next := args[i+1]
+		nextName, _, _ := strings.Cut(strings.TrimLeft(next, "-"), "=")
+		if strings.HasPrefix(next, "-") && nextName != "" && fs.Lookup(nextName) != nil {
+			return usageError(fmt.Sprintf("%s: --%s needs a value, and %s is a flag (write --%s=%s if that is the value)", fs.Name(), f.Name, next, f.Name, next))
+		}
+		i++ // the value
+	}
+	return nil
 }
 
 // noteIgnoredVariables says, on stderr, when a variable is set that looks

@@ -256,7 +256,7 @@ read), reading again if somebody did. With --if-match, only if the plant
 still has that ETag (from plants get): otherwise nothing changes and the
 exit status is 1.`,
 		func(fs *flagSet) func(context.Context, *client.Client, []string, plantPrinter, io.Writer) error {
-			name := fs.FlagSet.String("name", "", "the new `NAME`, 1 to 200 characters (left out: the name is kept)")
+			name := optionalString(fs, "name", "the new `NAME`, 1 to 200 characters (left out: the name is kept)")
 			tag := optionalString(fs, "tag", "the new `TAG`, up to 100 characters (left out: the tag is kept)")
 			noTag := fs.FlagSet.Bool("no-tag", false, "remove the plant's tag")
 			ifMatch := fs.FlagSet.String("if-match", "", "change the plant only while it has this `ETAG` (from plants get; * : while it exists)")
@@ -268,10 +268,12 @@ exit status is 1.`,
 				switch {
 				case tag.set && *noTag:
 					return usageError("plants update takes --tag or --no-tag, not both")
-				case *name == "" && !tag.set && !*noTag:
+				case name.set && name.s == "":
+					return usageError("plants update --name: empty; a plant's name is 1 to 200 characters")
+				case !name.set && !tag.set && !*noTag:
 					return usageError("plants update needs --name, --tag or --no-tag: what to change")
 				}
-				p, etag, err := updatePlant(ctx, c, id, *name, tag.value(), *noTag, entityTag(*ifMatch))
+				p, etag, err := updatePlant(ctx, c, id, name.s, tag.value(), *noTag, entityTag(*ifMatch))
 				if err != nil {
 					return err
 				}

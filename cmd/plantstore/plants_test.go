@@ -164,6 +164,7 @@ func (c *plantsCLI) errors(t *testing.T) {
 		{[]string{"update", "7", "--tag", "x"}, 1, "not found"},
 		{[]string{"update", "3"}, 2, "needs --name, --tag or --no-tag"},
 		{[]string{"update", "3", "--tag", "x", "--no-tag"}, 2, "not both"},
+		{[]string{"update", "3", "--name", ""}, 2, "--name: empty"},
 		{[]string{"get", "3", "--ca-cert", "/nonexistent.pem"}, 2, "--ca-cert"},
 		{[]string{"add", "--id", "3", "--name", "Other"}, 1, "already exists with other content (HTTP 409)"},
 		{[]string{"add", "--id", "4", "--name", strings.Repeat("n", 201)}, 1, "name: must be 1 to 200 characters"},

@@ -93,6 +93,31 @@ func cli(t *testing.T, dir string, env []string, args ...string) result {
 	return r
 }
 
+// cliOutputFull runs the binary as cli does, with its standard output on
+// /dev/full, where every write fails (no space left on device). It skips
+// the test where there is no /dev/full.
+func cliOutputFull(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip("no /dev/full here:", err)
+	}
+	defer full.Close()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = full, &stderr
+	err = cmd.Run()
+	r := result{stderr: stderr.String()}
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+		r.exit = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func mustToken(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	r := cli(t, dir, nil, append([]string{"token", "create"}, args...)...)

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -303,36 +299,19 @@ func TestDatabasePasswordIsNeverShown(t *testing.T) {
 // server could not be reached: the server did what was asked.
 func TestPlantsOutputThatCannotBeWritten(t *testing.T) {
 	t.Parallel()
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Skip("no /dev/full here:", err)
-	}
-	defer full.Close()
 	dir := t.TempDir()
 	s := serve(t, dir)
 	c := &plantsCLI{dir: dir, url: s.url, token: mustToken(t, dir, "--name", "cli")}
-	cmd := exec.Command(binary, "plants", "add", "--id", "400", "--name", "full")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PLANTSTORE_SERVER="+c.url, "PLANTSTORE_TOKEN="+c.token)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = full, &stderr
-	err = cmd.Run()
-	exit, ok := errors.AsType[*exec.ExitError](err)
-	if !ok || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "the server's answer could not be written to standard output") ||
-		strings.Contains(stderr.String(), "cannot reach") {
-		t.Errorf("plants add with its output on /dev/full: %v; stderr:\n%s", err, stderr.String())
+	env := []string{"PLANTSTORE_SERVER=" + c.url, "PLANTSTORE_TOKEN=" + c.token}
+	r := cliOutputFull(t, dir, env, "plants", "add", "--id", "400", "--name", "full")
+	if r.exit != 1 || !strings.Contains(r.stderr, "the server's answer could not be written to standard output") || strings.Contains(r.stderr, "cannot reach") {
+		t.Errorf("plants add with its output on /dev/full: exit %d; stderr:\n%s", r.exit, r.stderr)
 	}
 	if r := c.plants(t, "get", "400"); r.exit != 0 || !strings.Contains(r.stdout, "full") {
 		t.Errorf("the plant added: %+v", r)
 	}
 	// The events command too.
-	cmd = exec.Command(binary, "events")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PLANTSTORE_SERVER="+c.url, "PLANTSTORE_TOKEN="+c.token)
-	stderr.Reset()
-	cmd.Stdout, cmd.Stderr = full, &stderr
-	err = cmd.Run()
-	if exit, ok := errors.AsType[*exec.ExitError](err); !ok || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "could not be written to standard output") {
-		t.Errorf("events with its output on /dev/full: %v; stderr:\n%s", err, stderr.String())
+	if r := cliOutputFull(t, dir, env, "events"); r.exit != 1 || !strings.Contains(r.stderr, "could not be written to standard output") {
+		t.Errorf("events with its output on /dev/full: exit %d; stderr:\n%s", r.exit, r.stderr)
 	}
 }

@@ -147,7 +147,7 @@ func TestStoreFlagMistakes(t *testing.T) {
 		{nil, []string{"serve", "--addr", "127.0.0.1:0", "--db", "postgres://u:sekritpw@db:99999999/plants"}, "invalid database URL"},
 	} {
 		r := cli(t, dir, c.env, c.args...)
-		if r.exit != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "sekritpw") {
+		if r.exit != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "sekritpw") || strings.Contains(r.stderr, "---") {
 			t.Errorf("%v %q: exit %d, stderr %q; want 2 and %q", c.env, c.args, r.exit, r.stderr, c.want)
 		}
 	}

@@ -52,7 +52,7 @@ type dbValue struct{ raw string }
 func (v *dbValue) Set(s string) error {
 	if s == "" {
 		// Else SQLite's error about the current directory, which is no file.
-		return errors.New("empty: name the store's file or a postgres:// URL, or leave --db out for ./plantstore.db")
+		return errors.New("empty: name the store's file or a postgres:// URL (left out, it is ./plantstore.db)")
 	}
 	v.raw = s
 	return nil

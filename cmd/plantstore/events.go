@@ -67,11 +67,7 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	w := &outputWriter{w: stdout}
 	out := eventPrinter{w: w, json: *asJSON}
 	if !*follow {
-		err := resyncAdvice(ctx, c, printEvents(ctx, c, from, only, out))
-		if werr := w.failure(); werr != nil {
-			return werr
-		}
-		return apiError(err, server)
+		return w.outcome(resyncAdvice(ctx, c, printEvents(ctx, c, from, only, out)), server)
 	}
 	start := client.FromNow
 	if from != nil {

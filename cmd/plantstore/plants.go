@@ -64,11 +64,7 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	w := &outputWriter{w: stdout}
-	err = run(ctx, c, positional, plantPrinter{w: w, json: *asJSON}, stderr)
-	if err := w.failure(); err != nil {
-		return err
-	}
-	return apiError(err, *api.server)
+	return w.outcome(run(ctx, c, positional, plantPrinter{w: w, json: *asJSON}, stderr), *api.server)
 }
 
 // outputWriter notes the first error writing to w.
@@ -85,6 +81,15 @@ func (o *outputWriter) failure() error {
 		return nil
 	}
 	return fmt.Errorf("the server's answer could not be written to standard output: %w", o.err)
+}
+
+// outcome is a command's error, err from talking to server, unless
+// writing its output failed first.
+func (o *outputWriter) outcome(err error, server string) error {
+	if werr := o.failure(); werr != nil {
+		return werr
+	}
+	return apiError(err, server)
 }
 
 func (o *outputWriter) Write(p []byte) (int, error) {

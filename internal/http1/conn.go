@@ -210,7 +210,7 @@ func (c *conn) serveRequest(req *http.Request, started time.Time) bool {
 	c.body = body{br: c.br, remaining: req.ContentLength}
 	if req.ContentLength > 0 {
 		// A body all in the buffer needs no more reads, nor a deadline.
-		if lim.ReadTimeout > 0 && int64(c.br.Buffered()) < req.ContentLength {
+		if lim.ReadTimeout > 0 && !c.body.InBuffer() {
 			c.read.setAt(started.Add(lim.ReadTimeout))
 		}
 		req.Body = &c.body
@@ -230,7 +230,7 @@ func (c *conn) serveRequest(req *http.Request, started time.Time) bool {
 		switch {
 		case c.body.remaining > maxDiscard:
 			keep = false
-		case w.status >= 400 && int64(c.br.Buffered()) < c.body.remaining:
+		case w.status >= 400 && !c.body.InBuffer():
 			// A refusal (a 401, a 429) of a body not all in yet: sent
 			// at once, and the connection closed after it, rather than
 			// both waiting up to ReadTimeout for a body a client may

@@ -144,18 +144,10 @@ func eventsNext(lastID int64, q eventQuery) string {
 func acceptsEventStream(accept string) bool {
 	for part := range strings.SplitSeq(accept, ",") {
 		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if !strings.EqualFold(strings.TrimSpace(media), "text/event-stream") {
-			continue
+		if strings.EqualFold(strings.TrimSpace(media), "text/event-stream") {
+			q, ok := quality(params)
+			return !ok || q > 0 // a malformed q is no refusal
 		}
-		for p := range strings.SplitSeq(params, ";") {
-			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
-			if strings.EqualFold(strings.TrimSpace(k), "q") {
-				if q, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && q == 0 {
-					return false
-				}
-			}
-		}
-		return true
 	}
 	return false
 }

@@ -374,7 +374,7 @@ func prefersHTML(accept string) bool {
 	for part := range strings.SplitSeq(accept, ",") {
 		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 		media = strings.ToLower(strings.TrimSpace(media))
-		q := quality(params)
+		q, _ := quality(params) // 0 when malformed
 		switch media {
 		case "text/html", "application/xhtml+xml":
 			html.consider(3, q, i)
@@ -414,20 +414,21 @@ func (r *acceptRank) consider(specific int, q float64, at int) {
 	}
 }
 
-// quality is the q parameter among a media range's parameters: 1 when
-// there is none, 0 when it is malformed.
-func quality(params string) float64 {
+// quality is the q parameter among a media range's parameters (RFC 9110,
+// section 12.4.2): 1 when there is none; ok false, and 0, when it is
+// malformed, which each caller weighs its own way.
+func quality(params string) (q float64, ok bool) {
 	for param := range strings.SplitSeq(params, ";") {
 		name, value, _ := strings.Cut(strings.TrimSpace(param), "=")
 		if strings.EqualFold(strings.TrimSpace(name), "q") {
 			q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 			if err != nil || q < 0 || q > 1 {
-				return 0
+				return 0, false
 			}
-			return q
+			return q, true
 		}
 	}
-	return 1
+	return 1, true
 }
 
 // redirectToDocs sends /docs/ to /docs, where the page's relative links

@@ -44,12 +44,10 @@ func resolve(path string) (string, error) {
 // in it: SQLite creates its log (-wal, -shm) there, and would otherwise
 // fail later with "unable to open database file", or "attempt to write a
 // readonly database" after the busy timeout. A probe file tells, where
-// permission bits would not (a read-only file system, ACLs, root).
+// permission bits would not (a read-only file system, ACLs, root). abs
+// is resolved (resolve): a link's target's directory is the one checked.
 func checkDirectory(abs string) error {
 	dir := filepath.Dir(abs)
-	if target, err := filepath.EvalSymlinks(abs); err == nil {
-		dir = filepath.Dir(target)
-	}
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -80,9 +78,9 @@ func unwrapPath(err error) error {
 // process may write it, and refuses a symbolic link where SQLite would
 // create a file: a link planted beside the store would make plantstore
 // create, or write its log into, the link's target. A store that is itself
-// a link to an existing file is accepted (an operator's choice); SQLite
-// then keeps its log beside the target, where the check is made. created
-// says whether the file is new.
+// a link to an existing file is accepted (an operator's choice): abs is
+// then its target (resolve), beside which SQLite keeps its log and the
+// check is made. created says whether the file is new.
 func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
 	if mustExist {
@@ -120,13 +118,9 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 	default:
 		return false, fmt.Errorf("create the store %s: %w", abs, unwrapPath(err))
 	}
-	dir := abs
-	if target, err := filepath.EvalSymlinks(abs); err == nil {
-		dir = target
-	}
 	for _, suffix := range sidecars {
-		if fi, err := os.Lstat(dir + suffix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			return created, fmt.Errorf("%s%s is a symbolic link; refusing to open the store, as SQLite would write into its target (remove it)", dir, suffix)
+		if fi, err := os.Lstat(abs + suffix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return created, fmt.Errorf("%s%s is a symbolic link; refusing to open the store, as SQLite would write into its target (remove it)", abs, suffix)
 		}
 	}
 	return created, nil
@@ -139,12 +133,9 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 // files exist. Stores made before plantstore created its files 0600 are
 // 0644; they keep working, and the warning says how to close them.
 func Warnings(path string) []string {
-	abs, err := filepath.Abs(path)
+	abs, err := resolve(path)
 	if err != nil {
 		return nil
-	}
-	if target, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = target
 	}
 	var open []string
 	for _, suffix := range append([]string{""}, sidecars...) {

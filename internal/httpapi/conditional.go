@@ -194,6 +194,21 @@ func readPreconditionFails(r *http.Request, current ...string) bool {
 	return !slices.ContainsFunc(current, func(c string) bool { return strongMatch(tags, c) })
 }
 
+// errStaleIfMatch is the answer to a read whose If-Match names no current
+// state of what it reads (RFC 9110, section 13.1.1).
+var errStaleIfMatch = errorStatus(http.StatusPreconditionFailed,
+	"If-Match names no current state of this resource: GET it without If-Match for its current ETag")
+
+// writeRead answers a read (a plant, a page of plants or events) with v
+// under its ETag, 304 or 412 as r's preconditions say. Headers set for
+// the 200 (a page's Link) do not go with a 412.
+func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, v any, etag func(body []byte) string) {
+	if err := writeJSONTagged(w, r, http.StatusOK, v, etag, true); err != nil {
+		w.Header().Del("Link")
+		s.writeError(w, r, err)
+	}
+}
+
 // preconditionFailed is the answer to a write whose If-Match does not
 // hold: the plant has changed since the client read it, or is gone.
 func preconditionFailed(id int64) error {

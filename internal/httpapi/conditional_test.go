@@ -89,6 +89,13 @@ func TestIfMatchOnReads(t *testing.T) {
 		if resp, _ := e.send("GET", "/plants?limit=10", "", map[string]string{"If-Match": page.Header.Get("ETag")}); resp.StatusCode != http.StatusPreconditionFailed {
 			t.Errorf("a page's own weak ETag in If-Match: %d, want 412 (strong comparison)", resp.StatusCode)
 		}
+		// A page with a next page: its 412 is an Error, without the page's Link.
+		e.create(`{"id":2,"name":"Aloe"}`)
+		resp, body := e.send("GET", "/plants?limit=1", "", map[string]string{"If-Match": `"nomatch"`})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-Match")
+		if link := resp.Header.Get("Link"); link != "" {
+			t.Errorf("a 412 for a page carries the page's Link %q", link)
+		}
 	})
 }
 

@@ -241,7 +241,7 @@ func (s *Server) serveEventPage(w http.ResponseWriter, r *http.Request) {
 		latest = max(latest, events[n-1].ID)
 	}
 	w.Header().Set(latestEventHeader, strconv.FormatInt(latest, 10))
-	writeJSONTagged(w, r, http.StatusOK, eventPage(events), pageETag, true)
+	s.writeRead(w, r, eventPage(events), pageETag)
 }
 
 // limitStreams holds a stream slot, of the token's and of the service's,

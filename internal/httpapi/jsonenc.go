@@ -149,7 +149,7 @@ var (
 // writeJSON answers with v as JSON. Our values always encode, so an error
 // here can only be the client going away.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	writeJSONTagged(w, nil, status, v, nil, false)
+	writeJSONTagged(w, nil, status, v, nil, false) // without r, no If-Match to fail
 }
 
 // writeJSONTagged answers with v as JSON under the ETag that etag makes of
@@ -157,7 +157,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // names it. A tagged answer may be kept by the client and revalidated;
 // any other is not to be stored. A compressible answer goes gzipped to a
 // client that takes gzip, when it is long enough to gain (compress.go).
-func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, etag func(body []byte) string, compressible bool) {
+// When r's If-Match names no current tag, it writes nothing and returns
+// errStaleIfMatch, for the caller's writeError.
+func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, etag func(body []byte) string, compressible bool) error {
 	bp := bodyBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	if a, ok := v.(jsonAppender); ok {
@@ -185,14 +187,12 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 		// section 13.2.2).
 		if r != nil && readPreconditionFails(r, tag, gzTag) {
 			putBuffer(bp, b)
-			writeJSON(w, http.StatusPreconditionFailed, errorBody{Error: http.StatusPreconditionFailed,
-				Message: "If-Match names no current state of this resource: GET it without If-Match for its current ETag"})
-			return
+			return errStaleIfMatch
 		}
 		if r != nil && notModified(r, tag, gzTag) {
 			answerNotModified(w, sent)
 			putBuffer(bp, b)
-			return
+			return nil
 		}
 		h["Etag"] = []string{sent}
 		h["Cache-Control"] = revalidate
@@ -215,6 +215,7 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 	w.WriteHeader(status)
 	w.Write(b)
 	putBuffer(bp, b)
+	return nil
 }
 
 // putBuffer gives b, grown from *bp, back to the pool, unless it grew too

@@ -63,7 +63,7 @@ func (s *Server) handleGetPlant() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSONTagged(w, r, http.StatusOK, storedPlant(p), func([]byte) string { return plantETag(p) }, true)
+		s.writeRead(w, r, storedPlant(p), func([]byte) string { return plantETag(p) })
 	})
 }
 
@@ -147,7 +147,7 @@ func (s *Server) handleListPlants() http.Handler {
 			}
 			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, next))
 		}
-		writeJSONTagged(w, r, http.StatusOK, plantPage(plants), pageETag, true)
+		s.writeRead(w, r, plantPage(plants), pageETag)
 	})
 }
 

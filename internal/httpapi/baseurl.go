@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -76,16 +79,83 @@ func lastEntry(values []string) string {
 	return strings.TrimSpace(last)
 }
 
-// validHost accepts a host[:port] fit to put in a URL: letters, digits and
-// the characters of names, IPv4 and bracketed IPv6 addresses and ports.
+// validHost tells whether host, a Host header's value or a proxy's word
+// for it, is a host[:port] fit to put in a URL (RFC 3986, section 3.2): a
+// name of letters, digits and "-._~", an IPv4 address, or a bracketed IPv6
+// address without a zone; then, optionally, ":" and a port of at most
+// 65535.
 func validHost(host string) bool {
 	if host == "" || len(host) > 255 {
 		return false
 	}
-	for _, c := range host {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("-._:[]", c)) {
+	name, port := host, ""
+	if host[0] == '[' {
+		end := strings.IndexByte(host, ']')
+		if end < 0 {
+			return false
+		}
+		if a, err := netip.ParseAddr(host[1:end]); err != nil || !a.Is6() || a.Zone() != "" {
+			return false
+		}
+		name, port = "", host[end+1:]
+		if port != "" {
+			if port[0] != ':' {
+				return false
+			}
+			port = port[1:]
+		}
+	} else {
+		if i := strings.LastIndexByte(host, ':'); i >= 0 {
+			name, port = host[:i], host[i+1:]
+		}
+		if name == "" {
 			return false
 		}
 	}
+	for _, c := range name {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("-._~", c)) {
+			return false
+		}
+	}
+	if port != "" {
+		n, err := strconv.ParseUint(port, 10, 16)
+		return err == nil && len(port) <= 5 && n <= 65535
+	}
 	return true
+}
+
+// requireHost refuses, with 400 and the connection closed as for any
+// malformed request, a request whose Host header validHost refuses: RFC
+// 9112 (section 3.2) asks it, and every link the service makes starts
+// with the Host. An empty Host is refused too, since an http URL has a
+// host (RFC 9110, section 4.2.1); an HTTP/1.0 request may come without
+// one, and observe gives it the address it reached (reachedHost).
+func (s *Server) requireHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if validHost(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		if r.Host == "" {
+			s.writeError(w, r, errorStatus(http.StatusBadRequest, "the Host header is empty: name the host and port the request is sent to"))
+			return
+		}
+		s.writeError(w, r, errorStatus(http.StatusBadRequest,
+			"the Host header %q is not a host name or address with an optional port", r.Host))
+	})
+}
+
+// reachedHost is the local address of the connection of a request whose
+// context is ctx, as a Host ("" if unknown).
+func reachedHost(ctx context.Context) string {
+	addr, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return ""
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return ""
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 }

@@ -133,6 +133,45 @@ func TestNextLinkAbsolute(t *testing.T) {
 	})
 }
 
+// A Host that cannot begin a URL is refused with 400 and the connection
+// closed (RFC 9112, section 3.2), on the fast path and off it; a valid one
+// begins the links. An HTTP/1.0 request may come without Host: its links
+// name the address it reached.
+func TestHostChecked(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		e.create(`{"id":1,"name":"a"}`)
+		e.create(`{"id":2,"name":"b"}`)
+		get := func(proto, host string) (*http.Response, []byte) {
+			head := "GET /plants?limit=1 " + proto + "\r\nAuthorization: Bearer " + e.readToken + "\r\n"
+			if host != "none" {
+				head += "Host: " + host + "\r\n"
+			}
+			return e.raw(head + "\r\n")
+		}
+		for _, host := range []string{"", "x:abc", "x:99999", "a%b", "[::1", "::1", "[fe80::1%25eth0]", "a!b", ":80"} {
+			resp, body := get("HTTP/1.1", host)
+			wantError(t, resp, body, http.StatusBadRequest, "Host")
+			if !resp.Close {
+				t.Errorf("Host %q: the connection stays open after the 400", host)
+			}
+		}
+		for host, base := range map[string]string{
+			"api.example": "http://api.example", "API.example:8080": "http://API.example:8080",
+			"192.0.2.1:65535": "http://192.0.2.1:65535", "[2001:db8::1]": "http://[2001:db8::1]", "[::1]:80": "http://[::1]:80",
+		} {
+			resp, body := get("HTTP/1.1", host)
+			if want := `<` + base + `/plants?after=1&limit=1>; rel="next"`; resp.StatusCode != 200 || resp.Header.Get("Link") != want {
+				t.Errorf("Host %q: %d %s, Link %q, want %q", host, resp.StatusCode, body, resp.Header.Get("Link"), want)
+			}
+		}
+		resp, body := get("HTTP/1.0", "none")
+		if want := `<` + e.url + `/plants?after=1&limit=1>; rel="next"`; resp.StatusCode != 200 || resp.Header.Get("Link") != want {
+			t.Errorf("HTTP/1.0 without Host: %d %s, Link %q, want %q", resp.StatusCode, body, resp.Header.Get("Link"), want)
+		}
+	})
+}
+
 // A single plant over 1 KiB goes gzipped to a gzip client, under an ETag
 // of its own that either coding's tag matches in If-None-Match and
 // If-Match; every answer of the compressible routes, errors included,

@@ -96,7 +96,13 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		rec.ResponseWriter, rec.r, rec.publicURL = w, r, s.cfg.PublicURL
 		held.ctx = infoContext{Context: s.deadlines.context(start), info: info}
 		ctx := &held.ctx
+		reached := r.Context()
 		r = r.WithContext(ctx)
+		if r.Host == "" && !r.ProtoAtLeast(1, 1) {
+			// An HTTP/1.0 request may come without Host: its links name
+			// the address it reached (requireHost refuses the rest).
+			r.Host = reachedHost(reached)
+		}
 		switch {
 		case s.headerBytesExceeded(rec, r), s.cors(rec, r):
 			// answered

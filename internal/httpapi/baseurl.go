@@ -124,25 +124,32 @@ func validHost(host string) bool {
 	return true
 }
 
-// requireHost refuses, with 400 and the connection closed as for any
-// malformed request, a request whose Host header validHost refuses: RFC
-// 9112 (section 3.2) asks it, and every link the service makes starts
-// with the Host. An empty Host is refused too, since an http URL has a
-// host (RFC 9110, section 4.2.1); an HTTP/1.0 request may come without
-// one, and observe gives it the address it reached (reachedHost).
-func (s *Server) requireHost(next http.Handler) http.Handler {
+// checkProtocol refuses, with the connection closed as for any malformed
+// request, what Go's server lets through to the handlers but this service
+// cannot serve:
+//   - HTTP/2's connection preface ("PRI * HTTP/2.0", h2c with prior
+//     knowledge), which gets 505 as any HTTP version but 1.x does;
+//   - a Host header validHost refuses, which gets 400: RFC 9112 (section
+//     3.2) asks it, and every link the service makes starts with the
+//     Host. An empty Host is refused too, since an http URL has a host
+//     (RFC 9110, section 4.2.1); an HTTP/1.0 request may come without
+//     one, and observe gives it the address it reached (reachedHost).
+func (s *Server) checkProtocol(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if validHost(r.Host) {
+		if r.ProtoMajor == 1 && validHost(r.Host) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		w.Header().Set("Connection", "close")
-		if r.Host == "" {
+		switch {
+		case r.ProtoMajor != 1:
+			s.writeError(w, r, errorStatus(http.StatusHTTPVersionNotSupported, "%s is not served: this service speaks HTTP/1.1", r.Proto))
+		case r.Host == "":
 			s.writeError(w, r, errorStatus(http.StatusBadRequest, "the Host header is empty: name the host and port the request is sent to"))
-			return
+		default:
+			s.writeError(w, r, errorStatus(http.StatusBadRequest,
+				"the Host header %q is not a host name or address with an optional port", r.Host))
 		}
-		s.writeError(w, r, errorStatus(http.StatusBadRequest,
-			"the Host header %q is not a host name or address with an optional port", r.Host))
 	})
 }
 

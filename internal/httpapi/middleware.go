@@ -100,7 +100,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		r = r.WithContext(ctx)
 		if r.Host == "" && !r.ProtoAtLeast(1, 1) {
 			// An HTTP/1.0 request may come without Host: its links name
-			// the address it reached (requireHost refuses the rest).
+			// the address it reached (checkProtocol refuses the rest).
 			r.Host = reachedHost(reached)
 		}
 		switch {

@@ -260,6 +260,12 @@ func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 		if n := strings.Count(e.logs.String(), "rejected before routing"); n != 9 {
 			t.Errorf("%d protocol rejections logged, want 9:\n%s", n, e.logs)
 		}
+		// HTTP/2's preface, which Go's server passes to the handler.
+		resp, body = e.raw("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+		wantError(t, resp, body, http.StatusHTTPVersionNotSupported, "HTTP/1.1")
+		if !resp.Close {
+			t.Error("the connection stays open after HTTP/2's preface")
+		}
 		resp, body = e.raw("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
 		if resp.StatusCode >= 300 {
 			wantError(t, resp, body, resp.StatusCode)

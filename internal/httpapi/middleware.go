@@ -80,13 +80,17 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		held.id[0] = info.id
 		h["X-Request-Id"] = held.id[:]
 		h["X-Content-Type-Options"] = nosniff
-		if r.TransferEncoding != nil {
+		if r.TransferEncoding != nil || !r.ProtoAtLeast(1, 1) {
 			// A chunked request may also have carried a Content-Length,
 			// which net/http drops before a handler could tell: such a
 			// request may be smuggling another past a proxy that reads
 			// the length, and RFC 9112 (section 6.1) has the server close
-			// the connection after answering it. Clients of this API send
-			// lengths; one that sends chunks reconnects.
+			// the connection after answering it. So too for any HTTP/1.0
+			// request: net/http drops its Transfer-Encoding unread and
+			// frames it by its length, or as bodiless, where RFC 9112
+			// has the framing treated as faulty. Clients of this API send
+			// lengths over HTTP/1.1; one that sends chunks, or speaks
+			// HTTP/1.0, reconnects.
 			h["Connection"] = closeConnection
 		}
 		if s.cfg.TLS {

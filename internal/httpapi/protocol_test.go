@@ -370,5 +370,31 @@ func TestChunkedRequestClosesItsConnection(t *testing.T) {
 				t.Errorf("after the chunked request's answer: %q, %v; want the connection closed, the request after it unanswered", rest, err)
 			}
 		}
+		// HTTP/1.0: net/http ignores the coding, so what a proxy sends as
+		// the chunked body would be read as the next request. Every
+		// HTTP/1.0 answer closes its connection, keep-alive asked or not.
+		for _, length := range []string{"Content-Length: 5\r\n", ""} {
+			conn, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			smuggled := fmt.Sprintf("GET /plants/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", e.readToken)
+			fmt.Fprintf(conn, "GET /healthz HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n%sTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n%s",
+				length, len(smuggled), smuggled, smuggled)
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(resp.Body)
+			if !resp.Close {
+				t.Errorf("HTTP/1.0 with a coding and %q: %d, Connection %q; want Connection: close", length, resp.StatusCode, resp.Header.Get("Connection"))
+			}
+			if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+				t.Errorf("after the HTTP/1.0 request's answer: %q, %v; want the connection closed", rest, err)
+			}
+		}
 	})
 }

@@ -388,14 +388,15 @@ func TestCommandLineMistakes(t *testing.T) {
 func TestHeaderLimitIsExact(t *testing.T) {
 	s := serve(t, t.TempDir(), "--max-header-bytes", "2048")
 	addr := strings.TrimPrefix(s.url, "http://")
-	send := func(size int) (int, string) {
+	sendWith := func(size int, field, body string) (int, string) {
 		t.Helper()
-		head := "GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\nX-Pad: "
+		head := "GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n" + field + "X-Pad: "
 		pad := size - len(head) - len("\r\n\r\n")
 		req := head + strings.Repeat("p", pad) + "\r\n\r\n"
 		if len(req) != size {
 			t.Fatalf("built %d bytes, want %d", len(req), size)
 		}
+		req += body
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -411,6 +412,7 @@ func TestHeaderLimitIsExact(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, string(b)
 	}
+	send := func(size int) (int, string) { return sendWith(size, "", "") }
 	if status, body := send(2048); status != 200 {
 		t.Errorf("2048 bytes of header with --max-header-bytes 2048: %d %s", status, body)
 	}
@@ -418,6 +420,15 @@ func TestHeaderLimitIsExact(t *testing.T) {
 		if status, body := send(size); status != 431 || !strings.HasPrefix(body, `{"error":431,"message":"the request's header fields are too large`) {
 			t.Errorf("%d bytes of header with --max-header-bytes 2048: %d %s", size, status, body)
 		}
+	}
+	// A chunked request's Transfer-Encoding, which net/http takes out of
+	// the header fields, counts too.
+	chunked := "Transfer-Encoding: chunked\r\n"
+	if status, body := sendWith(2048, chunked, "0\r\n\r\n"); status != 200 {
+		t.Errorf("2048 bytes of header, chunked: %d %s", status, body)
+	}
+	if status, body := sendWith(2049, chunked, "0\r\n\r\n"); status != 431 || !strings.Contains(body, "2049 bytes") {
+		t.Errorf("2049 bytes of header, chunked: %d %s", status, body)
 	}
 	// The issue's case: 19,000 bytes against the default 16 KiB.
 	d := serve(t, t.TempDir())

@@ -310,12 +310,19 @@ func (s *Server) headerBytesExceeded(w http.ResponseWriter, r *http.Request) boo
 // headerBytes is the size of r's request line and header fields as a
 // client sends them: "METHOD target HTTP/1.1", each field as
 // "Name: value", each line ended by CRLF, and the empty line. Go's server
-// keeps the Host field apart, and trims the spaces around values; a
-// client that sends more or fewer spaces differs from this by as many.
+// keeps the Host field apart, and a chunked request's coding, and trims
+// the spaces around values; a client that sends more or fewer spaces
+// differs from this by as many. What Go's server drops unseen is not
+// counted: a Content-Length sent beside Transfer-Encoding, an HTTP/1.0
+// request's Transfer-Encoding, and the Host field of a request whose
+// target is an absolute URL, which counts as the URL's host.
 func headerBytes(r *http.Request) int {
 	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
 	if r.Host != "" {
 		n += len("Host: ") + len(r.Host) + 2
+	}
+	for _, coding := range r.TransferEncoding {
+		n += len("Transfer-Encoding: ") + len(coding) + 2
 	}
 	for name, values := range r.Header {
 		for _, v := range values {

@@ -37,9 +37,12 @@ func gzipTo(dst []byte, body []byte) []byte {
 	return buf.Bytes()
 }
 
-// acceptsGzip reads Accept-Encoding well enough for browsers, curl and
-// HTTP libraries: gzip (or *) listed without q=0.
+// acceptsGzip tells whether r's Accept-Encoding takes gzip (RFC 9110,
+// section 12.5.3): gzip or x-gzip listed with a q above 0, or, when
+// neither is listed, * with a q above 0. A q that does not parse counts
+// as 0: the answer goes plain, which every client takes.
 func acceptsGzip(r *http.Request) bool {
+	named, star := -1.0, -1.0 // the best q of gzip and of *; -1: not listed
 	for _, v := range r.Header.Values("Accept-Encoding") {
 		for part := range strings.SplitSeq(v, ",") {
 			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
@@ -47,14 +50,21 @@ func acceptsGzip(r *http.Request) bool {
 			if coding != "gzip" && coding != "x-gzip" && coding != "*" {
 				continue
 			}
-			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
-			if q == "q=0" || q == "q=0.0" || q == "q=0.00" || q == "q=0.000" {
-				continue
+			q, ok := quality(params)
+			if !ok {
+				q = 0
 			}
-			return true
+			if coding == "*" {
+				star = max(star, q)
+			} else {
+				named = max(named, q)
+			}
 		}
 	}
-	return false
+	if named >= 0 {
+		return named > 0
+	}
+	return star > 0
 }
 
 // varyEncoding marks every answer of a route whose answers may be

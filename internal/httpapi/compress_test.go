@@ -48,9 +48,17 @@ func TestPagesCompressed(t *testing.T) {
 				t.Errorf("%s (%d) gzipped", path, resp.StatusCode)
 			}
 		}
-		refused := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": "gzip;q=0, identity"}
-		if resp, _ := e.do("GET", "/plants?limit=50", refused, nil); resp.Header.Get("Content-Encoding") != "" {
-			t.Error("gzip;q=0 got gzip")
+		// RFC 9110, section 12.5.3: gzip's own entry decides; * stands
+		// for codings not listed.
+		for accept, want := range map[string]string{
+			"gzip;q=0, identity": "", "gzip;q=0, *": "", "*;q=1, gzip;Q=0": "", "x-gzip;q=0.000, *": "",
+			"gzip;q=bad": "", "*;q=0": "", "identity": "", "br": "",
+			"*": "gzip", "br, *;q=0.1": "gzip", "gzip;q=0, x-gzip;q=0.5": "gzip", "GZIP ; q=0.001": "gzip",
+		} {
+			h := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": accept}
+			if resp, _ := e.do("GET", "/plants?limit=50", h, nil); resp.Header.Get("Content-Encoding") != want {
+				t.Errorf("Accept-Encoding %q: Content-Encoding %q, want %q", accept, resp.Header.Get("Content-Encoding"), want)
+			}
 		}
 	})
 }

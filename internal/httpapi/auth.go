@@ -13,6 +13,14 @@ import (
 // token this process has found valid before (see authThrottled).
 func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.RawQuery, "access_token") && len(r.Header.Values("Authorization")) > 0 {
+			if q, err := parseQuery(r.URL.RawQuery); err == nil && q.Has("access_token") {
+				// A token both ways (one a stream's queryToken did not
+				// take): one method only, RFC 6750 section 2.
+				s.writeError(w, r, bothWays)
+				return
+			}
+		}
 		secret, err := bearerToken(r.Header)
 		if err != nil && len(r.Header.Values("Authorization")) == 0 && strings.Contains(r.URL.RawQuery, "access_token=") {
 			// queryToken took it for no stream: say why, not only that

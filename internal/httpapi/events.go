@@ -152,6 +152,11 @@ func acceptsEventStream(accept string) bool {
 	return false
 }
 
+// bothWays refuses a request that sends a token in the Authorization
+// header and in the access_token parameter, on any route.
+var bothWays = credentialError(http.StatusBadRequest, "invalid_request",
+	"send the access token one way: the Authorization header or the access_token parameter, not both", "")
+
 // queryToken lets an event stream carry its token as the access_token
 // query parameter (RFC 6750 section 2.3), as a browser's EventSource,
 // which cannot set headers, must. Only a stream may, and only without an
@@ -175,8 +180,7 @@ func (s *Server) queryToken(next http.Handler) http.Handler {
 			s.writeError(w, r, credentialError(http.StatusBadRequest, "invalid_request", "access_token: give it at most once", ""))
 			return
 		case len(r.Header.Values("Authorization")) > 0:
-			s.writeError(w, r, credentialError(http.StatusBadRequest, "invalid_request",
-				"send the access token one way: the Authorization header or the access_token parameter, not both", ""))
+			s.writeError(w, r, bothWays)
 			return
 		default:
 			r = r.Clone(r.Context())

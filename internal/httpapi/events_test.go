@@ -333,6 +333,16 @@ func TestEventsRefusals(t *testing.T) {
 		}
 		_, resp, body = e.tryStream("", "?access_token="+url.QueryEscape(e.readToken)+"&access_token="+url.QueryEscape(e.readToken), nil)
 		wantError(t, resp, body, 400, "access_token: give it at most once")
+		// Both ways on a route that takes no query token: refused too,
+		// not the query's token silently ignored.
+		for _, path := range []string{"/events?limit=1&access_token=x", "/events?access_token=a&access_token=b", "/plants?access_token=" + url.QueryEscape(e.readToken), "/plants/1?access_token="} {
+			resp, body = e.do("GET", path, read, nil)
+			wantError(t, resp, body, 400, "not both")
+		}
+		resp, body = e.do("GET", "/plants?tag=access_token", read, nil)
+		if resp.StatusCode != 200 {
+			t.Errorf("a tag named access_token: %d %s", resp.StatusCode, body)
+		}
 		s := e.openStream("", "?after=0&access_token="+url.QueryEscape(e.readToken), nil)
 		e.create(`{"id":1,"name":"a"}`)
 		if ev := s.next().decode(t); ev.Plant.ID != 1 {

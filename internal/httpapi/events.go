@@ -282,6 +282,10 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	}
 	// A reconnecting EventSource sends its URL again, ?after and all, and
 	// the id it last received, which is the later position.
+	if len(r.Header.Values("Last-Event-ID")) > 1 {
+		s.writeError(w, r, invalid("Last-Event-ID: give it at most once"))
+		return
+	}
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		id, err := eventID(strings.TrimSpace(last))
 		if err != nil {

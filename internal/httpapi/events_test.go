@@ -319,6 +319,9 @@ func TestEventsRefusals(t *testing.T) {
 		wantError(t, resp, body, 403)
 		_, resp, body = e.tryStream(e.readToken, "", map[string]string{"Last-Event-ID": "abc"})
 		wantError(t, resp, body, 400, "Last-Event-ID")
+		resp, body = e.raw("GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.readToken +
+			"\r\nAccept: text/event-stream\r\nLast-Event-ID: 1\r\nLast-Event-ID: 2\r\n\r\n")
+		wantError(t, resp, body, 400, "Last-Event-ID: give it at most once")
 		// A token in the query is for a browser's EventSource, which
 		// cannot send headers: streams only.
 		resp, body = e.do("GET", "/events?access_token="+url.QueryEscape(e.readToken), nil, nil)

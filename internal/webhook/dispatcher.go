@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,9 +75,48 @@ type DispatcherConfig struct {
 // result, so no delivery is sent while an earlier one of its plant is in
 // flight.
 type Dispatcher struct {
-	cfg   DispatcherConfig
-	owner string
-	stats stats
+	cfg     DispatcherConfig
+	owner   string
+	stats   stats
+	retries retryTimes
+}
+
+// retryTimes holds when the retries this dispatcher scheduled fall due,
+// so that Run claims then rather than at its next poll: a retry's wait
+// keeps to the schedule's ±20%, not stretched by up to a poll interval
+// (--webhook-poll). It keeps the earliest maxTrackedRetries; any later
+// ones, and those another instance scheduled, the poll finds.
+type retryTimes struct {
+	mu    sync.Mutex
+	times []time.Time // ascending
+}
+
+const maxTrackedRetries = 256
+
+func (r *retryTimes) add(t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(r.times, t, time.Time.Compare)
+	if i < maxTrackedRetries {
+		r.times = slices.Insert(r.times, i, t)
+		r.times = r.times[:min(len(r.times), maxTrackedRetries)]
+	}
+}
+
+// next forgets the times up to claimed, when a claim found what fell due
+// by then, and returns the earliest one left.
+func (r *retryTimes) next(claimed time.Time) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := 0
+	for i < len(r.times) && !r.times[i].After(claimed) {
+		i++
+	}
+	r.times = slices.Delete(r.times, 0, i)
+	if len(r.times) == 0 {
+		return time.Time{}, false
+	}
+	return r.times[0], true
 }
 
 // windowPerSlot sizes the window of deliveries read at once for one
@@ -231,6 +271,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 		}
 		lastClaim = time.Now()
+		claimed := d.cfg.Now()
 		if free := d.cfg.Workers - len(slots); free > 0 {
 			subs, err := d.cfg.Store.ClaimSubscribers(ctx, d.owner, d.cfg.Lease, free)
 			if err != nil && ctx.Err() == nil {
@@ -256,12 +297,24 @@ func (d *Dispatcher) Run(ctx context.Context) {
 				})
 			}
 		}
+		var retry *time.Timer
+		var due <-chan time.Time
+		if at, ok := d.retries.next(claimed); ok {
+			if wait := at.Sub(d.cfg.Now()); wait < d.cfg.Poll {
+				retry = time.NewTimer(max(wait, 0))
+				due = retry.C
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		case <-d.cfg.Wake:
 		case <-finished:
+		case <-due:
+		}
+		if retry != nil {
+			retry.Stop()
 		}
 	}
 }
@@ -461,17 +514,16 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 	// each line the key-value pairs' boxing and parsing.
 	attrs := []slog.Attr{slog.String("event", dl.EventID), slog.String("type", dl.EventType), slog.Int64("seq", dl.Seq),
 		slog.Int64("plant", dl.Plant.ID), slog.Int("attempt", dl.Attempts+1), slog.Int("status", res.Status),
-		slog.String("outcome", res.Outcome.String()),
 		slog.Float64("duration_ms", float64(d.cfg.Now().Sub(start).Microseconds())/1000)}
 	r := plantstore.AttemptResult{DeliveryID: dl.ID, Status: res.Status}
 	switch res.Outcome {
 	case Delivered:
 		d.stats.delivered.Add(1)
 		r.Delivered = true
-		log.LogAttrs(ctx, slog.LevelInfo, "webhook delivered", attrs...)
+		log.LogAttrs(ctx, slog.LevelInfo, "webhook delivered", append(attrs, slog.String("outcome", res.Outcome.String()))...)
 	case Gone:
 		r.Error, r.GiveUp = attemptError(res), true
-		log.LogAttrs(ctx, slog.LevelWarn, "webhook subscriber answered 410 Gone; disabling it", attrs...)
+		log.LogAttrs(ctx, slog.LevelWarn, "webhook subscriber answered 410 Gone; disabling it", append(attrs, slog.String("outcome", res.Outcome.String()))...)
 	default:
 		r.Error = attemptError(res)
 		firstFailed := d.cfg.Now()
@@ -482,10 +534,13 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 		attrs = append(attrs, slog.String("error", r.Error))
 		if r.GiveUp {
 			d.stats.failed.Add(1)
-			log.LogAttrs(ctx, slog.LevelError, "webhook delivery parked; its plant's later events go on (plantstore webhook retry sends it again)", attrs...)
+			log.LogAttrs(ctx, slog.LevelError, "webhook delivery parked; its plant's later events go on (plantstore webhook retry sends it again)",
+				append(attrs, slog.String("outcome", "parked"))...)
 		} else {
 			d.stats.retried.Add(1)
-			log.LogAttrs(ctx, slog.LevelWarn, "webhook attempt failed", append(attrs, slog.String("next_attempt", r.NextAttempt.UTC().Format(time.RFC3339)))...)
+			d.retries.add(r.NextAttempt)
+			log.LogAttrs(ctx, slog.LevelWarn, "webhook attempt failed", append(attrs, slog.String("outcome", "retry"),
+				slog.String("next_attempt", r.NextAttempt.UTC().Format(time.RFC3339Nano)))...)
 		}
 	}
 	return r, res.Outcome

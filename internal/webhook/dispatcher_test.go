@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -136,7 +137,10 @@ func startWith(t *testing.T, cfg webhook.DispatcherConfig) *fixture {
 		t.Fatal(err)
 	}
 	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 2 * time.Second})
-	cfg.Store, cfg.Client, cfg.Poll, cfg.Wake, cfg.Workers = f.store, client, 20*time.Millisecond, f.wake, 4
+	cfg.Store, cfg.Client, cfg.Wake, cfg.Workers = f.store, client, f.wake, 4
+	if cfg.Poll == 0 {
+		cfg.Poll = 20 * time.Millisecond
+	}
 	f.disp, err = webhook.NewDispatcher(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -325,6 +329,28 @@ func TestRetriesUntilSuccessWithTheSameID(t *testing.T) {
 	}
 }
 
+// A retry goes when its wait ends, not at the next poll after: with a
+// poll of an hour, a failed attempt is retried within its 300 ms ±20%.
+func TestRetryKeepsItsTimeBetweenPolls(t *testing.T) {
+	f := startWith(t, webhook.DispatcherConfig{Poll: time.Hour,
+		Schedule: webhook.Schedule{Intervals: []time.Duration{300 * time.Millisecond}, ParkAfter: time.Minute}})
+	r, sub := f.subscribe(func(n int, _ delivery) (int, http.Header) {
+		if n <= 2 {
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	f.create(1)
+	eventually(t, "the third attempt", func() bool { return f.subscriber(sub.ID).Delivered == 1 })
+	ds := r.deliveries()
+	for i := 1; i < len(ds); i++ {
+		// 240-360 ms, plus the claim's spacing and the attempt's own time.
+		if gap := ds[i].at.Sub(ds[i-1].at); gap < 240*time.Millisecond || gap > 600*time.Millisecond {
+			t.Errorf("attempt %d came %v after the one before, want 300 ms ±20%%", i+1, gap)
+		}
+	}
+}
+
 func TestHonoursRetryAfter(t *testing.T) {
 	f := start(t, fast)
 	r, sub := f.subscribe(func(n int, _ delivery) (int, http.Header) {
@@ -423,7 +449,9 @@ func TestGoneDisablesTheSubscriber(t *testing.T) {
 // later events go on, the parked one is listed and, retried, goes again
 // with the same webhook-id.
 func TestParksThenGoesOnWithThePlant(t *testing.T) {
-	f := start(t, webhook.Schedule{Intervals: []time.Duration{50 * time.Millisecond}, ParkAfter: 300 * time.Millisecond})
+	logs := &syncBuffer{}
+	f := startWith(t, webhook.DispatcherConfig{Log: slog.New(slog.NewJSONHandler(logs, nil)),
+		Schedule: webhook.Schedule{Intervals: []time.Duration{50 * time.Millisecond}, ParkAfter: 300 * time.Millisecond}})
 	var refuse atomic.Bool
 	refuse.Store(true)
 	r, sub := f.subscribeTo(plantstore.EventTypes, func(_ int, d delivery) (int, http.Header) {
@@ -441,6 +469,14 @@ func TestParksThenGoesOnWithThePlant(t *testing.T) {
 		s := f.subscriber(sub.ID)
 		return s.Failed == 1 && s.Delivered == 2
 	})
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "delivery parked") != strings.Contains(line, `"outcome":"parked"`) {
+			t.Errorf("a log line's outcome does not say whether it parked: %s", line)
+		}
+	}
+	if !strings.Contains(logs.String(), `"outcome":"parked"`) {
+		t.Errorf("no log line says the delivery was parked:\n%s", logs)
+	}
 	// The update's delivery cleared the error of the create's; Failed
 	// keeps the count of the parked.
 	if s := f.subscriber(sub.ID); s.LastError != "" || s.State() != plantstore.SubscriberActive || s.Pending != 0 {

@@ -101,6 +101,20 @@ func TestTLS(t *testing.T) {
 			t.Errorf("%s: the handshake succeeded", name)
 		}
 	}
+	// ALPN: HTTP/1.1 and HTTP/1.0 are offered (an HTTP/1.0 client that
+	// names its protocol is served), h2 alone is refused.
+	for proto, want := range map[string]bool{"http/1.1": true, "http/1.0": true, "h2": false} {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{RootCAs: roots, NextProtos: []string{proto}})
+		if err == nil {
+			if got := conn.ConnectionState().NegotiatedProtocol; got != proto {
+				t.Errorf("ALPN %s: negotiated %q", proto, got)
+			}
+			conn.Close()
+		}
+		if (err == nil) != want {
+			t.Errorf("ALPN %s alone: handshake error %v, want success %v", proto, err, want)
+		}
+	}
 	// Plain HTTP to the HTTPS port gets 400 and the Error body, which
 	// says what to do, instead of an empty reply.
 	resp, err = http.Get(s.url + "/healthz")

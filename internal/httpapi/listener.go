@@ -163,7 +163,7 @@ func rejection(log *slog.Logger, remote net.Addr, status int, message string) []
 
 // TLSConfig is the server's TLS: the certificate and key in PEM files,
 // TLS 1.2 at least, and for TLS 1.2 only forward-secret AEAD suites (TLS
-// 1.3's are all such). It speaks HTTP/1.1: the listener wrappers below
+// 1.3's are all such). It speaks HTTP/1.1 (and 1.0): the listener wrappers below
 // stand between net/http and the TLS connection, so HTTP/2 is not offered.
 func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
@@ -181,7 +181,8 @@ func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
 			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
 			tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 		},
-		NextProtos: []string{"http/1.1"},
+		// An HTTP/1.0 client that names its protocol is served too.
+		NextProtos: []string{"http/1.1", "http/1.0"},
 	}, nil
 }
 

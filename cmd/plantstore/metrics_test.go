@@ -106,6 +106,24 @@ func TestMetrics(t *testing.T) {
 	if strings.Contains(after, "/plants/1/leaves") {
 		t.Error("a raw path became a label")
 	}
+	// The metrics listener's refusals carry the Error body too.
+	for method, want := range map[string]int{"GET /nope": 404, "POST /metrics": 405} {
+		verb, path, _ := strings.Cut(method, " ")
+		req, _ := http.NewRequest(verb, "http://"+addr+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e struct {
+			Error   int    `json:"error"`
+			Message string `json:"message"`
+		}
+		if resp.StatusCode != want || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &e) != nil || e.Error != want || e.Message == "" {
+			t.Errorf("%s on the metrics listener: %d %s %s", method, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+	}
 	// Never on the API's port.
 	resp, err := http.Get(s.url + "/metrics")
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -100,6 +101,16 @@ func met(ok bool) string {
 	return "**not met**"
 }
 
+// ratioTo prints a ratio with two decimals, or three when two would round
+// it onto the target's bound from the other side (0.647 against 0.65).
+func ratioTo(r, bound float64) string {
+	two := fmt.Sprintf("%.2f×", r)
+	if rounded, _ := strconv.ParseFloat(two[:len(two)-len("×")], 64); rounded == bound && r != bound {
+		return fmt.Sprintf("%.3f×", r)
+	}
+	return two
+}
+
 // printTargets prints each target with its figure in shape's run, and a
 // second view from the servers' CPU time per request: the req/s ratio the
 // two would have if each had the same CPU and CPU were its only limit
@@ -123,16 +134,16 @@ func printTargets(shape string, results []result) {
 			}
 			if g.p99 {
 				r := p.P99 / b.P99
-				fmt.Printf("| %s | %s | %.2f× | %s | | | %s |\n", g.label, p.Target, r, met(r <= g.bound), strings.Join(note, "; "))
+				fmt.Printf("| %s | %s | %s | %s | | | %s |\n", g.label, p.Target, ratioTo(r, g.bound), met(r <= g.bound), strings.Join(note, "; "))
 				continue
 			}
 			r := p.RPS / b.RPS
 			cpu, cpuStatus := "—", ""
 			if p.ServerCPUUs > 0 && b.ServerCPUUs > 0 {
 				v := b.ServerCPUUs / p.ServerCPUUs
-				cpu, cpuStatus = fmt.Sprintf("%.2f×", v), met(v >= g.bound)
+				cpu, cpuStatus = ratioTo(v, g.bound), met(v >= g.bound)
 			}
-			fmt.Printf("| %s | %s | %.2f× | %s | %s | %s | %s |\n", g.label, p.Target, r, met(r >= g.bound), cpu, cpuStatus, strings.Join(note, "; "))
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", g.label, p.Target, ratioTo(r, g.bound), met(r >= g.bound), cpu, cpuStatus, strings.Join(note, "; "))
 		}
 	}
 }
@@ -164,10 +175,11 @@ func printSummary(results []result, shapes []string) {
 				}
 				cpuView := "—"
 				if p.ServerCPUUs > 0 {
-					cpuView = fmt.Sprintf("%.2f", b.ServerCPUUs/p.ServerCPUUs)
+					cpuView = strings.TrimSuffix(ratioTo(b.ServerCPUUs/p.ServerCPUUs, g.bound), "×")
 				}
-				fmt.Printf("| %s | %s | %s | %.0f | %.0f | %.2f | %s | %.2f / %.2f | %.2f | %.1f / %.1f | %s | %s | %.0f%% / %.0f%% |\n",
-					shape, g.scenario, p.Target, b.RPS, p.RPS, r, goal, b.P99, p.P99, p.P99/b.P99,
+				fmt.Printf("| %s | %s | %s | %.0f | %.0f | %s | %s | %.2f / %.2f | %s | %.1f / %.1f | %s | %s | %.0f%% / %.0f%% |\n",
+					shape, g.scenario, p.Target, b.RPS, p.RPS, strings.TrimSuffix(ratioTo(r, g.bound), "×"), goal, b.P99, p.P99,
+					strings.TrimSuffix(ratioTo(p.P99/b.P99, 1.5), "×"),
 					b.ServerCPUUs, p.ServerCPUUs, cpuView, batch, b.GeneratorBusyPct, p.GeneratorBusyPct)
 			}
 		}

@@ -304,8 +304,10 @@ func TestOnePlantInOrderManyPlantsAtOnce(t *testing.T) {
 	}
 }
 
-func TestRetriesUntilSuccessWithTheSameID(t *testing.T) {
-	f := start(t, fast)
+// failTwice has a subscriber refuse plant 1's delivery twice, then take
+// it, and returns the three attempts it received.
+func (f *fixture) failTwice() []delivery {
+	f.t.Helper()
 	r, sub := f.subscribe(func(n int, _ delivery) (int, http.Header) {
 		if n <= 2 {
 			return http.StatusInternalServerError, nil
@@ -313,8 +315,13 @@ func TestRetriesUntilSuccessWithTheSameID(t *testing.T) {
 		return http.StatusOK, nil
 	})
 	f.create(1)
-	eventually(t, "the third attempt", func() bool { return f.subscriber(sub.ID).Delivered == 1 })
-	ds := r.deliveries()
+	eventually(f.t, "the third attempt", func() bool { return f.subscriber(sub.ID).Delivered == 1 })
+	return r.deliveries()
+}
+
+func TestRetriesUntilSuccessWithTheSameID(t *testing.T) {
+	f := start(t, fast)
+	ds := f.failTwice()
 	if len(ds) != 3 {
 		t.Fatalf("%d attempts, want 3 (two failures, then success)", len(ds))
 	}
@@ -334,15 +341,7 @@ func TestRetriesUntilSuccessWithTheSameID(t *testing.T) {
 func TestRetryKeepsItsTimeBetweenPolls(t *testing.T) {
 	f := startWith(t, webhook.DispatcherConfig{Poll: time.Hour,
 		Schedule: webhook.Schedule{Intervals: []time.Duration{300 * time.Millisecond}, ParkAfter: time.Minute}})
-	r, sub := f.subscribe(func(n int, _ delivery) (int, http.Header) {
-		if n <= 2 {
-			return http.StatusInternalServerError, nil
-		}
-		return http.StatusOK, nil
-	})
-	f.create(1)
-	eventually(t, "the third attempt", func() bool { return f.subscriber(sub.ID).Delivered == 1 })
-	ds := r.deliveries()
+	ds := f.failTwice()
 	for i := 1; i < len(ds); i++ {
 		// 240-360 ms, plus the claim's spacing and the attempt's own time.
 		if gap := ds[i].at.Sub(ds[i-1].at); gap < 240*time.Millisecond || gap > 600*time.Millisecond {

@@ -108,7 +108,13 @@ const (
 // nor repeats one. An answer reconnecting cannot change ends it after it
 // is yielded: a 410 *Error when the events after the position are no
 // longer kept (resync from the plants, then follow after the Latest of
-// ListEvents read before), 400, 401 or 403.
+// ListEvents read before), 400, 401, 403 or 404.
+//
+// A stream stays open until ctx ends: it ignores the Timeout of
+// WithHTTPClient's client, which would cut it (and delay events by the
+// reconnection's pause) whenever the feed is quiet for that long. The
+// service's keep-alive comments, every 15 s by default, and TCP's
+// keep-alives find a connection that died.
 func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		pause := firstReconnectPause
@@ -164,7 +170,9 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 	if *after != FromNow {
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(*after, 10))
 	}
-	resp, err := c.http.Do(req)
+	streaming := *c.http
+	streaming.Timeout = 0 // bounded by ctx alone (see Events)
+	resp, err := streaming.Do(req)
 	if err != nil {
 		return false, err
 	}

@@ -798,6 +798,43 @@ func TestClientFollowsAFilteredFeedPastPruning(t *testing.T) {
 	})
 }
 
+// A client's Timeout does not cut the stream: a quiet feed stays
+// connected, and the next event comes at once.
+func TestClientFollowsThroughItsTimeout(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		c, err := client.New(e.url, e.readToken, client.WithHTTPClient(&http.Client{Timeout: 200 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		type item struct {
+			ev  client.Event
+			err error
+			at  time.Time
+		}
+		items := make(chan item, 100)
+		go func() {
+			defer close(items)
+			for ev, err := range c.Events(ctx, client.FromNow) {
+				items <- item{ev, err, time.Now()}
+			}
+		}()
+		time.Sleep(time.Second) // quiet for five of the client's timeouts
+		created := time.Now()
+		e.create(`{"id":1,"name":"a"}`)
+		select {
+		case it := <-items:
+			if it.err != nil || it.ev.Plant.ID != 1 || it.at.Sub(created) > 500*time.Millisecond {
+				t.Errorf("after a quiet second: %+v, %v, %v after the create; want plant 1 at once", it.ev, it.err, it.at.Sub(created))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event within 10 s")
+		}
+	})
+}
+
 // The Go client follows the stream, and when the connection breaks it
 // reconnects with the last id it yielded: nothing is missed, nothing is
 // repeated. A position that is gone ends it with a 410 *Error.

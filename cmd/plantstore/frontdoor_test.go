@@ -471,8 +471,28 @@ func TestSecretThatCannotBePrintedIsUndone(t *testing.T) {
 		if r := cliOutputFull(t, dir, nil, c.args...); r.exit != 1 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "no space left on device") {
 			t.Errorf("%q with its output on /dev/full: exit %d; stderr:\n%s", c.args, r.exit, r.stderr)
 		}
+		// A pipe whose reader is gone: EPIPE, not death by SIGPIPE
+		// before the undoing.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr.Close()
+		r := cliOutputTo(t, pw, dir, nil, c.args...)
+		pw.Close()
+		if r.exit != 1 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "broken pipe") {
+			t.Errorf("%q with its output on a pipe no one reads: exit %d; stderr:\n%s", c.args, r.exit, r.stderr)
+		}
+		// Closed, or /dev/null: refused before anything is made.
+		if r := cliOutputTo(t, nil, dir, nil, c.args...); r.exit != 1 || !strings.Contains(r.stderr, "nothing was made") {
+			t.Errorf("%q with its output on /dev/null: exit %d; stderr:\n%s", c.args, r.exit, r.stderr)
+		}
 	}
 	if r := cli(t, dir, nil, "token", "list"); r.exit != 0 || strings.Contains(r.stdout, "lost") || !strings.Contains(r.stdout, "first") {
+		t.Errorf("token list after tokens that could not be printed: %+v", r)
+	}
+	// Two made and revoked (/dev/full, the pipe); none for /dev/null.
+	if r := cli(t, dir, nil, "token", "list", "--all"); r.exit != 0 || strings.Count(r.stdout, "lost") != 2 {
 		t.Errorf("token list after a token that could not be printed: %+v", r)
 	}
 	if r := cli(t, dir, nil, "webhook", "list"); r.exit != 0 || strings.Contains(r.stdout, "example.org") {

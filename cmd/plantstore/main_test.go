@@ -103,12 +103,23 @@ func cliOutputFull(t *testing.T, dir string, env []string, args ...string) resul
 		t.Skip("no /dev/full here:", err)
 	}
 	defer full.Close()
+	return cliOutputTo(t, full, dir, env, args...)
+}
+
+// cliOutputTo runs the binary as cli does, with its standard output on
+// out (nil: /dev/null, as os/exec does; Go's runtime does the same with
+// a standard output that was closed).
+func cliOutputTo(t *testing.T, out *os.File, dir string, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = full, &stderr
-	err = cmd.Run()
+	cmd.Stderr = &stderr
+	if out != nil {
+		cmd.Stdout = out
+	}
+	err := cmd.Run()
 	r := result{stderr: stderr.String()}
 	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 		r.exit = exit.ExitCode()

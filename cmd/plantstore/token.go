@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -67,6 +71,9 @@ there is none, and says so on standard error.`, getenv, stdout, stderr)
 	scopes, err := plantstore.ParseScopes(*scopeList)
 	if err != nil {
 		return usageError(plantstore.ErrorMessage(err))
+	}
+	if err := canShowSecret(stdout); err != nil {
+		return err
 	}
 	store, err := db.create(ctx, stderr)
 	if err != nil {
@@ -210,4 +217,25 @@ func timeOrNever(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// canShowSecret says whether stdout can show a secret, before one is
+// made: not if it is /dev/null, where Go puts a standard output that was
+// closed. And it has a pipe whose reader is gone fail the write with
+// EPIPE rather than raise SIGPIPE, which would kill the process before it
+// could undo what it made.
+func canShowSecret(stdout io.Writer) error {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	f, ok := stdout.(*os.File)
+	if !ok {
+		return nil
+	}
+	out, err := f.Stat()
+	if err != nil {
+		return nil // the write will tell
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(out, null) {
+		return errors.New("standard output is " + os.DevNull + " (or was closed): the secret would be shown to no one, so nothing was made; run it again with standard output where it can be read")
+	}
+	return nil
 }

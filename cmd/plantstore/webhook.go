@@ -94,6 +94,9 @@ all the same. Receivers verify each delivery's signature with the secret
 	if events, err = plantstore.SubscriberEvents(events); err != nil {
 		return usageError("--events: " + plantstore.ErrorMessage(err))
 	}
+	if err := canShowSecret(stdout); err != nil {
+		return err
+	}
 	secret, err := webhook.NewSecret()
 	if err != nil {
 		return err

@@ -246,10 +246,7 @@ func carryEventIDs(ctx context.Context, old, restored string) (int64, error) {
 	}
 	defer db.Close()
 	last, feed, err := lastEventIDOf(ctx, db)
-	if err != nil || feed == noFeed || gone <= last {
-		// A copy from before the change feed (schema 1 to 3) starts one
-		// when a newer serve migrates it: its ids begin after the horizon
-		// of 0, and no client of this store could have them.
+	if err != nil || gone <= last {
 		return 0, err
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -257,6 +254,27 @@ func carryEventIDs(ctx context.Context, old, restored string) (int64, error) {
 		return 0, err
 	}
 	defer tx.Rollback()
+	if feed == noFeed {
+		// A copy from before the change feed (schema 1 to 3) starts one
+		// when a newer serve migrates it, and those ids too must come
+		// after the ones this store gave: the copy carries the horizon
+		// for that migration (applyCarriedHorizon) in a table of its own,
+		// which the versions without a feed leave alone.
+		for _, stmt := range []string{
+			`CREATE TABLE IF NOT EXISTS carried_event_horizon (through INTEGER NOT NULL)`,
+			`DELETE FROM carried_event_horizon`,
+			`INSERT INTO carried_event_horizon (through) VALUES (?)`,
+		} {
+			var args []any
+			if strings.Contains(stmt, "?") {
+				args = append(args, gone+1)
+			}
+			if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
+				return 0, err
+			}
+		}
+		return gone, tx.Commit()
+	}
 	// Past the newest id given, by one: a client that saw that event saw
 	// a change undone, and must read the plants again too. No event is
 	// held after the horizon, and the next gets the id after it.

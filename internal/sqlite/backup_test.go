@@ -325,8 +325,8 @@ func TestRestore(t *testing.T) {
 // the feed past the replaced store's newest event: ids are never reused,
 // and a client whose position came from the replaced store (the backup's
 // or later) must read the plants again, so it gets EGONE, not events that
-// now mean other changes. A backup of an earlier schema (a row an event)
-// gets the same.
+// now mean other changes. A backup of an earlier schema (a row an event,
+// or no feed at all) gets the same.
 func TestRestoreCarriesTheFeedOn(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -335,6 +335,9 @@ func TestRestoreCarriesTheFeedOn(t *testing.T) {
 	}{
 		{"this schema", func(t *testing.T, path string) string { return mustBackup(t, path) }},
 		{"schema 7", func(t *testing.T, _ string) string { return copyFixture(t, 7) }},
+		// From before the feed: the ids the migration starts carry on too.
+		{"schema 3", func(t *testing.T, _ string) string { return copyFixture(t, 3) }},
+		{"schema 1", func(t *testing.T, _ string) string { return copyFixture(t, 1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db, path := openTest(t, Options{})
@@ -387,6 +390,9 @@ func TestRestoreCarriesTheFeedOn(t *testing.T) {
 			page, err := restored.Events(ctx, plantstore.EventQuery{After: latest, Limit: 10})
 			if err != nil || len(page) != 1 || page[0].ID != gone+2 || page[0].Plant.ID != 5000 {
 				t.Errorf("after the restore, following from %d: %+v, %v; want the create of plant 5000 as event %d", latest, page, err, gone+2)
+			}
+			if backupLast == 0 {
+				return // a backup from before the feed holds no events to prune
 			}
 			// Pruning the backup's events never lowers the horizon the
 			// restore set past them.

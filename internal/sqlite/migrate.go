@@ -67,6 +67,9 @@ func (db *DB) migrate(ctx context.Context, underServer func() bool) error {
 			return err
 		}
 	}
+	if err := db.applyCarriedHorizon(ctx); err != nil {
+		return err
+	}
 	// A schema newer than every migration we know means a newer binary wrote
 	// it; running on would risk corrupting its data.
 	var current int
@@ -124,4 +127,31 @@ func (db *DB) apply(ctx context.Context, m migration.Migration) error {
 		return storeError("commit migration "+m.Name, err)
 	}
 	return nil
+}
+
+// applyCarriedHorizon ends what a restore began in a copy from before the
+// change feed (carryEventIDs): now that the copy has a feed, its events
+// start after the ids the store it replaced gave, so that no client gets
+// an id it saw before for another change, and one that follows from such
+// an id gets 410.
+func (db *DB) applyCarriedHorizon(ctx context.Context) error {
+	var carried int
+	if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'carried_event_horizon'`).Scan(&carried); err != nil {
+		return storeError("read the carried event horizon", err)
+	}
+	if carried == 0 {
+		return nil
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return storeError("begin", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE event_horizon SET pruned_through = max(pruned_through, coalesce((SELECT max(through) FROM carried_event_horizon), 0))`); err != nil {
+		return storeError("carry the event horizon", err)
+	}
+	if _, err := tx.ExecContext(ctx, `DROP TABLE carried_event_horizon`); err != nil {
+		return storeError("carry the event horizon", err)
+	}
+	return storeError("carry the event horizon", tx.Commit())
 }

@@ -97,7 +97,11 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 			return created, fmt.Errorf("create %s: %w", abs, err)
 		}
 	case err == nil:
+		err = oneName(f, abs)
 		f.Close()
+		if err != nil {
+			return false, err
+		}
 	case errors.Is(err, fs.ErrExist):
 		// O_EXCL does not follow a link: a dangling one lands here too.
 		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
@@ -110,7 +114,11 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("the store %s cannot be opened for writing: %w", abs, unwrapPath(err))
 		}
+		err = oneName(f, abs)
 		f.Close()
+		if err != nil {
+			return false, err
+		}
 	case mustExist && errors.Is(err, fs.ErrNotExist):
 		return false, fmt.Errorf("%w at %s", ErrNoStore, abs)
 	case mustExist:
@@ -124,6 +132,17 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 		}
 	}
 	return created, nil
+}
+
+// oneName refuses a store file with other names (hard links): SQLite
+// keeps a log (-wal) per name, so what is written through one name can be
+// lost through another, and the one-server lock, taken by name, would let
+// a server under each name.
+func oneName(f *os.File, abs string) error {
+	if n := hardLinks(f); n > 1 {
+		return fmt.Errorf("the store %s has %d hard links (names for the one file): SQLite keeps a log per name, so writes through one name can be lost through another, and a server under each name would not see the other's lock; keep one name (remove the other links; plantstore backup makes a copy)", abs, n)
+	}
+	return nil
 }
 
 // Warnings returns, one sentence each, what about the store at path

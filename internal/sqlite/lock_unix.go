@@ -104,3 +104,15 @@ func servedNow(path string) bool {
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
 	return errors.Is(err, syscall.EWOULDBLOCK)
 }
+
+// hardLinks is the number of names f has (1 when it cannot tell).
+func hardLinks(f *os.File) uint64 {
+	fi, err := f.Stat()
+	if err != nil {
+		return 1
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}

@@ -470,3 +470,33 @@ func TestSoleServerLockThroughALink(t *testing.T) {
 		t.Error("a lock file was made beside the link")
 	}
 }
+
+// A hard link is another name for the store's file, with a lock and a log
+// of its own: a store with one is refused, under either name, by servers
+// and commands alike.
+func TestStoreWithAHardLinkRefused(t *testing.T) {
+	db, path := openTest(t, Options{SoleServer: true})
+	db.Close()
+	hard := filepath.Join(filepath.Dir(path), "hard.db")
+	if err := os.Link(path, hard); err != nil {
+		t.Skip("no hard links here:", err)
+	}
+	for _, name := range []string{hard, path} {
+		for _, opts := range []Options{{SoleServer: true}, {}} {
+			if second, err := Open(context.Background(), name, opts); err == nil || !strings.Contains(err.Error(), "2 hard links") {
+				if second != nil {
+					second.Close()
+				}
+				t.Errorf("open %s (%+v) with a hard link: %v, want a refusal", filepath.Base(name), opts, err)
+			}
+		}
+	}
+	if err := os.Remove(hard); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(context.Background(), path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatalf("once the link is gone: %v", err)
+	}
+	again.Close()
+}

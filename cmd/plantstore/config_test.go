@@ -64,18 +64,22 @@ func TestConfigurationFromFiles(t *testing.T) {
 		value, variable string
 		args            []string
 		exit            int
+		part            string // quoted apart from the whole by the error
 	}{
-		{"SECRETVALUE", "PLANTSTORE_ADDR_FILE", []string{"serve"}, 2},
-		{"SECRETVALUE", "PLANTSTORE_PUBLIC_URL_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2},
-		{"SECRETVALUE", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 2},
-		{"/nonexistent/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1},
-		{"xml", "PLANTSTORE_LOG_FORMAT_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2},
+		{"SECRETVALUE", "PLANTSTORE_ADDR_FILE", []string{"serve"}, 2, ""},
+		{"SECRETVALUE", "PLANTSTORE_PUBLIC_URL_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2, ""},
+		{"SECRETVALUE", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 2, ""},
+		{"http://127.0.0.1:1/s3cretprefix", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 1, "127.0.0.1:1"},
+		{"/nonexistent/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, ""},
+		{"/nonexistent-s3cretdir/sub/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "/nonexistent-s3cretdir/sub"},
+		{"xml", "PLANTSTORE_LOG_FORMAT_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2, ""},
 	} {
 		if err := os.WriteFile(secretFile, []byte(c.value+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		r := cli(t, dir, []string{c.variable + "=" + secretFile}, c.args...)
-		if r.exit != c.exit || strings.Contains(r.stderr, c.value) || !strings.Contains(r.stderr, "<the value in "+c.variable+">") {
+		if r.exit != c.exit || strings.Contains(r.stderr, c.value) || !strings.Contains(r.stderr, "<the value in "+c.variable+">") ||
+			c.part != "" && strings.Contains(r.stderr, c.part) {
 			t.Errorf("%s refused by %q: exit %d (want %d), stderr %q", c.variable, c.args, r.exit, c.exit, r.stderr)
 		}
 	}

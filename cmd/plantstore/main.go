@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -211,12 +213,32 @@ func withoutFileValues(err error, env environment) error {
 			continue
 		}
 		// As the flags read it: without the line end an editor adds.
-		msg = redact.Replace(msg, strings.TrimRight(string(b), "\r\n"), "<the value in "+name+">")
+		value := strings.TrimRight(string(b), "\r\n")
+		msg = redact.Replace(msg, value, "<the value in "+name+">")
+		for _, part := range valueParts(value) {
+			msg = redact.Replace(msg, part, "<part of the value in "+name+">")
+		}
 	}
 	if msg == err.Error() {
 		return err
 	}
 	return &fileValuesHidden{msg: msg, err: err}
+}
+
+// valueParts are the pieces of a value that a message may quote apart
+// from the whole, longest first: a URL's host (a dial error names it), a
+// path's directory (one that does not exist is named) and file name.
+func valueParts(value string) []string {
+	var parts []string
+	if u, err := url.Parse(value); err == nil && u.Host != "" {
+		parts = append(parts, u.Host, u.Hostname())
+	} else if strings.ContainsAny(value, `/\`) {
+		if dir := filepath.Dir(value); dir != "." && dir != string(filepath.Separator) {
+			parts = append(parts, dir)
+		}
+		parts = append(parts, filepath.Base(value))
+	}
+	return parts
 }
 
 type fileValuesHidden struct {

@@ -222,6 +222,9 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 	if err := fs.flagAsValue(args); err != nil {
 		return nil, err
 	}
+	if err := fs.repeatedFlag(args); err != nil {
+		return nil, err
+	}
 	var positional []string
 	args, negatives := fs.takeNegativeNumbers(args)
 	for {
@@ -288,6 +291,39 @@ func (fs *flagSet) flagAsValue(args []string) error {
 			return usageError(fmt.Sprintf("%s: --%s needs a value, and %s is a flag (write --%s=%s if that is the value)", fs.Name(), f.Name, next, f.Name, next))
 		}
 		i++ // the value
+	}
+	return nil
+}
+
+// repeatedFlag refuses a flag given twice. The flag package would keep
+// the last, silently, where the user may have meant both: "--scope
+// plants:read --scope plants:write" would make a token that cannot read.
+func (fs *flagSet) repeatedFlag(args []string) error {
+	seen := map[string]bool{}
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--" {
+			return nil
+		}
+		name, ok := strings.CutPrefix(args[i], "-")
+		if !ok {
+			continue
+		}
+		name, _, withValue := strings.Cut(strings.TrimPrefix(name, "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if seen[f.Name] {
+			hint := ""
+			if strings.Contains(f.Usage, "comma-separated") {
+				hint = ", with its values separated by commas"
+			}
+			return usageError(fmt.Sprintf("%s: --%s is given twice; give it once%s", fs.Name(), f.Name, hint))
+		}
+		seen[f.Name] = true
+		if !withValue && !isBoolFlag(f) {
+			i++ // its value
+		}
 	}
 	return nil
 }

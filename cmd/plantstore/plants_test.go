@@ -262,14 +262,17 @@ func TestUsageMistakesSayWhereTheUsageIs(t *testing.T) {
 		// A flag where a value should be is not taken as the value.
 		{[]string{"token", "create", "--name", "--replace"}, "plantstore token create --help"},
 		{[]string{"plants", "add", "--id", "1", "--name", "--tag", "x", "--token", "pst_x"}, "plantstore plants add --help"},
+		// A flag given twice: the last would win, silently.
+		{[]string{"token", "create", "--name", "two", "--scope", "plants:read", "--scope=plants:write"}, "plantstore token create --help"},
+		{[]string{"plants", "add", "--id", "1", "--id", "2", "--name", "x", "--token", "pst_x"}, "plantstore plants add --help"},
 	} {
 		r := cli(t, dir, nil, tc.args...)
 		if r.exit != 2 || strings.Count(r.stderr, "Run \"") != 1 || !strings.Contains(r.stderr, "Run \""+tc.hint+"\"") {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and one hint, %q", tc.args, r.exit, r.stderr, tc.hint)
 		}
 	}
-	if r := cli(t, dir, nil, "token", "list"); strings.Contains(r.stdout, "--replace") {
-		t.Errorf("a token named --replace was made:\n%s", r.stdout)
+	if r := cli(t, dir, nil, "token", "list"); strings.Contains(r.stdout, "--replace") || strings.Contains(r.stdout, "two") {
+		t.Errorf("a token named --replace, or one with a flag given twice, was made:\n%s", r.stdout)
 	}
 	// Written with "=", it is the value; a negative number is a value too.
 	if r := cli(t, dir, nil, "token", "create", "--name=-x"); r.exit != 0 {

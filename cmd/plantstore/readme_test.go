@@ -358,3 +358,20 @@ func anchors(t *testing.T, file string) []string {
 	}
 	return out
 }
+
+// docs/cli.md shows the commands as plantstore --help lists them.
+func TestCLIDocShowsTheHelp(t *testing.T) {
+	b, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for line := range strings.Lines(usage) {
+		if cmd, ok := strings.CutPrefix(line, "  plantstore "); ok {
+			want = append(want, "plantstore "+cmd)
+		}
+	}
+	if doc := string(b); !strings.Contains(doc, "```\n"+strings.Join(want, "")+"```\n") {
+		t.Errorf("docs/cli.md does not show the commands as plantstore --help lists them:\n%s", strings.Join(want, ""))
+	}
+}

@@ -332,7 +332,7 @@ func addLimitFlags(fs *flagSet) limitFlags {
 		burst:             fs.Int64("rate-burst", 0, "requests a token may make at once within --rate-limit (0: twice the rate)"),
 		authFailures:      fs.Int64("auth-failure-limit", 10, "refused tokens one client address may send per --auth-failure-window; beyond, its requests with tokens this server has not found valid before get 429, unchecked, until it has an attempt again (0: no limit)"),
 		authFailureWindow: fs.Duration("auth-failure-window", httpapi.DefaultAuthFailureWindow, "the window of --auth-failure-limit; an address regains one attempt every window/limit"),
-		addressRate:       fs.Int64("address-rate", 20, "requests per second one client address may make to /readyz, /docs and the documents, in bursts of twice that; more get 429 (0: no limit; /healthz is never limited)"),
+		addressRate:       fs.Int64("address-rate", 20, "requests per second one client address may make to /readyz, /, /docs and the documents, in bursts of twice that; more get 429 (0: no limit; /healthz is never limited)"),
 		proxies:           fs.String("trusted-proxies", "", "comma-separated `CIDRs` of proxies whose X-Forwarded-For names the client address (for --auth-failure-limit and --address-rate), and whose X-Forwarded-Proto and -Host, or Forwarded, the URL the client used (for Link and the OpenAPI servers); ignored from any other peer"),
 	}
 }

@@ -291,7 +291,7 @@ func (db *DB) commit(batch []*writeRequest) *pendingBatch {
 				job.outcomes = append(job.outcomes, out)
 			}
 			if db.mayPassCap(batch[i], err) {
-				out, err = db.commitBatch(batch[i:i+1], db.maxPages+deleteHeadroom)
+				out, err = db.commitBatch(batch[i:i+1], db.maxPages+db.deleteHeadroom())
 				job.outcomes = append(job.outcomes, out)
 			}
 			if err != nil {
@@ -346,9 +346,15 @@ func (db *DB) finish(job *pendingBatch, syncErr error) []writeResult {
 }
 
 // deleteHeadroom is how many pages past --max-db-bytes a delete may take
-// the file (256 KiB): each delete writes its event, and deletes are how
-// a full store is emptied. The pages they free serve later writes.
-const deleteHeadroom = 64
+// the file: as many again as the cap allows, and 256 KiB at least. Each
+// delete writes its event, about as large as the plant it removes (more
+// for a plant of a few bytes), and deletes are how a full store is
+// emptied: a fixed 256 KiB ran out after some 8,000 deletes, leaving a
+// store of small plants that could not be emptied. The pages deletes
+// free serve later writes, and --event-retention prunes the events.
+func (db *DB) deleteHeadroom() int64 { return max(minDeleteHeadroom, db.maxPages) }
+
+const minDeleteHeadroom = 64
 
 // mayPassCap says whether req, refused with err, is a delete refused for
 // the cap on the file's size, to be tried again with deleteHeadroom.

@@ -39,7 +39,7 @@ func addDBFlags(fs *flagSet) dbFlags {
 func addServeDBFlags(fs *flagSet) dbFlags {
 	f := addDBFlags(fs)
 	fs.Lookup("db").Usage = "the store: the `PATH` of a SQLite file, created if missing, or a postgres:// URL"
-	f.maxBytes = fs.Int64("max-db-bytes", 0, "SQLite only: cap on the database file's size; writes beyond it get 507, but deletes may go 256 KiB past it, to empty a full store (0: no cap)")
+	f.maxBytes = fs.Int64("max-db-bytes", 0, "SQLite only: cap on the database file's size; writes beyond it get 507, but deletes may take it up to twice the cap (256 KiB past it at least), to empty a full store (0: no cap)")
 	f.maxConns = fs.Int64("db-max-conns", 0, "PostgreSQL only: connections in this process's pool (0: the URL's pool_max_conns, else 16)")
 	return f
 }

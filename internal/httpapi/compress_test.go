@@ -53,6 +53,8 @@ func TestPagesCompressed(t *testing.T) {
 		for accept, want := range map[string]string{
 			"gzip;q=0, identity": "", "gzip;q=0, *": "", "*;q=1, gzip;Q=0": "", "x-gzip;q=0.000, *": "",
 			"gzip;q=bad": "", "*;q=0": "", "identity": "", "br": "",
+			// Weights outside RFC 9110's grammar are malformed: 0.
+			"gzip;q=nan, *": "", "gzip;q=.5": "", "gzip;q=0.5000": "", "gzip;q=1e-1": "", "gzip;q=1.001": "",
 			"*": "gzip", "br, *;q=0.1": "gzip", "gzip;q=0, x-gzip;q=0.5": "gzip", "GZIP ; q=0.001": "gzip",
 		} {
 			h := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": accept}

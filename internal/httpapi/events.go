@@ -154,6 +154,7 @@ func acceptsEventStream(accept string) bool {
 
 // bothWays refuses a request that sends a token in the Authorization
 // header and in the access_token parameter, on any route.
+// (An empty access_token is no token: sentToken.)
 var bothWays = credentialError(http.StatusBadRequest, "invalid_request",
 	"send the access token one way: the Authorization header or the access_token parameter, not both", "")
 
@@ -179,9 +180,11 @@ func (s *Server) queryToken(next http.Handler) http.Handler {
 		case len(tokens) > 1:
 			s.writeError(w, r, credentialError(http.StatusBadRequest, "invalid_request", "access_token: give it at most once", ""))
 			return
-		case len(r.Header.Values("Authorization")) > 0:
+		case len(r.Header.Values("Authorization")) > 0 && sentToken(tokens):
 			s.writeError(w, r, bothWays)
 			return
+		case len(r.Header.Values("Authorization")) > 0:
+			// An empty parameter beside the header is no second token.
 		default:
 			r = r.Clone(r.Context())
 			r.Header.Set("Authorization", "Bearer "+tokens[0])
@@ -447,3 +450,9 @@ func appendStreamEvent(b []byte, e feedEvent) []byte {
 // streams, which never finish by themselves, do not hold the shutdown up.
 // Their clients reconnect and resume where they were.
 func (s *Server) CloseStreams() { s.feed.close() }
+
+// sentToken says whether the access_token parameter's values hold a
+// token: an empty one is none.
+func sentToken(values []string) bool {
+	return slices.ContainsFunc(values, func(v string) bool { return v != "" })
+}

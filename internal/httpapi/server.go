@@ -421,14 +421,30 @@ func quality(params string) (q float64, ok bool) {
 	for param := range strings.SplitSeq(params, ";") {
 		name, value, _ := strings.Cut(strings.TrimSpace(param), "=")
 		if strings.EqualFold(strings.TrimSpace(name), "q") {
-			q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			if err != nil || q < 0 || q > 1 {
-				return 0, false
-			}
-			return q, true
+			return qvalue(strings.TrimSpace(value))
 		}
 	}
 	return 1, true
+}
+
+// qvalue parses a weight as RFC 9110 (section 12.4.2) writes it: 0 or 1,
+// with at most three decimals, and none past 1 but zeros. Anything else
+// (".5", "0.5000", "NaN", "1e-1") is malformed.
+func qvalue(v string) (float64, bool) {
+	whole, frac, dotted := strings.Cut(v, ".")
+	if whole != "0" && whole != "1" || dotted && len(frac) > 3 {
+		return 0, false
+	}
+	q := float64(whole[0] - '0')
+	scale := 0.1
+	for _, c := range []byte(frac) {
+		if c < '0' || c > '9' || whole == "1" && c != '0' {
+			return 0, false
+		}
+		q += float64(c-'0') * scale
+		scale /= 10
+	}
+	return q, true
 }
 
 // redirectToDocs sends /docs/ to /docs, where the page's relative links

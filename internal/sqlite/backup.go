@@ -260,18 +260,16 @@ func carryEventIDs(ctx context.Context, old, restored string) (int64, error) {
 		// after the ones this store gave: the copy carries the horizon
 		// for that migration (applyCarriedHorizon) in a table of its own,
 		// which the versions without a feed leave alone.
-		for _, stmt := range []string{
-			`CREATE TABLE IF NOT EXISTS carried_event_horizon (through INTEGER NOT NULL)`,
-			`DELETE FROM carried_event_horizon`,
-			`INSERT INTO carried_event_horizon (through) VALUES (?)`,
-		} {
-			var args []any
-			if strings.Contains(stmt, "?") {
-				args = append(args, gone+1)
-			}
-			if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
-				return 0, err
-			}
+		// (A horizon the copy carried already is below gone: last
+		// counts it.)
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS carried_event_horizon (through INTEGER NOT NULL)`); err != nil {
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM carried_event_horizon`); err != nil {
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO carried_event_horizon (through) VALUES (?)`, gone+1); err != nil {
+			return 0, err
 		}
 		return gone, tx.Commit()
 	}
@@ -328,6 +326,14 @@ func lastEventIDOf(ctx context.Context, db *sql.DB) (last int64, feed feedKind, 
 		feed = feedRows
 		err = db.QueryRowContext(ctx, `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
 			coalesce((SELECT max(id) FROM events), 0), (SELECT pruned_through FROM event_horizon))`).Scan(&last)
+	}
+	if err == nil && slices.Contains(tables, "carried_event_horizon") {
+		// A copy from before the feed that a restore left unmigrated
+		// (carryEventIDs): the ids below the horizon it carries were
+		// given, so that a second restore over it carries it on.
+		var carried int64
+		err = db.QueryRowContext(ctx, `SELECT coalesce(max(through), 0) FROM carried_event_horizon`).Scan(&carried)
+		last = max(last, carried-1)
 	}
 	return last, feed, err
 }

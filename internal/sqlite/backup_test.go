@@ -406,6 +406,40 @@ func TestRestoreCarriesTheFeedOn(t *testing.T) {
 	}
 }
 
+// A second restore over a copy from before the feed, left unmigrated,
+// carries on the horizon the first one carried: the documented rollback
+// restores a schema 1 backup, and may restore another before serving.
+func TestRestoreTwiceFromBeforeTheFeed(t *testing.T) {
+	ctx := context.Background()
+	db, path := openTest(t, Options{})
+	for i := range int64(20) {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: i, Name: "given"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone, err := db.LatestEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	for _, v := range []int{3, 1} {
+		if _, err := Restore(ctx, copyFixture(t, v), path, RestoreOptions{Replace: true}); err != nil {
+			t.Fatalf("restore the schema %d backup: %v", v, err)
+		}
+	}
+	restored, err := Open(ctx, path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restored.Close()
+	if latest, err := restored.LatestEventID(ctx); err != nil || latest != gone+1 {
+		t.Errorf("after two restores from before the feed: latest event id %d, %v; want %d, past the %d the first store gave", latest, err, gone+1, gone)
+	}
+	if _, err := restored.Events(ctx, plantstore.EventQuery{After: 1, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+		t.Errorf("events after 1: %v, want EGONE", err)
+	}
+}
+
 // Nothing at the target changes when the backup is unusable.
 func TestRestoreRefusesBadBackups(t *testing.T) {
 	db, path := openTest(t, Options{})

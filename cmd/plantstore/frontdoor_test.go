@@ -430,6 +430,21 @@ func TestHeaderLimitIsExact(t *testing.T) {
 	if status, body := sendWith(2049, chunked, "0\r\n\r\n"); status != 431 || !strings.Contains(body, "2049 bytes") {
 		t.Errorf("2049 bytes of header, chunked: %d %s", status, body)
 	}
+	// HTTP/1.0 without Host: counted as sent, not with the address its
+	// links are given.
+	head10 := "GET /healthz HTTP/1.0\r\nX-Pad: "
+	req10 := head10 + strings.Repeat("p", 2048-len(head10)-len("\r\n\r\n")) + "\r\n\r\n"
+	if conn, err := net.Dial("tcp", addr); err != nil {
+		t.Fatal(err)
+	} else {
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(conn, req10)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Errorf("2048 bytes of an HTTP/1.0 head without Host: %v, %v", resp, err)
+		}
+		conn.Close()
+	}
 	// The case: 19,000 bytes against the default 16 KiB.
 	d := serve(t, t.TempDir())
 	addr = strings.TrimPrefix(d.url, "http://")

@@ -124,35 +124,6 @@ func validHost(host string) bool {
 	return true
 }
 
-// checkProtocol refuses, with the connection closed as for any malformed
-// request, what Go's server lets through to the handlers but this service
-// cannot serve:
-//   - HTTP/2's connection preface ("PRI * HTTP/2.0", h2c with prior
-//     knowledge), which gets 505 as any HTTP version but 1.x does;
-//   - a Host header validHost refuses, which gets 400: RFC 9112 (section
-//     3.2) asks it, and every link the service makes starts with the
-//     Host. An empty Host is refused too, since an http URL has a host
-//     (RFC 9110, section 4.2.1); an HTTP/1.0 request may come without
-//     one, and observe gives it the address it reached (reachedHost).
-func (s *Server) checkProtocol(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 1 && validHost(r.Host) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Connection", "close")
-		switch {
-		case r.ProtoMajor != 1:
-			s.writeError(w, r, errorStatus(http.StatusHTTPVersionNotSupported, "%s is not served: this service speaks HTTP/1.1", r.Proto))
-		case r.Host == "":
-			s.writeError(w, r, errorStatus(http.StatusBadRequest, "the Host header is empty: name the host and port the request is sent to"))
-		default:
-			s.writeError(w, r, errorStatus(http.StatusBadRequest,
-				"the Host header %q is not a host name or address with an optional port", r.Host))
-		}
-	})
-}
-
 // reachedHost is the local address of the connection of a request whose
 // context is ctx, as a Host ("" if unknown).
 func reachedHost(ctx context.Context) string {

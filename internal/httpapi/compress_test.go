@@ -175,7 +175,11 @@ func TestHostChecked(t *testing.T) {
 				t.Errorf("Host %q: %d %s, Link %q, want %q", host, resp.StatusCode, body, resp.Header.Get("Link"), want)
 			}
 		}
-		resp, body := get("HTTP/1.0", "none")
+		// A CORS preflight is no way around it.
+		cors := start(t, options{cfg: httpapi.Config{CORSOrigins: []string{"https://app.example"}}})
+		resp, body := cors.raw("OPTIONS /plants HTTP/1.1\r\nHost: x:abc\r\nOrigin: https://app.example\r\nAccess-Control-Request-Method: POST\r\n\r\n")
+		wantError(t, resp, body, http.StatusBadRequest, "Host")
+		resp, body = get("HTTP/1.0", "none")
 		if want := `<` + e.url + `/plants?after=1&limit=1>; rel="next"`; resp.StatusCode != 200 || resp.Header.Get("Link") != want {
 			t.Errorf("HTTP/1.0 without Host: %d %s, Link %q, want %q", resp.StatusCode, body, resp.Header.Get("Link"), want)
 		}

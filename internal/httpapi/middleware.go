@@ -102,13 +102,8 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		ctx := &held.ctx
 		reached := r.Context()
 		r = r.WithContext(ctx)
-		if r.Host == "" && !r.ProtoAtLeast(1, 1) {
-			// An HTTP/1.0 request may come without Host: its links name
-			// the address it reached (checkProtocol refuses the rest).
-			r.Host = reachedHost(reached)
-		}
 		switch {
-		case s.headerBytesExceeded(rec, r), s.cors(rec, r):
+		case s.headerBytesExceeded(rec, r), s.refusedProtocol(rec, r, reached), s.cors(rec, r):
 			// answered
 		default:
 			next.ServeHTTP(rec, r)
@@ -309,4 +304,38 @@ func (d *deadlines) context(now time.Time) context.Context {
 	ctx, cancel := context.WithDeadline(context.Background(), ends.Add(d.timeout))
 	d.current.Store(&deadlineTick{ends: ends, ctx: ctx, cancel: cancel})
 	return ctx
+}
+
+// refusedProtocol refuses, with the connection closed as for any malformed
+// request, what Go's server lets through to the handlers but this service
+// cannot serve, and says whether it did:
+//   - HTTP/2's connection preface ("PRI * HTTP/2.0", h2c with prior
+//     knowledge), which gets 505 as any HTTP version but 1.x does;
+//   - a Host header validHost refuses, which gets 400: RFC 9112 (section
+//     3.2) asks it, and every link the service makes starts with the
+//     Host. An empty Host is refused too, since an http URL has a host
+//     (RFC 9110, section 4.2.1).
+//
+// An HTTP/1.0 request may come without Host: it is given the address it
+// reached (reachedHost, from the connection's context), which its links
+// then name. It runs after the header limit, which counts the request as
+// sent, and before CORS, whose preflights it covers too.
+func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached context.Context) bool {
+	if r.Host == "" && !r.ProtoAtLeast(1, 1) {
+		r.Host = reachedHost(reached)
+	}
+	if r.ProtoMajor == 1 && validHost(r.Host) {
+		return false
+	}
+	w.Header().Set("Connection", "close")
+	switch {
+	case r.ProtoMajor != 1:
+		s.writeError(w, r, errorStatus(http.StatusHTTPVersionNotSupported, "%s is not served: this service speaks HTTP/1.1", r.Proto))
+	case r.Host == "":
+		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the Host header is empty: name the host and port the request is sent to"))
+	default:
+		s.writeError(w, r, errorStatus(http.StatusBadRequest,
+			"the Host header %q is not a host name or address with an optional port", r.Host))
+	}
+	return true
 }

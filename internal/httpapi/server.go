@@ -234,7 +234,7 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	s.routes(mux)
-	s.handler = s.observe(s.recoverPanics(s.checkProtocol(escapedDotsRedirect(mux))))
+	s.handler = s.observe(s.recoverPanics(escapedDotsRedirect(mux)))
 	return s
 }
 

@@ -448,7 +448,11 @@ func install(tmp, path string, replace bool) error {
 			return err
 		}
 	default:
-		os.Remove(tmp)
+		// The new file must keep one name: a store with two is refused
+		// (oneName).
+		if err := os.Remove(tmp); err != nil {
+			return fmt.Errorf("%s was made, but its temporary name %s could not be removed (remove it): %w", path, tmp, err)
+		}
 	}
 	return syncDir(filepath.Dir(path))
 }

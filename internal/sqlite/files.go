@@ -139,10 +139,22 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 // lost through another, and the one-server lock, taken by name, would let
 // a server under each name.
 func oneName(f *os.File, abs string) error {
-	if n := hardLinks(f); n > 1 {
-		return fmt.Errorf("the store %s has %d hard links (names for the one file): SQLite keeps a log per name, so writes through one name can be lost through another, and a server under each name would not see the other's lock; keep one name (remove the other links; plantstore backup makes a copy)", abs, n)
+	n := hardLinks(f)
+	if n <= 1 {
+		return nil
 	}
-	return nil
+	// A backup or restore cut short between its link and its removal
+	// leaves the other name beside the store: say which.
+	other := ""
+	if fi, err := f.Stat(); err == nil {
+		leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*"))
+		for _, l := range leftovers {
+			if lfi, err := os.Lstat(l); err == nil && os.SameFile(fi, lfi) {
+				other = " (" + l + " is one, left by a backup or restore cut short)"
+			}
+		}
+	}
+	return fmt.Errorf("the store %s has %d hard links (names for the one file)%s: SQLite keeps a log per name, so writes through one name can be lost through another, and a server under each name would not see the other's lock; keep one name (remove the other links; plantstore backup makes a copy)", abs, n, other)
 }
 
 // Warnings returns, one sentence each, what about the store at path

@@ -527,6 +527,18 @@ func TestStoreWithAHardLinkRefused(t *testing.T) {
 	if err := os.Remove(hard); err != nil {
 		t.Fatal(err)
 	}
+	// A restore cut short between its link and its removal: the message
+	// names the name left behind.
+	leftover := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-123")
+	if err := os.Link(path, leftover); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), path, Options{}); err == nil || !strings.Contains(err.Error(), leftover) {
+		t.Errorf("with a restore's leftover link: %v, want it named", err)
+	}
+	if err := os.Remove(leftover); err != nil {
+		t.Fatal(err)
+	}
 	again, err := Open(context.Background(), path, Options{SoleServer: true})
 	if err != nil {
 		t.Fatalf("once the link is gone: %v", err)

@@ -104,7 +104,8 @@ func (r *retryTimes) add(t time.Time) {
 }
 
 // next forgets the times up to claimed, when a claim found what fell due
-// by then, and returns the earliest one left.
+// by then (none, for a zero claimed: no claim was made, or it failed, and
+// the retries due wait for the next), and returns the earliest one left.
 func (r *retryTimes) next(claimed time.Time) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -271,11 +272,15 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 		}
 		lastClaim = time.Now()
-		claimed := d.cfg.Now()
+		var claimed time.Time // when a claim found what was due; zero: none did
 		if free := d.cfg.Workers - len(slots); free > 0 {
+			now := d.cfg.Now()
 			subs, err := d.cfg.Store.ClaimSubscribers(ctx, d.owner, d.cfg.Lease, free)
 			if err != nil && ctx.Err() == nil {
 				d.cfg.Log.Warn("webhook claim failed", "error", err)
+			}
+			if err == nil {
+				claimed = now
 			}
 			for _, sub := range subs {
 				slots <- struct{}{}

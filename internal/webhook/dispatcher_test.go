@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -122,6 +123,12 @@ func start(t *testing.T, schedule webhook.Schedule) *fixture {
 // startWith is start with more of the dispatcher's configuration.
 func startWith(t *testing.T, cfg webhook.DispatcherConfig) *fixture {
 	t.Helper()
+	return startWrapped(t, cfg, nil)
+}
+
+// startWrapped is startWith with the dispatcher's store seen through wrap.
+func startWrapped(t *testing.T, cfg webhook.DispatcherConfig, wrap func(plantstore.WebhookStore) plantstore.WebhookStore) *fixture {
+	t.Helper()
 	f := &fixture{t: t, wake: make(chan struct{}, 1)}
 	var err error
 	f.store, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "plants.db"), sqlite.Options{
@@ -138,6 +145,9 @@ func startWith(t *testing.T, cfg webhook.DispatcherConfig) *fixture {
 	}
 	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 2 * time.Second})
 	cfg.Store, cfg.Client, cfg.Wake, cfg.Workers = f.store, client, f.wake, 4
+	if wrap != nil {
+		cfg.Store = wrap(f.store)
+	}
 	if cfg.Poll == 0 {
 		cfg.Poll = 20 * time.Millisecond
 	}
@@ -348,6 +358,46 @@ func TestRetryKeepsItsTimeBetweenPolls(t *testing.T) {
 			t.Errorf("attempt %d came %v after the one before, want 300 ms ±20%%", i+1, gap)
 		}
 	}
+}
+
+// A claim that fails when a retry falls due does not lose it: the claims
+// after it find it, not the next poll, an hour on.
+func TestRetryOutlivesAFailedClaim(t *testing.T) {
+	claims := &failingClaims{}
+	f := startWrapped(t, webhook.DispatcherConfig{Poll: time.Hour,
+		Schedule: webhook.Schedule{Intervals: []time.Duration{300 * time.Millisecond}, ParkAfter: time.Minute}},
+		func(s plantstore.WebhookStore) plantstore.WebhookStore { claims.WebhookStore = s; return claims })
+	r, sub := f.subscribe(func(n int, _ delivery) (int, http.Header) {
+		if n == 1 {
+			// Every claim fails until the retry has come due.
+			claims.until.Store(time.Now().Add(500 * time.Millisecond).UnixNano())
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	f.create(1)
+	eventually(t, "the retry after the failed claims", func() bool { return f.subscriber(sub.ID).Delivered == 1 })
+	if ds := r.deliveries(); len(ds) != 2 || ds[1].at.Sub(ds[0].at) > 900*time.Millisecond {
+		t.Errorf("%d attempts; want the retry soon after the claims work again", len(ds))
+	}
+	if claims.failed.Load() == 0 {
+		t.Error("no claim failed: the test tested nothing")
+	}
+}
+
+// failingClaims fails every claim until the time in until.
+type failingClaims struct {
+	plantstore.WebhookStore
+	until  atomic.Int64 // Unix nanoseconds
+	failed atomic.Int64
+}
+
+func (c *failingClaims) ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]plantstore.Subscriber, error) {
+	if time.Now().UnixNano() < c.until.Load() {
+		c.failed.Add(1)
+		return nil, errors.New("the claim failed (a test's)")
+	}
+	return c.WebhookStore.ClaimSubscribers(ctx, owner, lease, n)
 }
 
 func TestHonoursRetryAfter(t *testing.T) {

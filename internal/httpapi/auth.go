@@ -13,7 +13,7 @@ import (
 // token this process has found valid before (see authThrottled).
 func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.RawQuery, "access_token") && len(r.Header.Values("Authorization")) > 0 {
+		if mayHoldToken(r.URL.RawQuery) && len(r.Header.Values("Authorization")) > 0 {
 			if q, err := parseQuery(r.URL.RawQuery); err == nil && sentToken(q["access_token"]) {
 				// A token both ways (one a stream's queryToken did not
 				// take): one method only, RFC 6750 section 2.

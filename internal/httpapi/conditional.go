@@ -201,10 +201,11 @@ var errStaleIfMatch = errorStatus(http.StatusPreconditionFailed,
 
 // writeRead answers a read (a plant, a page of plants or events) with v
 // under its ETag, 304 or 412 as r's preconditions say. Headers set for
-// the 200 (a page's Link) do not go with a 412.
+// the 200 (a page's Link, the feed's Latest-Event-Id) do not go with a 412.
 func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, v any, etag func(body []byte) string) {
 	if err := writeJSONTagged(w, r, http.StatusOK, v, etag, true); err != nil {
 		w.Header().Del("Link")
+		w.Header().Del(latestEventHeader)
 		s.writeError(w, r, err)
 	}
 }

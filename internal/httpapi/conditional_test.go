@@ -96,6 +96,11 @@ func TestIfMatchOnReads(t *testing.T) {
 		if link := resp.Header.Get("Link"); link != "" {
 			t.Errorf("a 412 for a page carries the page's Link %q", link)
 		}
+		resp, body = e.send("GET", "/events", "", map[string]string{"If-Match": `"nomatch"`})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-Match")
+		if latest := resp.Header.Get("Latest-Event-Id"); latest != "" {
+			t.Errorf("a 412 for a page of events carries Latest-Event-Id %q", latest)
+		}
 	})
 }
 

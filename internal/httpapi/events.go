@@ -153,8 +153,8 @@ func acceptsEventStream(accept string) bool {
 }
 
 // bothWays refuses a request that sends a token in the Authorization
-// header and in the access_token parameter, on any route.
-// (An empty access_token is no token: sentToken.)
+// header and in the access_token parameter, on every route that takes a
+// token. (An empty access_token is no token: sentToken.)
 var bothWays = credentialError(http.StatusBadRequest, "invalid_request",
 	"send the access token one way: the Authorization header or the access_token parameter, not both", "")
 
@@ -169,7 +169,7 @@ var bothWays = credentialError(http.StatusBadRequest, "invalid_request",
 // plants:read only for it.
 func (s *Server) queryToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !acceptsEventStream(r.Header.Get("Accept")) || !strings.Contains(r.URL.RawQuery, "access_token") {
+		if !acceptsEventStream(r.Header.Get("Accept")) || !mayHoldToken(r.URL.RawQuery) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -455,4 +455,11 @@ func (s *Server) CloseStreams() { s.feed.close() }
 // token: an empty one is none.
 func sentToken(values []string) bool {
 	return slices.ContainsFunc(values, func(v string) bool { return v != "" })
+}
+
+// mayHoldToken says whether a raw query may hold the access_token
+// parameter, before the cost of parsing it: by name, or escaped
+// (access%5Ftoken), which parsing decodes.
+func mayHoldToken(rawQuery string) bool {
+	return strings.Contains(rawQuery, "access_token") || strings.Contains(rawQuery, "%")
 }

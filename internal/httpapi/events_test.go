@@ -338,7 +338,7 @@ func TestEventsRefusals(t *testing.T) {
 		wantError(t, resp, body, 400, "access_token: give it at most once")
 		// Both ways on a route that takes no query token: refused too,
 		// not the query's token silently ignored.
-		for _, path := range []string{"/events?limit=1&access_token=x", "/events?access_token=a&access_token=b", "/plants?access_token=" + url.QueryEscape(e.readToken), "/plants/1?access_token=x"} {
+		for _, path := range []string{"/events?limit=1&access_token=x", "/events?access_token=a&access_token=b", "/plants?access_token=" + url.QueryEscape(e.readToken), "/plants/1?access_token=x", "/plants?access%5Ftoken=x"} {
 			resp, body = e.do("GET", path, read, nil)
 			wantError(t, resp, body, 400, "not both")
 		}

@@ -228,6 +228,8 @@ func withoutFileValues(err error, env environment) error {
 // valueParts are the pieces of a value that a message may quote apart
 // from the whole, longest first: a URL's host (a dial error names it), a
 // path's directory (one that does not exist is named) and file name.
+// Pieces shorter than minPart are left: "db" or "s" would be taken out of
+// every word of the message that holds them, and say little.
 func valueParts(value string) []string {
 	var parts []string
 	if u, err := url.Parse(value); err == nil && u.Host != "" {
@@ -238,8 +240,11 @@ func valueParts(value string) []string {
 		}
 		parts = append(parts, filepath.Base(value))
 	}
-	return parts
+	return slices.DeleteFunc(parts, func(p string) bool { return len(p) < minPart })
 }
+
+// minPart is the shortest piece of a file's value valueParts takes out.
+const minPart = 8
 
 type fileValuesHidden struct {
 	msg string

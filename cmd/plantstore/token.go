@@ -221,11 +221,10 @@ func timeOrNever(t time.Time) string {
 
 // canShowSecret says whether stdout can show a secret, before one is
 // made: not if it is /dev/null, where Go puts a standard output that was
-// closed. And it has a pipe whose reader is gone fail the write with
-// EPIPE rather than raise SIGPIPE, which would kill the process before it
-// could undo what it made.
+// closed. It also has a write to a pipe whose reader is gone fail
+// (brokenPipeFails), so that the secret's command can undo what it made.
 func canShowSecret(stdout io.Writer) error {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	brokenPipeFails()
 	f, ok := stdout.(*os.File)
 	if !ok {
 		return nil
@@ -239,3 +238,10 @@ func canShowSecret(stdout io.Writer) error {
 	}
 	return nil
 }
+
+// brokenPipeFails makes a write to a pipe whose reader is gone fail with
+// EPIPE, for the rest of the process, rather than raise SIGPIPE, which
+// kills a Go program writing to its standard output before it can act on
+// the failure. Only the commands that print a secret ask for it: the
+// others, piped into head, should end quietly as filters do.
+func brokenPipeFails() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }

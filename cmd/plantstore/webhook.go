@@ -182,7 +182,7 @@ answered 410 Gone and gets no events); its deliveries pending, delivered
 and parked (retried for --webhook-park-after, then set aside so that
 their plants' later events go on); and its last error with when it
 happened, cleared by the next successful delivery. Then the parked
-deliveries, oldest first (at most 1000): their ID, which webhook retry
+deliveries, by id, their events' order (at most 1000): their ID, which webhook retry
 takes, the event, and why the last attempt failed. Never a signing
 secret. A URL shows as its scheme and host and a hash of the rest
 (https://hooks.slack.com/…#1a2b3c4d), as server logs show it, because

@@ -25,9 +25,11 @@ type Schedule struct {
 }
 
 // DefaultSchedule retries quickly at first, for a blip, then parks a
-// message after ten minutes of failures, so that one event a receiver
-// refuses holds back its plant's later events for minutes, not a day. A Schedule with no Intervals or no ParkAfter takes them
-// from here. Treat it as read-only.
+// message once its next retry would fall more than ten minutes after its
+// first failure (at its fourth failure, some 2.5 minutes in), so that one
+// event a receiver refuses holds back its plant's later events for
+// minutes, not a day. A Schedule with no Intervals or no ParkAfter takes
+// them from here. Treat it as read-only.
 var DefaultSchedule = Schedule{
 	Intervals: []time.Duration{
 		5 * time.Second,

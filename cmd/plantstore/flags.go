@@ -219,10 +219,7 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 			return nil, errHelp
 		}
 	}
-	if err := fs.flagAsValue(args); err != nil {
-		return nil, err
-	}
-	if err := fs.repeatedFlag(args); err != nil {
+	if err := fs.checkFlagUse(args); err != nil {
 		return nil, err
 	}
 	var positional []string
@@ -267,38 +264,15 @@ func (fs *flagSet) flagError(err error) error {
 	return usageError(msg)
 }
 
-// flagAsValue refuses a flag that takes a value followed by another of
-// the command's flags ("token create --name --replace"), which the flag
-// package would take as the value, quietly. "--name=--replace" says that
-// is meant.
-func (fs *flagSet) flagAsValue(args []string) error {
-	for i := 0; i+1 < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			return nil
-		}
-		name, ok := strings.CutPrefix(a, "-")
-		if !ok || strings.Contains(a, "=") {
-			continue
-		}
-		f := fs.Lookup(strings.TrimPrefix(name, "-"))
-		if f == nil || isBoolFlag(f) {
-			continue
-		}
-		next := args[i+1]
-		nextName, _, _ := strings.Cut(strings.TrimLeft(next, "-"), "=")
-		if strings.HasPrefix(next, "-") && nextName != "" && fs.Lookup(nextName) != nil {
-			return usageError(fmt.Sprintf("%s: --%s needs a value, and %s is a flag (write --%s=%s if that is the value)", fs.Name(), f.Name, next, f.Name, next))
-		}
-		i++ // the value
-	}
-	return nil
-}
-
-// repeatedFlag refuses a flag given twice. The flag package would keep
-// the last, silently, where the user may have meant both: "--scope
-// plants:read --scope plants:write" would make a token that cannot read.
-func (fs *flagSet) repeatedFlag(args []string) error {
+// checkFlagUse refuses, in one pass over args, two mistakes the flag
+// package would take quietly:
+//   - a flag that takes a value followed by another of the command's
+//     flags ("token create --name --replace"), which it would take as the
+//     value ("--name=--replace" says that is meant);
+//   - a flag given twice, of which it would keep the last where the user
+//     may have meant both ("--scope plants:read --scope plants:write"
+//     would make a token that cannot read).
+func (fs *flagSet) checkFlagUse(args []string) error {
 	seen := map[string]bool{}
 	for i := 0; i < len(args); i++ {
 		if args[i] == "--" {
@@ -321,9 +295,15 @@ func (fs *flagSet) repeatedFlag(args []string) error {
 			return usageError(fmt.Sprintf("%s: --%s is given twice; give it once%s", fs.Name(), f.Name, hint))
 		}
 		seen[f.Name] = true
-		if !withValue && !isBoolFlag(f) {
-			i++ // its value
+		if withValue || isBoolFlag(f) || i+1 == len(args) {
+			continue
 		}
+		next := args[i+1]
+		nextName, _, _ := strings.Cut(strings.TrimLeft(next, "-"), "=")
+		if strings.HasPrefix(next, "-") && nextName != "" && fs.Lookup(nextName) != nil {
+			return usageError(fmt.Sprintf("%s: --%s needs a value, and %s is a flag (write --%s=%s if that is the value)", fs.Name(), f.Name, next, f.Name, next))
+		}
+		i++ // the value
 	}
 	return nil
 }

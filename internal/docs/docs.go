@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/plantstore/plantstore/internal/accept"
 )
 
 //go:generate go run ./fetch -dir .
@@ -94,7 +96,7 @@ func Bundle() http.Handler {
 		h.Set("Cache-Control", "public, max-age=31536000, immutable")
 		h.Add("Vary", "Accept-Encoding")
 		body := bundleGz
-		if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		if accept.Gzip(r.Header.Values("Accept-Encoding")) {
 			h.Set("Content-Encoding", "gzip")
 		} else {
 			body = plain()
@@ -102,19 +104,6 @@ func Bundle() http.Handler {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 		w.Write(body)
 	})
-}
-
-// acceptsGzip reads Accept-Encoding well enough for browsers and curl: gzip
-// listed without q=0.
-func acceptsGzip(header string) bool {
-	for part := range strings.SplitSeq(header, ",") {
-		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(coding), "gzip") {
-			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
-			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
-		}
-	}
-	return false
 }
 
 // index is the page a browser gets at GET /: where the reference and the

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"net/http"
-	"strings"
 	"sync"
+
+	"github.com/plantstore/plantstore/internal/accept"
 )
 
 // Compression: an answer over compressAbove bytes is sent gzipped to a
@@ -37,35 +38,8 @@ func gzipTo(dst []byte, body []byte) []byte {
 	return buf.Bytes()
 }
 
-// acceptsGzip tells whether r's Accept-Encoding takes gzip (RFC 9110,
-// section 12.5.3): gzip or x-gzip listed with a q above 0, or, when
-// neither is listed, * with a q above 0. A q that does not parse counts
-// as 0: the answer goes plain, which every client takes.
-func acceptsGzip(r *http.Request) bool {
-	named, star := -1.0, -1.0 // the best q of gzip and of *; -1: not listed
-	for _, v := range r.Header.Values("Accept-Encoding") {
-		for part := range strings.SplitSeq(v, ",") {
-			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-			coding = strings.ToLower(strings.TrimSpace(coding))
-			if coding != "gzip" && coding != "x-gzip" && coding != "*" {
-				continue
-			}
-			q, ok := quality(params)
-			if !ok {
-				q = 0
-			}
-			if coding == "*" {
-				star = max(star, q)
-			} else {
-				named = max(named, q)
-			}
-		}
-	}
-	if named >= 0 {
-		return named > 0
-	}
-	return star > 0
-}
+// acceptsGzip tells whether r's Accept-Encoding takes gzip (accept.Gzip).
+func acceptsGzip(r *http.Request) bool { return accept.Gzip(r.Header.Values("Accept-Encoding")) }
 
 // varyEncoding marks every answer of a route whose answers may be
 // gzipped, its errors and 304s included: a cache must key them on

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/accept"
 )
 
 // GET /events is the change feed, as pages of JSON or, to a client that
@@ -141,11 +142,11 @@ func eventsNext(lastID int64, q eventQuery) string {
 
 // acceptsEventStream says whether an Accept header names
 // text/event-stream (with a q above 0), as EventSource's does.
-func acceptsEventStream(accept string) bool {
-	for part := range strings.SplitSeq(accept, ",") {
+func acceptsEventStream(header string) bool {
+	for part := range strings.SplitSeq(header, ",") {
 		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 		if strings.EqualFold(strings.TrimSpace(media), "text/event-stream") {
-			q, ok := quality(params)
+			q, ok := accept.Quality(params)
 			return !ok || q > 0 // a malformed q is no refusal
 		}
 	}

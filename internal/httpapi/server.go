@@ -25,6 +25,7 @@ import (
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/api"
+	"github.com/plantstore/plantstore/internal/accept"
 	"github.com/plantstore/plantstore/internal/docs"
 )
 
@@ -368,13 +369,13 @@ func (s *Server) handleRoot() http.Handler {
 // each judged by the most specific range that names it, and on a tie by
 // the one listed first. curl's */* gets JSON, and so does a header that
 // gives text/html q=0.
-func prefersHTML(accept string) bool {
+func prefersHTML(header string) bool {
 	html, json := acceptRank{}, acceptRank{}
 	i := 0
-	for part := range strings.SplitSeq(accept, ",") {
+	for part := range strings.SplitSeq(header, ",") {
 		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 		media = strings.ToLower(strings.TrimSpace(media))
-		q, _ := quality(params) // 0 when malformed
+		q, _ := accept.Quality(params) // 0 when malformed
 		switch media {
 		case "text/html", "application/xhtml+xml":
 			html.consider(3, q, i)
@@ -412,39 +413,6 @@ func (r *acceptRank) consider(specific int, q float64, at int) {
 	if specific > r.specific {
 		*r = acceptRank{specific: specific, q: q, at: at}
 	}
-}
-
-// quality is the q parameter among a media range's parameters (RFC 9110,
-// section 12.4.2): 1 when there is none; ok false, and 0, when it is
-// malformed, which each caller weighs its own way.
-func quality(params string) (q float64, ok bool) {
-	for param := range strings.SplitSeq(params, ";") {
-		name, value, _ := strings.Cut(strings.TrimSpace(param), "=")
-		if strings.EqualFold(strings.TrimSpace(name), "q") {
-			return qvalue(strings.TrimSpace(value))
-		}
-	}
-	return 1, true
-}
-
-// qvalue parses a weight as RFC 9110 (section 12.4.2) writes it: 0 or 1,
-// with at most three decimals, and none past 1 but zeros. Anything else
-// (".5", "0.5000", "NaN", "1e-1") is malformed.
-func qvalue(v string) (float64, bool) {
-	whole, frac, dotted := strings.Cut(v, ".")
-	if whole != "0" && whole != "1" || dotted && len(frac) > 3 {
-		return 0, false
-	}
-	q := float64(whole[0] - '0')
-	scale := 0.1
-	for _, c := range []byte(frac) {
-		if c < '0' || c > '9' || whole == "1" && c != '0' {
-			return 0, false
-		}
-		q += float64(c-'0') * scale
-		scale /= 10
-	}
-	return q, true
 }
 
 // redirectToDocs sends /docs/ to /docs, where the page's relative links

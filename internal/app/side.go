@@ -2,15 +2,13 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/plantstore/plantstore/internal/httpapi"
 	"github.com/plantstore/plantstore/internal/postgres"
 )
 
@@ -89,7 +87,7 @@ func (a *App) startSide(addr string, ln net.Listener, name string, bound *string
 	}
 	mux := http.NewServeMux()
 	routes(mux)
-	srv := &http.Server{Handler: jsonErrors(mux), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: httpapi.JSONErrors(mux), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	a.mu.Lock()
 	*bound = ln.Addr().String()
@@ -124,56 +122,4 @@ func storeName(db string) string {
 		return postgres.RedactURL(db)
 	}
 	return db
-}
-
-// jsonErrors gives the side listeners' refusals (the mux's 404 and 405,
-// a profile's bad parameters) the Error body every answer of the API's
-// port has, their text as its message.
-func jsonErrors(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		jw := &jsonErrorWriter{ResponseWriter: w}
-		next.ServeHTTP(jw, r)
-		if jw.status == 0 {
-			return
-		}
-		body, _ := json.Marshal(struct {
-			Error   int    `json:"error"`
-			Message string `json:"message"`
-		}{jw.status, strings.TrimSpace(jw.text.String())})
-		h := w.Header()
-		h.Set("Content-Type", "application/json")
-		h.Set("Content-Length", strconv.Itoa(len(body)))
-		w.WriteHeader(jw.status)
-		w.Write(body)
-	})
-}
-
-// jsonErrorWriter holds back a plain-text answer of 400 or more (what
-// http.Error writes), for jsonErrors to send as JSON.
-type jsonErrorWriter struct {
-	http.ResponseWriter
-	status int // the held answer's; 0 when none is held
-	text   strings.Builder
-}
-
-func (w *jsonErrorWriter) WriteHeader(status int) {
-	if status >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
-		w.status = status
-		return
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *jsonErrorWriter) Write(p []byte) (int, error) {
-	if w.status != 0 {
-		return w.text.Write(p)
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-// Flush lets a profile or trace stream as it would unwrapped.
-func (w *jsonErrorWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.status == 0 {
-		f.Flush()
-	}
 }

@@ -332,3 +332,48 @@ func headerBytes(r *http.Request) int {
 	}
 	return n + 2
 }
+
+// JSONErrors gives the plain-text refusals of a handler that is not the
+// API's (the side listeners' mux, with its 404 and 405, a profile's bad
+// parameters) the Error body every answer of the API has, their text as
+// its message.
+func JSONErrors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		jw := &jsonErrorWriter{ResponseWriter: w}
+		next.ServeHTTP(jw, r)
+		if jw.status == 0 {
+			return
+		}
+		writeJSON(w, jw.status, errorBody{Error: int32(jw.status), Message: strings.ToValidUTF8(strings.TrimSpace(jw.text.String()), "\uFFFD")})
+	})
+}
+
+// jsonErrorWriter holds back a plain-text answer of 400 or more (what
+// http.Error writes), for JSONErrors to send as JSON.
+type jsonErrorWriter struct {
+	http.ResponseWriter
+	status int // the held answer's; 0 when none is held
+	text   strings.Builder
+}
+
+func (w *jsonErrorWriter) WriteHeader(status int) {
+	if status >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.status = status
+		return
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *jsonErrorWriter) Write(p []byte) (int, error) {
+	if w.status != 0 {
+		return w.text.Write(p)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush lets a profile or trace stream as it would unwrapped.
+func (w *jsonErrorWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.status == 0 {
+		f.Flush()
+	}
+}

@@ -97,9 +97,7 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 			return created, fmt.Errorf("create %s: %w", abs, err)
 		}
 	case err == nil:
-		err = oneName(f, abs)
-		f.Close()
-		if err != nil {
+		if err := closeOneName(f, abs); err != nil {
 			return false, err
 		}
 	case errors.Is(err, fs.ErrExist):
@@ -114,9 +112,7 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("the store %s cannot be opened for writing: %w", abs, unwrapPath(err))
 		}
-		err = oneName(f, abs)
-		f.Close()
-		if err != nil {
+		if err := closeOneName(f, abs); err != nil {
 			return false, err
 		}
 	case mustExist && errors.Is(err, fs.ErrNotExist):
@@ -134,24 +130,27 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 	return created, nil
 }
 
-// oneName refuses a store file with other names (hard links): SQLite
-// keeps a log (-wal) per name, so what is written through one name can be
-// lost through another, and the one-server lock, taken by name, would let
-// a server under each name.
-func oneName(f *os.File, abs string) error {
-	n := hardLinks(f)
+// closeOneName closes f, the store's file at abs, and refuses it if it
+// has other names (hard links): SQLite keeps a log (-wal) per name, so
+// what is written through one name can be lost through another, and the
+// one-server lock, taken by name, would let a server under each name.
+func closeOneName(f *os.File, abs string) error {
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return nil // the opening that follows says what is wrong
+	}
+	n := hardLinks(fi)
 	if n <= 1 {
 		return nil
 	}
 	// A backup or restore cut short between its link and its removal
 	// leaves the other name beside the store: say which.
 	other := ""
-	if fi, err := f.Stat(); err == nil {
-		leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*"))
-		for _, l := range leftovers {
-			if lfi, err := os.Lstat(l); err == nil && os.SameFile(fi, lfi) {
-				other = " (" + l + " is one, left by a backup or restore cut short)"
-			}
+	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*"))
+	for _, l := range leftovers {
+		if lfi, err := os.Lstat(l); err == nil && os.SameFile(fi, lfi) {
+			other = " (" + l + " is one, left by a backup or restore cut short)"
 		}
 	}
 	return fmt.Errorf("the store %s has %d hard links (names for the one file)%s: SQLite keeps a log per name, so writes through one name can be lost through another, and a server under each name would not see the other's lock; keep one name (remove the other links; plantstore backup makes a copy)", abs, n, other)

@@ -2,7 +2,10 @@
 
 package sqlite
 
-import "os"
+import (
+	"io/fs"
+	"os"
+)
 
 // lockSoleServer takes no lock where flock does not exist; the plant cache
 // is then off (see Open).
@@ -12,4 +15,4 @@ func lockSoleServer(string) (*os.File, bool, error) { return nil, false, nil }
 func servedNow(string) bool { return false }
 
 // hardLinks cannot tell links apart here: one name.
-func hardLinks(*os.File) uint64 { return 1 }
+func hardLinks(fs.FileInfo) uint64 { return 1 }

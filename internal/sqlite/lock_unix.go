@@ -105,12 +105,9 @@ func servedNow(path string) bool {
 	return errors.Is(err, syscall.EWOULDBLOCK)
 }
 
-// hardLinks is the number of names f has (1 when it cannot tell).
-func hardLinks(f *os.File) uint64 {
-	fi, err := f.Stat()
-	if err != nil {
-		return 1
-	}
+// hardLinks is the number of names the file of fi has (1 when it cannot
+// tell).
+func hardLinks(fi fs.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return uint64(st.Nlink)
 	}

@@ -67,8 +67,12 @@ func (db *DB) migrate(ctx context.Context, underServer func() bool) error {
 			return err
 		}
 	}
-	if err := db.applyCarriedHorizon(ctx); err != nil {
-		return err
+	// Only a copy from before the feed, which has just been migrated,
+	// can carry a horizon: no query at every start.
+	if n := len(versions); n == 0 || versions[n-1] < len(ms) {
+		if err := db.applyCarriedHorizon(ctx); err != nil {
+			return err
+		}
 	}
 	// A schema newer than every migration we know means a newer binary wrote
 	// it; running on would risk corrupting its data.

@@ -449,7 +449,7 @@ func install(tmp, path string, replace bool) error {
 		}
 	default:
 		// The new file must keep one name: a store with two is refused
-		// (oneName).
+		// (closeOneName).
 		if err := os.Remove(tmp); err != nil {
 			return fmt.Errorf("%s was made, but its temporary name %s could not be removed (remove it): %w", path, tmp, err)
 		}

@@ -608,19 +608,11 @@ func TestRestoreReplacesOnlyAStore(t *testing.T) {
 	}
 	sameRows(t, "the store restored through a link", dumpRows(t, store), want)
 
-	text := filepath.Join(dir, "conf.yaml")
-	if err := os.WriteFile(text, []byte("important: true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	foreign := filepath.Join(dir, "foreign.db")
-	other, err := sql.Open("sqlite", foreign)
+	text, foreign := filesOfOthers(t, dir)
+	textBefore, err := os.ReadFile(text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Exec(`CREATE TABLE accounts (id INTEGER PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	other.Close()
 	foreignBefore, err := os.ReadFile(foreign)
 	if err != nil {
 		t.Fatal(err)
@@ -634,7 +626,7 @@ func TestRestoreReplacesOnlyAStore(t *testing.T) {
 			t.Errorf("restore onto %s with Replace: %v, want %q", c.to, err, c.want)
 		}
 	}
-	if got, err := os.ReadFile(text); err != nil || string(got) != "important: true\n" {
+	if got, err := os.ReadFile(text); err != nil || string(got) != string(textBefore) {
 		t.Errorf("the text file after a refused restore: %q, %v", got, err)
 	}
 	if got, err := os.ReadFile(foreign); err != nil || string(got) != string(foreignBefore) {

@@ -91,19 +91,7 @@ func TestOpenRefusesAnIncompleteSchema(t *testing.T) {
 func TestOpenRefusesFilesOfOthers(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	text := filepath.Join(dir, "notes.txt")
-	if err := os.WriteFile(text, []byte("not a database\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	other := filepath.Join(dir, "other.db")
-	odb, err := sql.Open("sqlite", other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := odb.Exec(`CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO customers VALUES (1, 'Ada')`); err != nil {
-		t.Fatal(err)
-	}
-	odb.Close()
+	text, other := filesOfOthers(t, dir)
 	before := map[string][]byte{}
 	for _, p := range []string{text, other} {
 		before[p], _ = os.ReadFile(p)
@@ -153,4 +141,24 @@ func TestOpenRefusesFilesOfOthers(t *testing.T) {
 		t.Fatalf("Open an empty file: %v", err)
 	}
 	db.Close()
+}
+
+// filesOfOthers makes in dir two files that are not stores: a text file,
+// and another program's SQLite database (its table: customers).
+func filesOfOthers(t *testing.T, dir string) (text, other string) {
+	t.Helper()
+	text = filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(text, []byte("not a database\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other = filepath.Join(dir, "other.db")
+	odb, err := sql.Open("sqlite", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer odb.Close()
+	if _, err := odb.Exec(`CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO customers VALUES (1, 'Ada')`); err != nil {
+		t.Fatal(err)
+	}
+	return text, other
 }

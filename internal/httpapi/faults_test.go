@@ -169,6 +169,57 @@ func TestRequestTimeoutIs503(t *testing.T) {
 	})
 }
 
+// A write answered 503 for its request timeout, behind a lock, is not
+// made once the lock goes: a retry finds the store as it was (a
+// conditional write does not meet its own change), on both engines.
+func TestTimedOutWriteIsNotMade(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{
+			sqlite: sqlite.Options{BusyTimeout: time.Minute},
+			cfg:    httpapi.Config{RequestTimeout: 300 * time.Millisecond},
+		})
+		e.create(`{"id":1,"name":"before"}`)
+		e.create(`{"id":2,"name":"before"}`)
+		etag := map[string]string{}
+		for _, path := range []string{"/plants/1", "/plants/2"} {
+			resp, _ := e.send("GET", path, "", nil)
+			etag[path] = resp.Header.Get("ETag")
+		}
+		release := holdWriteLock(t, e)
+		for _, op := range []struct{ method, path, body string }{
+			{"POST", "/plants", `{"id":3,"name":"timed out"}`},
+			{"PUT", "/plants/1", `{"name":"timed out"}`},
+			{"DELETE", "/plants/2", ""},
+		} {
+			var header map[string]string
+			if op.method != "POST" {
+				header = map[string]string{"If-Match": etag[op.path]}
+			}
+			resp, body := e.send(op.method, op.path, op.body, header)
+			wantError(t, resp, body, 503)
+		}
+		release()
+		// A write after them is made after them.
+		if resp, body := e.create(`{"id":4,"name":"after"}`); resp.StatusCode != 200 {
+			t.Fatalf("a create after the lock: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := e.send("GET", "/plants/3", "", nil); resp.StatusCode != 404 {
+			t.Errorf("the timed-out create was made: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := e.send("GET", "/plants/1", "", nil); resp.StatusCode != 200 || !strings.Contains(string(body), "before") {
+			t.Errorf("the timed-out update was made: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := e.send("GET", "/plants/2", "", nil); resp.StatusCode != 200 {
+			t.Errorf("the timed-out delete was made: %d %s", resp.StatusCode, body)
+		}
+		// Retried, the conditional update meets the plant it was
+		// conditioned on.
+		if resp, body := e.send("PUT", "/plants/1", `{"name":"retried"}`, map[string]string{"If-Match": etag["/plants/1"]}); resp.StatusCode != 200 {
+			t.Errorf("the update retried with the same If-Match: %d %s", resp.StatusCode, body)
+		}
+	})
+}
+
 // stallingReads stands in for a store whose reads hang (WAL readers never
 // wait for SQLite's writer, so no real lock can make them): it waits for
 // the request's end, then asks the real store, which answers as it would.

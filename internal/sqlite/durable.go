@@ -30,7 +30,8 @@ import (
 // What NORMAL gives up is that a committed batch is visible before it is
 // durable. The replica and the plant cache learn of a batch only once it
 // is synced. Every plant or event read from SQLite waits, after reading,
-// until the batches committed before it began are synced (awaitSynced):
+// until every batch counted by the end of the read is synced (awaitSynced;
+// the writer counts a batch before its COMMIT):
 // no answer carries a write a crash could still undo. A process other
 // than the server reading the file (the CLI) does not wait: it can see a
 // write up to one flush before it is durable.
@@ -52,7 +53,8 @@ import (
 type pendingBatch struct {
 	results  []writeResult
 	outcomes []batchOutcome // one per transaction the batch took (commit's fallback takes several)
-	seq      uint64         // db.durable.committed after this batch
+	seq      uint64         // db.durable.committed with this batch counted
+	busy     error          // the lock the batch waited for is held: no transaction began
 }
 
 // durability is the state the writer shares with the readers.
@@ -135,9 +137,10 @@ func (db *DB) makeDurable(job *pendingBatch) error {
 	return err
 }
 
-// awaitSynced waits until the batches committed before mark (a value of
-// committed read before a read from SQLite began) are durable, so that
-// no read answers with a write a crash could still undo. When they are,
+// awaitSynced waits until the batches counted in mark (a value of
+// committed read after a read from SQLite) are durable, so that no read
+// answers with a write a crash could still undo: the writer counts a
+// batch before its COMMIT. When they are,
 // as they nearly always are, it costs an atomic load.
 func (d *durability) awaitSynced(ctx context.Context, mark uint64) error {
 	if !d.syncsWAL() {
@@ -170,11 +173,10 @@ func (d *durability) faulted() error {
 // readDurable runs fn on a reader, and returns only once what fn could
 // read is durable (see awaitSynced).
 func (db *DB) readDurable(ctx context.Context, fn func(*rawConn) error) error {
-	mark := db.committedMark()
 	if err := db.readers.with(ctx, fn); err != nil {
 		return err
 	}
-	return db.durable.awaitSynced(ctx, mark)
+	return db.durable.awaitSynced(ctx, db.committedMark())
 }
 
 // committedMark and awaitDurable serve the replica's loader.

@@ -96,6 +96,45 @@ func TestNoAnswerBeforeTheWALIsSynced(t *testing.T) {
 	}
 }
 
+// A read that finds a batch in SQLite between its COMMIT and its sync
+// waits for the sync, however the read and the commit interleave.
+func TestReadRightAfterACommitWaitsForTheSync(t *testing.T) {
+	db, _ := openTest(t, Options{})
+	ctx := context.Background()
+	inWindow, proceed := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(proceed) })
+	t.Cleanup(release) // before the store's Close, which waits for the writer
+	var first sync.Once
+	db.afterCommit = func() {
+		first.Do(func() {
+			close(inWindow)
+			<-proceed
+		})
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 7, Name: "fern"})
+		created <- err
+	}()
+	<-inWindow // committed; not synced
+	read := make(chan error, 1)
+	go func() {
+		p, err := db.GetPlant(ctx, 7)
+		if err == nil && p.Name != "fern" {
+			err = errors.New("read " + p.Name)
+		}
+		read <- err
+	}()
+	stillWaiting(t, "a read right after the COMMIT", read)
+	release()
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Each batch is synced once, and the write connection goes back to the
 // pool with synchronous=FULL, which the other writers (tokens, webhooks)
 // count on for their own durability.

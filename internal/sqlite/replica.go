@@ -248,7 +248,7 @@ func (r *replica) reset() {
 
 // replicaSource is the store as the replica's loader reads it. What it
 // reads may include writes not yet durable (durable.go): the loader
-// takes committedMark before a read and, before the replica answers
+// takes committedMark after a read and, before the replica answers
 // anything, awaits that mark's durability.
 type replicaSource interface {
 	countPlants() (int64, error)
@@ -289,8 +289,8 @@ func (r *replica) loadPage(src replicaSource) bool {
 		r.mu.Unlock()
 		return false
 	}
-	mark := src.committedMark()
 	plants, err := src.readPlantsFrom(r.next, replicaLoadPage)
+	mark := src.committedMark() // after the read: see awaitSynced
 	if err != nil {
 		r.mu.Unlock()
 		return false

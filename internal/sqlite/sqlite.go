@@ -34,7 +34,7 @@ type Options struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// NoGroupCommit commits every create in its own transaction, as a
-	// baseline for benchmarks; see groupcommit.go.
+	// baseline for benchmarks; see writer.go.
 	NoGroupCommit bool
 	// SoleServer makes this process the only server of the file: Open
 	// takes an exclusive lock (PATH.lock), failing if another server holds
@@ -73,6 +73,8 @@ type DB struct {
 	// The plant writer (writer.go) takes it for a run of batches; the token
 	// and webhook writes take it between runs.
 	write *sql.DB
+	// busyTimeout bounds a wait for another process's lock.
+	busyTimeout time.Duration
 	// maxPages is the write connection's max_page_count (0: no cap);
 	// deletes may go past it by deleteHeadroom (writer.go).
 	maxPages int64
@@ -94,6 +96,9 @@ type DB struct {
 	enqueued        func()
 	observeBatch    func(int)
 	eventsWritten   func()
+	// afterCommit, when set (by tests), runs after each batch's COMMIT,
+	// before its sync.
+	afterCommit func()
 	// life ends at Close; the writer's transactions run in it.
 	life     context.Context
 	stopLife context.CancelFunc
@@ -208,7 +213,7 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	}
 	write.SetMaxOpenConns(1)
 	write.SetConnMaxIdleTime(0)
-	db := &DB{write: write, maxPages: maxPages, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch, eventsWritten: opts.EventsWritten}
+	db := &DB{write: write, busyTimeout: opts.BusyTimeout, maxPages: maxPages, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch, eventsWritten: opts.EventsWritten}
 	// The first connection sets WAL mode, which needs the file to be
 	// writable; open the readers only after it. When processes start
 	// together on a new file, switching it to WAL and creating the schema
@@ -366,6 +371,9 @@ func storeError(op string, err error) error {
 		return err
 	}
 	wrapped := fmt.Errorf("sqlite: %s: %w", op, err)
+	if errors.Is(err, errWriteLockWait) {
+		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store is busy; retry shortly", wrapped)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store did not answer in time", wrapped)
 	}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/plantstore/plantstore"
 )
@@ -73,6 +74,9 @@ type writeRequest struct {
 	// cond, when set, must hold for the stored plant for an update or a
 	// delete to happen; it is judged in the batch's transaction.
 	cond plantstore.Precondition
+	// ctx is the caller's: a write whose caller has given up (its request
+	// ran out of time) before its transaction begins is not made.
+	ctx  context.Context
 	done chan writeResult // buffered: the writer never blocks on it
 }
 
@@ -100,6 +104,7 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 	if err := db.durable.faulted(); err != nil {
 		return writeResult{err: err}
 	}
+	w.ctx = ctx
 	if !db.groupCommit {
 		// One transaction per write, synced by its COMMIT; one at a time,
 		// so the effects are made in commit order.
@@ -113,7 +118,7 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 		return writeResult{err: storeError(w.op(), err)}
 	}
 	req := writeRequests.Get().(*writeRequest)
-	req.kind, req.plant, req.cond = w.kind, w.plant, w.cond
+	req.kind, req.plant, req.cond, req.ctx = w.kind, w.plant, w.cond, ctx
 	db.closeMu.RLock()
 	if db.closed {
 		db.closeMu.RUnlock()
@@ -128,7 +133,7 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 	db.closeMu.RUnlock()
 	select {
 	case r := <-req.done:
-		req.plant, req.cond = plantstore.Plant{}, nil
+		req.plant, req.cond, req.ctx = plantstore.Plant{}, nil, nil
 		writeRequests.Put(req)
 		return r
 	case <-ctx.Done():
@@ -168,6 +173,14 @@ func (db *DB) writer() {
 		for i, r := range results {
 			batch[i].done <- r
 		}
+		if job.busy != nil {
+			// The writes queued meanwhile have waited up to the busy
+			// timeout for the same lock, still held: they fail with it,
+			// so that no write waits more than the busy timeout in all.
+			for _, req := range db.drain(batch[:0]) {
+				req.done <- writeResult{err: job.busy}
+			}
+		}
 	}
 }
 
@@ -189,6 +202,9 @@ type heldConn struct {
 	normal  bool      // its synchronous is NORMAL
 	waits   int64     // the pool's WaitCount when taken: a larger one is a writer waiting
 	batches int       // committed since taken
+	// lockWait, when set, is what is left of the busy timeout after the
+	// wait for the connection: the next BEGIN waits that long at most.
+	lockWait time.Duration
 }
 
 // maxHeldBatches bounds how many batches the writer commits on the
@@ -199,16 +215,39 @@ const maxHeldBatches = 8
 
 // writeConn returns the write connection for a batch: the one held, or
 // the pool's, taken and held now.
+//
+// The pool's other writers (token use, webhook bookkeeping) may be
+// waiting, each up to the busy timeout, for a lock another process holds.
+// The batch waits for them, and then for the lock, the busy timeout in
+// all: a plant write's 503 comes after --busy-timeout, not after one more
+// for each write queued before it.
 func (db *DB) writeConn() (*sql.Conn, error) {
 	if db.held.conn == nil {
-		conn, err := db.write.Conn(db.life)
+		ctx, cancel := context.WithTimeout(db.life, db.busyTimeout)
+		began := time.Now()
+		conn, err := db.write.Conn(ctx)
+		cancel()
 		if err != nil {
+			if db.life.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				err = errWriteLockWait
+			}
 			return nil, err
 		}
 		db.held = heldConn{conn: conn, waits: db.write.Stats().WaitCount}
+		if waited := time.Since(began); waited >= time.Millisecond {
+			db.held.lockWait = max(time.Millisecond, db.busyTimeout-waited)
+		}
 	}
 	return db.held.conn, nil
 }
+
+// errWriteLockWait is a batch's busy timeout spent waiting for the
+// server's other writes, themselves waiting for another process's lock.
+var errWriteLockWait = errors.New("the busy timeout ran out behind other writes waiting for the lock")
+
+// busyBatch says whether a batch failed for a lock: its transaction
+// never began, and each write tried alone would wait for the lock again.
+func busyBatch(err error) bool { return isBusy(err) || errors.Is(err, errWriteLockWait) }
 
 // releaseWriteConn gives the held connection back to the pool with
 // synchronous=FULL, or has the pool close it when FULL cannot be set.
@@ -280,11 +319,26 @@ func (db *DB) drain(batch []*writeRequest) []*writeRequest {
 // one request's fault is not its neighbours', and a delete refused for
 // the cap once more past it (deleteHeadroom).
 func (db *DB) commit(batch []*writeRequest) *pendingBatch {
+	// Counted before the COMMIT: a reader that finds the batch in SQLite
+	// takes its mark after its read (readDurable), and so waits for this
+	// batch's sync.
+	seq := db.durable.committed.Add(1)
 	out, err := db.commitBatch(batch, 0)
-	job := &pendingBatch{results: out.results, outcomes: []batchOutcome{out}}
-	if err != nil {
+	job := &pendingBatch{results: out.results, outcomes: []batchOutcome{out}, seq: seq}
+	switch {
+	case err != nil && (busyBatch(err) || out.unknown()):
+		// No write is tried alone: behind a lock each would wait for it
+		// again, and after a COMMIT that failed but may have committed,
+		// a delete tried again would answer 404 for its own change.
+		if busyBatch(err) {
+			job.busy = err
+		}
 		job.results = make([]writeResult, len(batch))
-		job.results[0] = writeResult{err: err}
+		for i := range batch {
+			job.results[i] = writeResult{err: err}
+		}
+	case err != nil:
+		job.results = make([]writeResult, len(batch))
 		for i := range batch {
 			if len(batch) > 1 {
 				out, err = db.commitBatch(batch[i:i+1], 0)
@@ -301,7 +355,9 @@ func (db *DB) commit(batch []*writeRequest) *pendingBatch {
 			}
 		}
 	}
-	job.seq = db.durable.committed.Add(1)
+	if db.afterCommit != nil {
+		db.afterCommit()
+	}
 	return job
 }
 
@@ -384,6 +440,20 @@ func (db *DB) commitBatch(batch []*writeRequest, maxPages int64) (out batchOutco
 			}
 			db.held.normal = true
 		}
+		if wait := db.held.lockWait; wait > 0 {
+			// The batch waited for the connection: its BEGIN waits for
+			// what is left of the busy timeout (writeConn). Rare: the
+			// connection was busy for a millisecond or more.
+			db.held.lockWait = 0
+			if _, batchErr = c.exec(fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); batchErr != nil {
+				return nil
+			}
+			defer func() {
+				if _, err := c.exec(fmt.Sprintf(`PRAGMA busy_timeout = %d`, db.busyTimeout.Milliseconds())); err != nil && batchErr == nil {
+					batchErr = err
+				}
+			}()
+		}
 		if maxPages > 0 {
 			// PRAGMA takes no parameters; these are our own integers.
 			if _, batchErr = c.exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, maxPages)); batchErr != nil {
@@ -459,12 +529,22 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 	now := millis(db.now())
 	out.results = make([]writeResult, len(batch))
 	results := out.results
+	// A write whose caller has given up is not made: its caller answered
+	// 503, and a retry must not find the change made. Judged once the
+	// transaction holds the lock, after any wait for it.
+	for i, req := range batch {
+		if req.ctx != nil {
+			if err := req.ctx.Err(); err != nil {
+				results[i] = writeResult{err: storeError(req.op(), err)}
+			}
+		}
+	}
 	// The batch's changes, in the order they are made: their events get
 	// ids in that order.
 	var events []plantstore.Event
 	creates := make([]int, 0, len(batch)) // indexes in batch
 	for i, req := range batch {
-		if req.kind == writeCreate {
+		if req.kind == writeCreate && results[i].err == nil {
 			creates = append(creates, i)
 		}
 	}
@@ -495,7 +575,7 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 		start += len(chunk)
 	}
 	for i, req := range batch {
-		if req.kind == writeCreate {
+		if req.kind == writeCreate || results[i].err != nil {
 			continue
 		}
 		ev, err := writeOne(c, req)

@@ -1,0 +1,153 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
+
+// lockFromOutside takes the store's write lock from another connection,
+// as another process would, until the test ends or release is called.
+func lockFromOutside(t *testing.T, path string) (release func()) {
+	t.Helper()
+	other, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			conn.ExecContext(context.Background(), `ROLLBACK`)
+			conn.Close()
+			other.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// A plant write waits for another process's lock --busy-timeout in all:
+// not once more for each of the server's own writes queued before it
+// (token use, webhook bookkeeping, each waiting for the same lock), nor
+// once more for each write of its batch.
+func TestPlantWriteWaitsOneBusyTimeout(t *testing.T) {
+	createAll := func(db *DB, n int) ([]error, []time.Duration) {
+		errs, took := make([]error, n), make([]time.Duration, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				begin := time.Now()
+				_, errs[i] = db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i + 1), Name: "waits"})
+				took[i] = time.Since(begin)
+			})
+		}
+		wg.Wait()
+		return errs, took
+	}
+	check := func(t *testing.T, errs []error, took []time.Duration, bound time.Duration) {
+		t.Helper()
+		for i := range errs {
+			if plantstore.ErrorCode(errs[i]) != plantstore.EUNAVAILABLE {
+				t.Errorf("create %d under another process's lock: %v, want %s", i+1, errs[i], plantstore.EUNAVAILABLE)
+			}
+			if took[i] > bound {
+				t.Errorf("create %d answered after %v, want within %v", i+1, took[i].Round(time.Millisecond), bound)
+			}
+		}
+	}
+	t.Run("a batch", func(t *testing.T) {
+		const busy = 300 * time.Millisecond
+		db, path := openTest(t, Options{BusyTimeout: busy})
+		lockFromOutside(t, path)
+		errs, took := createAll(db, 8)
+		check(t, errs, took, 2*busy+busy/2)
+	})
+	t.Run("behind the server's own waiting writes", func(t *testing.T) {
+		const busy = 400 * time.Millisecond
+		db, path := openTest(t, Options{BusyTimeout: busy})
+		lockFromOutside(t, path)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() {
+				db.CreateToken(context.Background(), plantstore.Token{Name: fmt.Sprint("t", i), Scopes: []string{plantstore.ScopePlantsRead}}, plantstore.TokenHash{byte(i)})
+			})
+		}
+		time.Sleep(50 * time.Millisecond) // the token writes hold the write pool
+		errs, took := createAll(db, 4)
+		check(t, errs, took, busy+busy/2)
+		wg.Wait()
+	})
+	t.Run("after a wait for the pool", func(t *testing.T) {
+		// One token write ahead holds the pool for the whole busy
+		// timeout: the plant write's own wait for the lock is what is
+		// left of its busy timeout, not a busy timeout more.
+		const busy = time.Second
+		db, path := openTest(t, Options{BusyTimeout: busy})
+		lockFromOutside(t, path)
+		go db.CreateToken(context.Background(), plantstore.Token{Name: "ahead", Scopes: []string{plantstore.ScopePlantsRead}}, plantstore.TokenHash{1})
+		time.Sleep(50 * time.Millisecond)
+		errs, took := createAll(db, 1)
+		check(t, errs, took, busy+busy/2)
+	})
+}
+
+// A write whose caller gave up (its context ended: the request's timeout)
+// before its transaction began is never made, so that the caller's 503
+// does not hide a change: a retried conditional write would otherwise
+// find the plant changed by its own first try.
+func TestAbandonedWriteIsNotMade(t *testing.T) {
+	db, path := openTest(t, Options{BusyTimeout: time.Minute})
+	ctx := context.Background()
+	for _, id := range []int64{1, 2} {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "before"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := lockFromOutside(t, path)
+	abandon := func(write func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		return write(ctx)
+	}
+	errs := []error{
+		abandon(func(ctx context.Context) error {
+			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 3, Name: "abandoned"})
+			return err
+		}),
+		abandon(func(ctx context.Context) error {
+			return db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "abandoned"}, nil)
+		}),
+		abandon(func(ctx context.Context) error { return db.DeletePlant(ctx, 2, nil) }),
+	}
+	for i, err := range errs {
+		if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			t.Errorf("abandoned write %d: %v, want %s", i, err, plantstore.EUNAVAILABLE)
+		}
+	}
+	release()
+	// A write after them commits after them: by then they are settled.
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 4, Name: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := db.GetPlant(ctx, 3); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("the abandoned create was stored: %+v, %v", p, err)
+	}
+	if p, err := db.GetPlant(ctx, 1); err != nil || p.Name != "before" {
+		t.Errorf("the abandoned update was made: %+v, %v", p, err)
+	}
+	if _, err := db.GetPlant(ctx, 2); err != nil {
+		t.Errorf("the abandoned delete was made: %v", err)
+	}
+}

@@ -44,6 +44,7 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 	// gives its slot in flight back. A body that came with its head (most
 	// do) cannot trickle: moving the deadline would cost a change to the
 	// runtime's timers, and another to move it back after the answer.
+	infoFrom(r.Context()).bodyRead = true
 	if b, ok := r.Body.(interface{ InBuffer() bool }); !ok || !b.InBuffer() {
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
 	}

@@ -27,6 +27,9 @@ type requestInfo struct {
 	tokenID int64  // its id, for the limits per token
 	limit   string // the limit that refused the request, if one did
 	route   string // the pattern that matched, "" when none did
+	// bodyRead says a handler began reading the request's body: an error
+	// before then refuses a body never read (recorder.refuseBody).
+	bodyRead bool
 	// conn is the request's own context, which ends when its client goes
 	// away; the handlers' context is the shared deadline's (deadlines).
 	conn context.Context
@@ -97,7 +100,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			h["Strict-Transport-Security"] = hsts
 		}
 		rec := &held.rec
-		rec.ResponseWriter, rec.r, rec.publicURL = w, r, s.cfg.PublicURL
+		rec.ResponseWriter, rec.r, rec.publicURL, rec.info = w, r, s.cfg.PublicURL, info
 		held.ctx = infoContext{Context: s.deadlines.context(start), info: info}
 		ctx := &held.ctx
 		reached := r.Context()
@@ -168,6 +171,7 @@ type recorder struct {
 	// publicURL is Config.PublicURL: a redirect the mux makes to a path
 	// ("/plants") is sent to it, as the path under a proxy's prefix.
 	publicURL string
+	info      *requestInfo
 }
 
 func (rec *recorder) WriteHeader(status int) {
@@ -175,6 +179,9 @@ func (rec *recorder) WriteHeader(status int) {
 		return
 	}
 	rec.status = status
+	if status >= 400 && !rec.info.bodyRead && (rec.r.ContentLength != 0 || rec.r.TransferEncoding != nil) {
+		rec.refuseBody()
+	}
 	h := rec.Header()
 	if loc := h["Location"]; rec.publicURL != "" && len(loc) == 1 && strings.HasPrefix(loc[0], "/") && !strings.HasPrefix(loc[0], "//") {
 		h["Location"] = []string{rec.publicURL + loc[0]}
@@ -194,6 +201,20 @@ func (rec *recorder) WriteHeader(status int) {
 	n, _ := rec.ResponseWriter.Write(body)
 	rec.bytes += int64(n)
 	rec.discard = true
+}
+
+// refuseBody closes the connection after an answer that refuses a body
+// never read (no token, a limit, a route that takes none), unless the
+// body is all in already (the lean server says so). Otherwise net/http
+// would read the rest before answering (a Content-Length) or after it
+// (chunks), and a body sent slowly, or never, would hold the connection
+// up to --read-timeout; the lean server closes such a connection itself.
+func (rec *recorder) refuseBody() {
+	if b, ok := rec.r.Body.(interface{ InBuffer() bool }); ok && b.InBuffer() {
+		return
+	}
+	rec.Header()["Connection"] = closeConnection
+	http.NewResponseController(rec.ResponseWriter).SetReadDeadline(time.Now())
 }
 
 func (rec *recorder) defaultMessage(status int) string {

@@ -359,8 +359,18 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	// that asked from now learns where now was, and resumes from there
 	// if it reconnects before the first event (the Go client does).
 	buf := fmt.Appendf(nil, "retry: %d\n: events after %d\n\n", streamRetry, cursor)
+	// The stream outlives the check of its token: each write checks it
+	// again (from the token cache: a hash and a lookup), so the stream of
+	// a revoked token ends, and sends nothing more, when a request with it
+	// would be refused.
+	secret, _ := bearerToken(r.Header)
 	send := func() bool {
-		rc.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
+		now := time.Now()
+		if _, err := s.auth.Authenticate(s.deadlines.context(now), secret); err != nil {
+			s.log.Info("event stream ended: its token is no longer accepted", "request_id", infoFrom(r.Context()).id, "err", err)
+			return false
+		}
+		rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout))
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}

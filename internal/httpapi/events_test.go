@@ -612,6 +612,50 @@ func TestEventStreamLifetime(t *testing.T) {
 	})
 }
 
+// A stream ends once its token is revoked, as a request with the token
+// would be refused then (within the token cache's 2 s), and sends nothing
+// more: a stream open before the revocation is no way around it.
+func TestEventStreamEndsWithItsToken(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{cfg: httpapi.Config{StreamKeepAlive: 100 * time.Millisecond}})
+		secret := e.issue("streamer", plantstore.ScopePlantsRead)
+		s := e.openStream(secret, "", nil)
+		e.create(`{"id":1,"name":"before"}`)
+		if ev := s.next().decode(t); ev.Plant.Name != "before" {
+			t.Fatalf("before the revocation: %+v", ev)
+		}
+		if err := e.db.RevokeToken(context.Background(), "streamer", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		revoked := time.Now()
+		// Keep-alives every 100 ms: the stream finds out without events.
+		select {
+		case <-s.ended:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream of a revoked token is still open after 5 s")
+		}
+		if took := time.Since(revoked); took > 3*time.Second {
+			t.Errorf("the stream ended %v after the revocation", took)
+		}
+		// Without keep-alives meanwhile, the next event finds out: it is
+		// not sent, and the stream ends.
+		e = start(t, options{cfg: httpapi.Config{StreamKeepAlive: time.Hour}})
+		secret = e.issue("streamer", plantstore.ScopePlantsRead)
+		s = e.openStream(secret, "", nil)
+		if err := e.db.RevokeToken(context.Background(), "streamer", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2100 * time.Millisecond) // the token cache's 2 s
+		e.create(`{"id":2,"name":"after"}`)
+		s.none(500 * time.Millisecond)
+		select {
+		case <-s.ended:
+		case <-time.After(time.Second):
+			t.Error("the stream of a revoked token is still open after an event")
+		}
+	})
+}
+
 // Two instances on one PostgreSQL database, each with writers and a
 // stream: each stream sees every event of both, once, in id order, with
 // no gap, while the writers run.

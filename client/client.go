@@ -8,7 +8,8 @@
 // carrying the status, the server's message and its Retry-After.
 // WithRetries makes the client retry what the service refused for now
 // (429, 503) and dropped connections; it does not by default.
-// WithTLSConfig trusts a private CA.
+// WithTLSConfig trusts a private CA. A redirect is followed only within
+// the origin of the base URL: the token goes nowhere else.
 package client
 
 import (
@@ -90,7 +91,32 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	if err := c.applyTLS(); err != nil {
 		return nil, err
 	}
+	c.keepTokenAtHome()
 	return c, nil
+}
+
+// keepTokenAtHome has c's requests follow a redirect only within the
+// origin they were sent to. net/http would send the token along to
+// another port or scheme of the same host (https to http: in clear) and
+// to its subdomains; the service itself redirects only to its own paths.
+// A CheckRedirect of the caller's client still runs after this check.
+func (c *Client) keepTokenAtHome() {
+	h := *c.http
+	theirs := h.CheckRedirect
+	h.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		from := via[0].URL
+		if req.URL.Scheme != from.Scheme || req.URL.Host != from.Host {
+			return fmt.Errorf("plantstore: not following a redirect from %s://%s to %s://%s: the request carries the token", from.Scheme, from.Host, req.URL.Scheme, req.URL.Host)
+		}
+		if theirs != nil {
+			return theirs(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects") // net/http's default
+		}
+		return nil
+	}
+	c.http = &h
 }
 
 // Create adds p. It succeeds too when a plant with p's id, name and tag

@@ -1,0 +1,54 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// The token goes where the client was pointed, and nowhere else: a
+// redirect to another origin (here another port of the same host, which
+// net/http would send the Authorization header to) is not followed; one
+// within the origin is.
+func TestRedirectKeepsTheTokenAtHome(t *testing.T) {
+	var leaked atomic.Value
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Store(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"name":"elsewhere"}`))
+	}))
+	defer elsewhere.Close()
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/plants/1":
+			http.Redirect(w, r, elsewhere.URL+"/plants/1", http.StatusTemporaryRedirect)
+		case "/plants/2":
+			http.Redirect(w, r, "/plants/3", http.StatusTemporaryRedirect)
+		case "/plants/3":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"name":"at home"}`))
+		}
+	}))
+	defer home.Close()
+	for _, h := range []*http.Client{http.DefaultClient, {CheckRedirect: func(*http.Request, []*http.Request) error { return nil }}} {
+		c, err := New(home.URL, "pst_secret")
+		if h != http.DefaultClient {
+			c, err = New(home.URL, "pst_secret", WithHTTPClient(h))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(context.Background(), 1); err == nil || !strings.Contains(err.Error(), "not following a redirect") {
+			t.Errorf("a redirect to another origin: %v", err)
+		}
+		if v := leaked.Load(); v != nil {
+			t.Fatalf("the other origin got Authorization %q", v)
+		}
+		if p, err := c.Get(context.Background(), 2); err != nil || p.Name != "at home" {
+			t.Errorf("a redirect within the origin: %+v, %v", p, err)
+		}
+	}
+}

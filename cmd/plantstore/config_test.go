@@ -73,6 +73,9 @@ func TestConfigurationFromFiles(t *testing.T) {
 		{"/nonexistent/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, ""},
 		{"/nonexistent-s3cretdir/sub/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "/nonexistent-s3cretdir/sub"},
 		{"xml", "PLANTSTORE_LOG_FORMAT_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2, ""},
+		// Go's own error shows the URL with its password as ***: no
+		// longer the whole value, its path and user name still are.
+		{"http://someuser:PW_FROM_FILE@127.0.0.1:1/tenant-SECRET123", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 1, "tenant-SECRET123"},
 	} {
 		if err := os.WriteFile(secretFile, []byte(c.value+"\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -82,6 +85,26 @@ func TestConfigurationFromFiles(t *testing.T) {
 			c.part != "" && strings.Contains(r.stderr, c.part) {
 			t.Errorf("%s refused by %q: exit %d (want %d), stderr %q", c.variable, c.args, r.exit, c.exit, r.stderr)
 		}
+		if strings.Contains(r.stderr, "PW_FROM_FILE") || strings.Contains(r.stderr, "someuser") {
+			t.Errorf("%s: stderr shows part of the value: %q", c.variable, r.stderr)
+		}
+	}
+	// Nor as a default in --help.
+	serverFile := writeFile(t, "http://someuser:PW_FROM_FILE@127.0.0.1:1/tenant-SECRET123\n")
+	r = cli(t, dir, []string{"PLANTSTORE_SERVER_FILE=" + serverFile}, "plants", "get", "--help")
+	if strings.Contains(r.stdout, "PW_FROM_FILE") || strings.Contains(r.stdout, "tenant-SECRET123") || !strings.Contains(r.stdout, "(default: the value in PLANTSTORE_SERVER_FILE)") {
+		t.Errorf("--help with PLANTSTORE_SERVER_FILE:\n%s", r.stdout)
+	}
+	// A password in PLANTSTORE_SERVER itself is masked where the URL is
+	// shown: in --help and in the error that names the server.
+	withPassword := []string{"PLANTSTORE_SERVER=http://someuser:SECRETPW@127.0.0.1:1"}
+	r = cli(t, dir, withPassword, "plants", "get", "--help")
+	if strings.Contains(r.stdout, "SECRETPW") || !strings.Contains(r.stdout, "127.0.0.1:1") {
+		t.Errorf("--help with a password in PLANTSTORE_SERVER:\n%s", r.stdout)
+	}
+	r = cli(t, dir, withPassword, "plants", "get", "7", "--token", "pst_x")
+	if r.exit != 1 || strings.Contains(r.stderr, "SECRETPW") || !strings.Contains(r.stderr, "127.0.0.1:1") {
+		t.Errorf("an unreachable server with a password: exit %d, %q", r.exit, r.stderr)
 	}
 }
 

@@ -63,7 +63,7 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	server := *api.server
+	server := api.server.String()
 	w := &outputWriter{w: stdout}
 	out := eventPrinter{w: w, json: *asJSON}
 	if !*follow {

@@ -23,6 +23,7 @@ type flagSet struct {
 	getenv   func(string) string
 	envErrs  map[string]error // by flag name: a malformed variable, unless the flag is given
 	fromVars map[string]bool  // the flags that read a variable
+	fromFile map[string]bool  // the flags whose value a _FILE variable's file gave
 	usage    string
 	stdout   io.Writer
 	stderr   io.Writer
@@ -54,7 +55,7 @@ func newFlagSet(name, usage string, getenv func(string) string, stdout, stderr i
 	// says it once, with a hint, instead.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	return &flagSet{FlagSet: fs, getenv: getenv, envErrs: map[string]error{}, fromVars: map[string]bool{},
+	return &flagSet{FlagSet: fs, getenv: getenv, envErrs: map[string]error{}, fromVars: map[string]bool{}, fromFile: map[string]bool{},
 		usage: usage, stdout: stdout, stderr: stderr}
 }
 
@@ -81,7 +82,10 @@ func (fs *flagSet) printUsage(w io.Writer) {
 		if fs.fromVars[f.Name] {
 			usage += " (env " + envName(f.Name) + ")"
 		}
-		if d := f.DefValue; d != "" && d != "0" && d != "false" {
+		switch d := f.DefValue; {
+		case fs.fromFile[f.Name]:
+			usage += " (default: the value in " + envName(f.Name) + "_FILE)" // never shown
+		case d != "" && d != "0" && d != "false":
 			usage += " (default " + d + ")"
 		}
 		fmt.Fprintf(w, "%s\n    \t%s\n", line, usage)
@@ -148,6 +152,7 @@ func (fs *flagSet) fromEnv(name string, v flag.Value) {
 			return
 		}
 		// Files written by editors and by "echo" end with a newline.
+		fs.fromFile[name] = true
 		if err := v.Set(strings.TrimRight(string(b), "\r\n")); err != nil {
 			fs.envErrs[name] = fmt.Errorf("%s_FILE (%s): %v", env, file, err)
 		}

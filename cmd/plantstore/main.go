@@ -214,7 +214,9 @@ func withoutFileValues(err error, env environment) error {
 		}
 		// As the flags read it: without the line end an editor adds.
 		value := strings.TrimRight(string(b), "\r\n")
-		msg = redact.Replace(msg, value, "<the value in "+name+">")
+		for _, whole := range valueForms(value) {
+			msg = redact.Replace(msg, whole, "<the value in "+name+">")
+		}
 		for _, part := range valueParts(value) {
 			msg = redact.Replace(msg, part, "<part of the value in "+name+">")
 		}
@@ -225,22 +227,40 @@ func withoutFileValues(err error, env environment) error {
 	return &fileValuesHidden{msg: msg, err: err}
 }
 
+// valueForms are the ways a message may quote a value whole: as it is,
+// and a URL with a password as net/http's errors show it (the password
+// "***") and as ours do (maskPassword).
+func valueForms(value string) []string {
+	forms := []string{value}
+	if u, err := url.Parse(value); err == nil {
+		if _, has := u.User.Password(); has {
+			masked := *u
+			masked.User = url.UserPassword(u.User.Username(), "***")
+			forms = append(forms, masked.String(), u.Redacted())
+		}
+	}
+	return forms
+}
+
 // valueParts are the pieces of a value that a message may quote apart
-// from the whole, longest first: a URL's host (a dial error names it), a
-// path's directory (one that does not exist is named) and file name.
+// from the whole, longest first: a URL's host (a dial error names it),
+// its user name and path (net/http's errors show them), a path's
+// directory (one that does not exist is named) and file name.
 // Pieces shorter than minPart are left: "db" or "s" would be taken out of
 // every word of the message that holds them, and say little.
 func valueParts(value string) []string {
 	var parts []string
 	if u, err := url.Parse(value); err == nil && u.Host != "" {
-		parts = append(parts, u.Host, u.Hostname())
+		parts = append(parts, u.Host, u.Hostname(), u.User.Username(), u.EscapedPath())
 	} else if strings.ContainsAny(value, `/\`) {
 		if dir := filepath.Dir(value); dir != "." && dir != string(filepath.Separator) {
 			parts = append(parts, dir)
 		}
 		parts = append(parts, filepath.Base(value))
 	}
-	return slices.DeleteFunc(parts, func(p string) bool { return len(p) < minPart })
+	parts = slices.DeleteFunc(parts, func(p string) bool { return len(p) < minPart })
+	slices.SortStableFunc(parts, func(a, b string) int { return len(b) - len(a) })
+	return parts
 }
 
 // minPart is the shortest piece of a file's value valueParts takes out.

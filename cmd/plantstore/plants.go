@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -64,7 +65,7 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	w := &outputWriter{w: stdout}
-	return w.outcome(run(ctx, c, positional, plantPrinter{w: w, json: *asJSON}, stderr), *api.server)
+	return w.outcome(run(ctx, c, positional, plantPrinter{w: w, json: *asJSON}, stderr), api.server.String())
 }
 
 // outputWriter notes the first error writing to w.
@@ -102,11 +103,41 @@ func (o *outputWriter) Write(p []byte) (int, error) {
 
 // serverFlags are the flags of the commands that talk to a server over
 // its API (plants, events).
-type serverFlags struct{ server, token, caCert *string }
+type serverFlags struct {
+	server        *serverValue
+	token, caCert *string
+}
+
+// serverValue is the --server flag. Its URL may hold a password, which
+// it masks where it is shown: in the usage text (where a value from
+// PLANTSTORE_SERVER appears as the default) and in errors.
+type serverValue struct{ raw string }
+
+func (v *serverValue) Set(s string) error { v.raw = s; return nil }
+func (v *serverValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return maskPassword(v.raw)
+}
+
+// maskPassword is raw with the password of its user information, if it
+// is a URL with one, replaced as url.URL.Redacted does.
+func maskPassword(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		if _, has := u.User.Password(); has {
+			return u.Redacted()
+		}
+	}
+	return raw
+}
 
 func addServerFlags(fs *flagSet, tokenUsage string) serverFlags {
+	server := &serverValue{raw: "http://127.0.0.1:8080"}
+	fs.fromEnv("server", server)
+	fs.Var(server, "server", "base `URL` of the plantstore server")
 	return serverFlags{
-		server: fs.String("server", "http://127.0.0.1:8080", "base `URL` of the plantstore server"),
+		server: server,
 		token:  fs.Secret("token", tokenUsage),
 		caCert: fs.String("ca-cert", "", "trust the certificates in this PEM `FILE` (a private CA) instead of the system's, for an https --server"),
 	}
@@ -124,7 +155,7 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 		}
 		opts = append(opts, client.WithTLSConfig(cfg))
 	}
-	c, err := client.New(*f.server, *f.token, opts...)
+	c, err := client.New(f.server.raw, *f.token, opts...)
 	if err != nil {
 		return nil, usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
 	}

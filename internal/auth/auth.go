@@ -92,19 +92,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plants
 	// about the secret; the check below is constant-time all the same.
 	hash := plantstore.HashToken(secret)
 	now := a.opts.Now()
-
-	// One critical section per request: the lookup, and the last use of
-	// a hit.
-	a.mu.Lock()
-	entry, ok := a.cache[hash]
-	hit := ok && now.Before(entry.expires) && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1
-	if hit {
-		a.used[entry.token.ID] = now
-	}
-	a.mu.Unlock()
-	if hit {
-		a.hits.Add(1)
-		return entry.token, nil
+	if token, ok := a.cached(hash, now); ok {
+		return token, nil
 	}
 	a.misses.Add(1)
 
@@ -126,6 +115,34 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plants
 	a.used[token.ID] = now
 	a.mu.Unlock()
 	return token, nil
+}
+
+// Cached returns the active token secret stands for when this process
+// has checked it within the cache's time to live, as Authenticate would
+// without asking the store; false when only the store could tell (or the
+// token is malformed).
+func (a *Authenticator) Cached(secret string) (plantstore.Token, bool) {
+	if !plantstore.WellFormedToken(secret) {
+		return plantstore.Token{}, false
+	}
+	return a.cached(plantstore.HashToken(secret), a.opts.Now())
+}
+
+// cached looks hash up in the cache, noting the last use of a hit: one
+// critical section a request.
+func (a *Authenticator) cached(hash plantstore.TokenHash, now time.Time) (plantstore.Token, bool) {
+	a.mu.Lock()
+	entry, ok := a.cache[hash]
+	hit := ok && now.Before(entry.expires) && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1
+	if hit {
+		a.used[entry.token.ID] = now
+	}
+	a.mu.Unlock()
+	if !hit {
+		return plantstore.Token{}, false
+	}
+	a.hits.Add(1)
+	return entry.token, true
 }
 
 // Known reports whether secret is a token this process has found valid

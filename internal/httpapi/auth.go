@@ -10,7 +10,7 @@ import (
 // requireScope lets a request through to next only with a valid bearer
 // token (RFC 6750) that grants scope, within the token's rate limit, and,
 // from an address that has failed authentication too often, only with a
-// token this process has found valid before (see authThrottled).
+// token this process has found valid before (see reserveLookup).
 func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if mayHoldToken(r.URL.RawQuery) && len(r.Header.Values("Authorization")) > 0 {
@@ -32,17 +32,23 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		if s.authThrottled(w, r, secret) {
-			return
-		}
-		token, err := s.auth.Authenticate(r.Context(), secret)
-		if plantstore.ErrorCode(err) == plantstore.EUNAUTHORIZED {
-			err = invalidToken(plantstore.ErrorMessage(err))
-		}
-		if err != nil {
-			s.noteAuthFailure(r, err)
-			s.writeError(w, r, err)
-			return
+		token, ok := s.auth.Cached(secret)
+		if !ok {
+			// A lookup in the store: what a guess costs, and what the
+			// failed-authentication throttle guards.
+			slot, refused := s.reserveLookup(w, r, secret)
+			if refused {
+				return
+			}
+			token, err = s.auth.Authenticate(r.Context(), secret)
+			if plantstore.ErrorCode(err) == plantstore.EUNAUTHORIZED {
+				err = invalidToken(plantstore.ErrorMessage(err))
+			}
+			s.settleLookup(r, slot, err)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
 		}
 		info := infoFrom(r.Context())
 		info.token, info.tokenID = token.Name, token.ID

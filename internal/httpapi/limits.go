@@ -129,7 +129,7 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 	return true
 }
 
-// authThrottled answers 429, without looking the token up, when the
+// reserveLookup answers 429, without looking the token up, when the
 // client's address has failed authentication too often and secret is not
 // a token this process has found valid before. So a guesser gets no
 // answer about its guesses and costs no lookup, while the valid tokens of
@@ -140,16 +140,54 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 // lookup the throttle is there to spare. (The alternative, looking up
 // every token and refusing only the unknown ones, would answer each
 // guess.)
-func (s *Server) authThrottled(w http.ResponseWriter, r *http.Request, secret string) bool {
-	if s.authFailures == nil || s.authFailures.empty() {
-		return false // no address is throttled: nothing to look up
+//
+// Otherwise it takes one of the address's attempts for the lookup, before
+// it: guesses sent together are counted as they come, not once each is
+// answered, so no more than the allowed attempts reach the store however
+// many race in. settleLookup gives the attempt back unless the token is
+// refused. Only lookups come here: a token found in the cache costs the
+// throttle nothing.
+func (s *Server) reserveLookup(w http.ResponseWriter, r *http.Request, secret string) (slot lookupSlot, refused bool) {
+	if s.authFailures == nil || s.auth.Known(secret) {
+		return slot, false
 	}
-	wait := s.authFailures.wait(s.clientAddr(r), time.Now())
-	if wait == 0 || s.auth.Known(secret) {
-		return false
+	slot.addr = s.clientAddr(r)
+	wait, emptied := s.authFailures.reserve(slot.addr, time.Now())
+	if wait > 0 {
+		s.writeError(w, r, authFailuresError(wait))
+		return slot, true
 	}
-	s.writeError(w, r, authFailuresError(wait))
-	return true
+	slot.reserved, slot.emptied = true, emptied
+	return slot, false
+}
+
+// lookupSlot is the attempt a lookup took from its address's allowance.
+type lookupSlot struct {
+	addr     netip.Addr
+	reserved bool
+	emptied  bool // taking it used the address's last attempt
+}
+
+// settleLookup keeps the attempt a refused token took, and gives back one
+// that was not refused (valid, or the store could not tell). A refused
+// token that took none (one this process once found valid) spends one now.
+func (s *Server) settleLookup(r *http.Request, slot lookupSlot, err error) {
+	if s.authFailures == nil {
+		return
+	}
+	if !isGuess(err) {
+		if slot.reserved {
+			s.authFailures.refund(slot.addr)
+		}
+		return
+	}
+	if !slot.reserved {
+		s.noteAuthFailure(r, err)
+		return
+	}
+	if slot.emptied {
+		s.logThrottled(r, slot.addr)
+	}
 }
 
 func authFailuresError(wait time.Duration) error {
@@ -157,26 +195,34 @@ func authFailuresError(wait time.Duration) error {
 		"too many failed authentications from this address; retry after the time in Retry-After", wait)
 }
 
+// isGuess says whether err refused a bearer token that was sent: a
+// guess. A request without credentials is not one.
+func isGuess(err error) bool {
+	e, ok := errors.AsType[*httpError](err)
+	return ok && e.bearerError == "invalid_token"
+}
+
 // noteAuthFailure counts a refused token against the client's address.
 // Only a bearer token that was sent and refused counts (a guess); a request
 // without credentials is not one. Successes do not reset the count, or a
 // holder of one valid token could interleave it with guesses at others.
 func (s *Server) noteAuthFailure(r *http.Request, err error) {
-	if s.authFailures == nil {
-		return
-	}
-	if e, ok := errors.AsType[*httpError](err); !ok || e.bearerError != "invalid_token" {
+	if s.authFailures == nil || !isGuess(err) {
 		return
 	}
 	addr := s.clientAddr(r)
 	if s.authFailures.spend(addr, time.Now()) {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "client address throttled after repeated authentication failures",
-			slog.String("request_id", requestID(r.Context())),
-			slog.String("address", addr.String()),
-			slog.String("remote", r.RemoteAddr),
-			slog.Int("failures", s.cfg.AuthFailures),
-			slog.String("window", s.cfg.AuthFailureWindow.String()))
+		s.logThrottled(r, addr)
 	}
+}
+
+func (s *Server) logThrottled(r *http.Request, addr netip.Addr) {
+	s.log.LogAttrs(r.Context(), slog.LevelWarn, "client address throttled after repeated authentication failures",
+		slog.String("request_id", requestID(r.Context())),
+		slog.String("address", addr.String()),
+		slog.String("remote", r.RemoteAddr),
+		slog.Int("failures", s.cfg.AuthFailures),
+		slog.String("window", s.cfg.AuthFailureWindow.String()))
 }
 
 // clientAddr is the key of the failed-authentication throttle: the
@@ -301,6 +347,34 @@ func (b *tokenBuckets[K]) take(key K, now time.Time) time.Duration {
 	}
 	b.put(key, full.Add(b.interval), ok, now)
 	return 0
+}
+
+// reserve is take that also reports whether the token it took was the
+// bucket's last (see spend).
+func (b *tokenBuckets[K]) reserve(key K, now time.Time) (wait time.Duration, emptied bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	full, ok := b.full[key]
+	if !ok || full.Before(now) {
+		full = now
+	}
+	if ahead := full.Sub(now); ahead > b.slack {
+		return ahead - b.slack, false
+	}
+	next := full.Add(b.interval)
+	if !b.put(key, next, ok, now) {
+		return 0, false // untracked: the map is full of live buckets
+	}
+	return 0, next.Sub(now) > b.slack
+}
+
+// refund gives back a token reserve took.
+func (b *tokenBuckets[K]) refund(key K) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if full, ok := b.full[key]; ok {
+		b.full[key] = full.Add(-b.interval)
+	}
 }
 
 // wait answers how long until key's bucket holds a token, 0 if it holds

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,6 +158,42 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 			t.Errorf("%d guesses checked after Retry-After, want 1", n)
 		}
 	})
+}
+
+// Guesses sent together are counted as they come, not once each has been
+// checked: no more than the allowed attempts reach the store, however
+// many race in, and a valid token's lookup meanwhile takes no attempt.
+func TestAuthFailuresThrottleConcurrentGuesses(t *testing.T) {
+	const allowed = 5
+	var lookups atomic.Int64
+	e := start(t, options{
+		cfg:  httpapi.Config{AuthFailures: allowed, AuthFailureWindow: time.Minute},
+		wrap: func(s plantstore.Store) plantstore.Store { return countingLookups{s, &lookups} },
+	})
+	lookups.Store(0)
+	var wg sync.WaitGroup
+	var refused, throttled atomic.Int64
+	start := make(chan struct{})
+	for range 80 {
+		wg.Go(func() {
+			<-start
+			resp, _ := e.do("GET", "/plants/1", map[string]string{"Authorization": "Bearer " + plantstore.NewToken()}, nil)
+			switch resp.StatusCode {
+			case 401:
+				refused.Add(1)
+			case 429:
+				throttled.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := lookups.Load(); n > allowed || refused.Load() > allowed {
+		t.Errorf("80 guesses at once: %d checked (%d answered 401, %d 429), want at most %d", n, refused.Load(), throttled.Load(), allowed)
+	}
+	if refused.Load()+throttled.Load() != 80 {
+		t.Errorf("80 guesses: %d answered 401 and %d 429", refused.Load(), throttled.Load())
+	}
 }
 
 // X-Forwarded-For names the client only when it comes from a trusted

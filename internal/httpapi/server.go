@@ -148,6 +148,9 @@ const (
 // address is throttled.
 type Authenticator interface {
 	Authenticate(ctx context.Context, secret string) (plantstore.Token, error)
+	// Cached is Authenticate without asking the store: false when only
+	// the store could tell.
+	Cached(secret string) (plantstore.Token, bool)
 	Known(secret string) bool
 }
 

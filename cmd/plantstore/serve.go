@@ -19,7 +19,7 @@ import (
 	"github.com/plantstore/plantstore/internal/webhook"
 )
 
-func runServe(ctx context.Context, args []string, env environment, stdout, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, env environment, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("serve", `serve [flags]
 
 Serves the Plant Store API over HTTP on the store at --db (a SQLite file,
@@ -61,7 +61,11 @@ shown beside it.`, env.getenv, stdout, stderr)
 		closeListeners(ln, cfg.MetricsListener, cfg.PprofListener)
 		return dbMistake(err)
 	}
-	defer a.Close()
+	defer func() {
+		if cerr := a.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the store: %w", cerr)
+		}
+	}()
 	var flushing sync.WaitGroup
 	flushCtx, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
 	flushing.Go(func() { logs.run(flushCtx) })

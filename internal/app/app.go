@@ -43,10 +43,10 @@ type App struct {
 	// eventsWritten wakes the event streams' reader; a pending wake-up
 	// covers any number of writes.
 	eventsWritten chan struct{}
-	// metricsAddr and pprofAddr are where the side listeners bound, once
-	// Serve has started them.
-	mu                     sync.Mutex
-	metricsAddr, pprofAddr string
+	// metricsAddr is where the metrics listener bound, once Serve has
+	// started it.
+	mu          sync.Mutex
+	metricsAddr string
 }
 
 // Open opens the store and builds every part of the service around it,
@@ -84,15 +84,17 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		ln = httpapi.TLSListener(ln, a.cfg.TLS, a.log)
 		scheme = "https"
 	}
-	a.log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", storeName(a.cfg.Store.DB),
-		"docs", a.docsURL(scheme, ln.Addr()), "gomaxprocs", runtime.GOMAXPROCS(0))
-	if a.cfg.OnListening != nil {
-		a.cfg.OnListening()
-	}
 	closeSides, err := a.startSides()
 	defer closeSides()
 	if err != nil {
 		return err
+	}
+	// Said once every listener serves: a side listener that fails stops
+	// the start before anyone is told it is up.
+	a.log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", storeName(a.cfg.Store.DB),
+		"docs", a.docsURL(scheme, ln.Addr()), "gomaxprocs", runtime.GOMAXPROCS(0))
+	if a.cfg.OnListening != nil {
+		a.cfg.OnListening()
 	}
 
 	var background sync.WaitGroup
@@ -106,7 +108,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	serveErr := make(chan error, 1)
 	// net/http serves the connections the fast path hands it; its Serve
 	// ends at its Shutdown.
-	go a.server.Serve(httpapi.JSONErrorListener(a.fast.Handoffs(), a.log))
+	go func() {
+		if err := a.server.Serve(httpapi.JSONErrorListener(a.fast.Handoffs(), a.log)); !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("serving the connections handed to net/http failed", "err", err)
+		}
+	}()
 	go func() { serveErr <- a.fast.Serve(ln) }()
 	select {
 	case err = <-serveErr:

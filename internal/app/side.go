@@ -31,7 +31,7 @@ func (a *App) startSides() (closeAll func(), err error) {
 		started = append(started, side)
 	}
 	if a.cfg.PprofAddr != "" {
-		side, err := a.startSide(a.cfg.PprofAddr, a.cfg.PprofListener, "profiler", &a.pprofAddr, func(mux *http.ServeMux) {
+		side, err := a.startSide(a.cfg.PprofAddr, a.cfg.PprofListener, "profiler", nil, func(mux *http.ServeMux) {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
@@ -66,8 +66,8 @@ func (a *App) pruneEvents(ctx context.Context) {
 	}
 }
 
-// MetricsAddr and PprofAddr are the addresses the side listeners bound,
-// once Serve has started them ("" before, or when off).
+// MetricsAddr is the address the metrics listener bound, once Serve has
+// started it ("" before, or when off).
 func (a *App) MetricsAddr() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -76,8 +76,8 @@ func (a *App) MetricsAddr() string {
 
 // startSide serves routes on a listener of its own at addr (ln, when it
 // is already bound), apart from the API, so what it serves is never
-// reachable through the API's port. It records the bound address in
-// *bound and logs it.
+// reachable through the API's port. It logs the bound address, and
+// records it in *bound unless bound is nil.
 func (a *App) startSide(addr string, ln net.Listener, name string, bound *string, routes func(*http.ServeMux)) (*http.Server, error) {
 	if ln == nil {
 		var err error
@@ -87,11 +87,19 @@ func (a *App) startSide(addr string, ln net.Listener, name string, bound *string
 	}
 	mux := http.NewServeMux()
 	routes(mux)
-	srv := &http.Server{Handler: httpapi.JSONErrors(mux), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: httpapi.JSONErrors(mux), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10}
+	if bound != nil {
+		// The metrics: a scrape is answered in moments. (A profile takes
+		// the seconds it is asked for.)
+		srv.WriteTimeout = 30 * time.Second
+	}
 	go srv.Serve(ln)
-	a.mu.Lock()
-	*bound = ln.Addr().String()
-	a.mu.Unlock()
+	if bound != nil {
+		a.mu.Lock()
+		*bound = ln.Addr().String()
+		a.mu.Unlock()
+	}
 	a.log.Info(name+" listening", "addr", ln.Addr().String())
 	return srv, nil
 }

@@ -24,6 +24,7 @@ type feed struct {
 	store   plantstore.EventStore
 	written <-chan struct{}
 	poll    time.Duration
+	timeout time.Duration // of each read of the store: the request timeout
 	log     *slog.Logger
 
 	mu      sync.Mutex
@@ -54,8 +55,8 @@ const maxTail = 4096
 // reads from the store at once.
 const feedPage = 1000
 
-func newFeed(store plantstore.EventStore, written <-chan struct{}, poll time.Duration, log *slog.Logger) *feed {
-	return &feed{store: store, written: written, poll: poll, log: log,
+func newFeed(store plantstore.EventStore, written <-chan struct{}, poll, timeout time.Duration, log *slog.Logger) *feed {
+	return &feed{store: store, written: written, poll: poll, timeout: timeout, log: log,
 		changed: make(chan struct{}), shutdown: make(chan struct{})}
 }
 
@@ -119,7 +120,7 @@ func (f *feed) read() {
 
 // catchUp reads the events after the tail's newest into it.
 func (f *feed) catchUp() {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultRequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	f.mu.Lock()
 	latest := f.latest

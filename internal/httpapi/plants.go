@@ -32,6 +32,7 @@ func (s *Server) handleCreatePlant() http.Handler {
 		buf := bodyBuffers.Get().(*[]byte)
 		body, err := s.readJSONBody(w, r, *buf)
 		if err != nil {
+			putBuffer(buf, *buf)
 			s.writeError(w, r, err)
 			return
 		}
@@ -80,6 +81,7 @@ func (s *Server) handleUpdatePlant() http.Handler {
 		buf := bodyBuffers.Get().(*[]byte)
 		body, err := s.readJSONBody(w, r, *buf)
 		if err != nil {
+			putBuffer(buf, *buf)
 			s.writeError(w, r, err)
 			return
 		}

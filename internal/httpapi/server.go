@@ -231,7 +231,7 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	if cfg.AddressRate > 0 {
 		s.addressRate = newTokenBuckets[netip.Addr](cfg.AddressRate, max(1, int(2*cfg.AddressRate)), maxBucketKeys)
 	}
-	s.feed = newFeed(store, cfg.EventsWritten, cfg.EventPoll, cfg.Logger)
+	s.feed = newFeed(store, cfg.EventsWritten, cfg.EventPoll, cfg.RequestTimeout, cfg.Logger)
 	s.streamsPerToken = &tokenSlots{max: cfg.MaxStreamsPerToken, held: map[int64]int{}}
 	if cfg.MaxInFlightPerToken > 0 {
 		s.perToken = &tokenSlots{max: cfg.MaxInFlightPerToken, held: map[int64]int{}}

@@ -629,8 +629,11 @@ func writeOne(c *rawConn, req *writeRequest) (*plantstore.Event, error) {
 		// again changes nothing and records no event.
 		n, err := c.exec(`UPDATE plants SET name = ?1, tag = ?2 WHERE id = ?3 AND (name IS NOT ?1 OR tag IS NOT ?2)`,
 			req.plant.Name, req.plant.Tag, id)
-		if err != nil || n == 1 {
-			return &plantstore.Event{Type: plantstore.EventUpdated, Plant: req.plant}, err
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			return &plantstore.Event{Type: plantstore.EventUpdated, Plant: req.plant}, nil
 		}
 		if _, err := readPlant(c, id); err != nil {
 			return nil, err // ENOTFOUND, or a fault

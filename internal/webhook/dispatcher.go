@@ -509,9 +509,10 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 	res := Send(ctx, d.cfg.Client, Message{ID: dl.EventID, URL: sub.URL, Key: key, Body: DeliveryBody(dl),
 		Type: dl.EventType, Seq: dl.Seq}, start)
 	if res.Outcome != Delivered && ctx.Err() != nil {
-		// Cut short by the shutdown: not the subscriber's failure, and not
-		// recorded; the delivery goes out again after the restart.
-		log.Info("webhook attempt cut short by shutdown", "event", dl.EventID, "plant", dl.Plant.ID)
+		// Cut short (the shutdown, the window's lease lost, another chain's
+		// 410): not the subscriber's failure, and not recorded; the
+		// delivery goes out again later.
+		log.Info("webhook attempt cut short; not counted", "event", dl.EventID, "plant", dl.Plant.ID)
 		return plantstore.AttemptResult{DeliveryID: dl.ID}, Retry
 	}
 	d.stats.attempts.Add(1)
@@ -590,7 +591,9 @@ func DeliveryBody(dl plantstore.Delivery) []byte {
 	return eventJSON(plantstore.Event{ID: dl.Seq, Type: dl.EventType, At: dl.CreatedAt, Plant: dl.Plant})
 }
 
-// eventJSON encodes e as GET /events does.
+// eventJSON encodes e with the fields and time format of GET /events
+// (encoding/json's escapes: the same JSON value, not always the same
+// bytes).
 func eventJSON(e plantstore.Event) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

@@ -23,6 +23,7 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -209,7 +210,9 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 }
 
 // ListNext reads the page at next, a Page.Next. It refuses a URL on
-// another scheme or host than the client's base URL.
+// another scheme or host than the client's base URL. (A Page.Next is
+// always on it: the next page of a server that names its pages under a
+// public URL the client does not use is taken on the client's base URL.)
 func (c *Client) ListNext(ctx context.Context, next string) (Page, error) {
 	if err := c.checkOwn(next); err != nil {
 		return Page{}, err
@@ -246,11 +249,20 @@ func (c *Client) nextPage(current string, header http.Header) (string, error) {
 	}
 	base, _ := url.Parse(current)
 	resolved := base.ResolveReference(ref)
+	if resolved.Scheme == c.base.Scheme && resolved.Host == c.base.Host {
+		return resolved.String(), nil
+	}
 	// The token goes with every request: never follow a link elsewhere.
-	if resolved.Scheme != c.base.Scheme || resolved.Host != c.base.Host {
+	// A server behind a proxy names the next page under its public URL
+	// (--public-url), which a client of its own address (an operator on
+	// the host) does not reach: the same resource with the link's query
+	// is the next page on the client's base URL.
+	if path.Base(resolved.Path) != path.Base(base.Path) {
 		return "", fmt.Errorf("plantstore: the next page %q is not on %s://%s; not following it", link, c.base.Scheme, c.base.Host)
 	}
-	return resolved.String(), nil
+	rebased := *base
+	rebased.RawQuery = resolved.RawQuery
+	return rebased.String(), nil
 }
 
 // All yields every plant opts select, in id order, reading page after

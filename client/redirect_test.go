@@ -52,3 +52,40 @@ func TestRedirectKeepsTheTokenAtHome(t *testing.T) {
 		}
 	}
 }
+
+// A server behind a proxy names its next page under its public URL; a
+// client of the server's own address takes the same page there, and
+// still never sends the token to the public URL's host.
+func TestNextPageUnderAPublicURL(t *testing.T) {
+	var queries []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries = append(queries, r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Query().Get("after") {
+		case "":
+			w.Header().Set("Link", `<https://api.example.test/v1/plants?after=1&limit=1>; rel="next"`)
+			w.Write([]byte(`[{"id":1,"name":"a"}]`))
+		case "1":
+			w.Header().Set("Link", `<https://api.example.test/v1/elsewhere?after=2>; rel="next"`)
+			w.Write([]byte(`[{"id":2,"name":"b"}]`))
+		}
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "pst_secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := c.List(context.Background(), ListOptions{Limit: 1})
+	if err != nil || page.Next != srv.URL+"/plants?after=1&limit=1" {
+		t.Fatalf("first page: next %q, %v", page.Next, err)
+	}
+	// Its own next link names another resource there: not taken for
+	// the next page.
+	page, err = c.ListNext(context.Background(), page.Next)
+	if err == nil || !strings.Contains(err.Error(), "not following it") {
+		t.Errorf("a next link to another resource: %q, %v", page.Next, err)
+	}
+	if len(queries) != 2 || queries[1] != "after=1&limit=1" {
+		t.Errorf("queries asked: %q", queries)
+	}
+}

@@ -251,7 +251,8 @@ func valueForms(value string) []string {
 func valueParts(value string) []string {
 	var parts []string
 	if u, err := url.Parse(value); err == nil && u.Host != "" {
-		parts = append(parts, u.Host, u.Hostname(), u.User.Username(), u.EscapedPath())
+		// pgx's errors name the user and the database: user=U database=D.
+		parts = append(parts, u.Host, u.Hostname(), u.User.Username(), u.EscapedPath(), strings.TrimPrefix(u.Path, "/"))
 	} else if strings.ContainsAny(value, `/\`) {
 		if dir := filepath.Dir(value); dir != "." && dir != string(filepath.Separator) {
 			parts = append(parts, dir)

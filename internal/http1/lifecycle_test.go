@@ -253,6 +253,27 @@ func TestShutdown(t *testing.T) {
 	std.Close()
 }
 
+// A shutdown out of time with nothing in flight (a timeout of a
+// nanosecond, idle keep-alive connections) is no failure.
+func TestShutdownOutOfTimeWithNothingInFlight(t *testing.T) {
+	addr, s := listen(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "done") }), true, Limits{})
+	for range 3 {
+		c, br := dial(t, addr)
+		fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+		if res, err := http.ReadResponse(br, nil); err != nil {
+			t.Fatal(err)
+		} else {
+			io.Copy(io.Discard, res.Body)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with nothing in flight: %v", err)
+	}
+}
+
 // Many clients at once, on kept-alive connections, fast and handed-off
 // requests side by side: every answer is the right one (run with -race).
 // A connection once handed off stays with net/http, so the plant requests

@@ -171,8 +171,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+	}
+	// Out of time. Connections still waiting for a request were only
+	// slow to close (a timeout of a nanosecond does that): close them, and
+	// report the timeout only when a request is still being served.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	serving := false
+	for c := range s.conns {
+		if c.idle.Load() {
+			c.c.Close()
+		} else {
+			serving = true
+		}
+	}
+	if serving {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // handoffListener yields the connections the fast path hands to net/http.

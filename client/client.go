@@ -82,7 +82,7 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 func New(baseURL, token string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("plantstore: base URL %q must be an absolute http(s) URL", baseURL)
+		return nil, fmt.Errorf("plantstore: base URL %q must be an absolute http(s) URL, such as http://127.0.0.1:8080", baseURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	c := &Client{base: u, token: token, http: http.DefaultClient}

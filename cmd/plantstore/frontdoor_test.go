@@ -164,6 +164,10 @@ func TestStoreOfSomethingElseRefused(t *testing.T) {
 			if r.exit != 1 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "internal") {
 				t.Errorf("%q --db %s: exit %d, %q; want 1 and %q", args, path, r.exit, r.stderr, want)
 			}
+			// Only a command that makes a store says where it would.
+			if makes := strings.Contains(r.stderr, "a new store is made"); makes != (args[1] == "create") && path == notes {
+				t.Errorf("%q --db %s: %q", args, path, r.stderr)
+			}
 		}
 		// serve, bounded: one that takes the file would serve on.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -33,7 +33,7 @@ server can reach its store. Redirects and proxies are not followed.`, getenv, st
 	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` the server listens on")
 	certFile := fs.String("tls-cert", "", "`FILE` with the server's TLS certificate (PEM), as given to serve: ask over HTTPS and trust it")
 	path := fs.FlagSet.String("path", "/healthz", "`PATH` to ask: /healthz (the process is up) or /readyz (it can reach its store)")
-	timeout := fs.FlagSet.Duration("timeout", 2*time.Second, "time the server has to answer")
+	timeout := fs.Duration("timeout", 2*time.Second, "time the server has to answer") // command line only (commandLineOnly)
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {

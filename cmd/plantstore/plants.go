@@ -157,7 +157,7 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 	}
 	c, err := client.New(f.server.raw, *f.token, opts...)
 	if err != nil {
-		return nil, usageError(strings.TrimPrefix(err.Error(), "plantstore: "))
+		return nil, usageError("--server (PLANTSTORE_SERVER): " + strings.TrimPrefix(err.Error(), "plantstore: "))
 	}
 	return c, nil
 }

@@ -251,24 +251,27 @@ func TestUsageMistakesSayWhereTheUsageIs(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		hint string
+		says string // in the message, when set
 	}{
-		{[]string{"token", "create"}, "plantstore token create --help"},
-		{[]string{"token", "revoke"}, "plantstore token revoke --help"},
-		{[]string{"token", "create", "--al"}, "plantstore token create --help"},
-		{[]string{"plants", "add", "--name", "x", "--token", "pst_x"}, "plantstore plants add --help"},
-		{[]string{"backup"}, "plantstore backup --help"},
-		{[]string{"serve", "--addr", "bogus"}, "plantstore serve --help"},
-		{[]string{"tokn"}, "plantstore --help"},
+		{[]string{"token", "create"}, "plantstore token create --help", ""},
+		{[]string{"health", "--timeout", "1"}, "plantstore health --help", "not a duration (examples: 500ms"},
+		{[]string{"plants", "list", "--server", "127.0.0.1:1", "--token", "pst_x"}, "plantstore plants list --help", "--server (PLANTSTORE_SERVER): base URL \"127.0.0.1:1\" must be an absolute"},
+		{[]string{"token", "revoke"}, "plantstore token revoke --help", ""},
+		{[]string{"token", "create", "--al"}, "plantstore token create --help", ""},
+		{[]string{"plants", "add", "--name", "x", "--token", "pst_x"}, "plantstore plants add --help", ""},
+		{[]string{"backup"}, "plantstore backup --help", ""},
+		{[]string{"serve", "--addr", "bogus"}, "plantstore serve --help", ""},
+		{[]string{"tokn"}, "plantstore --help", ""},
 		// A flag where a value should be is not taken as the value.
-		{[]string{"token", "create", "--name", "--replace"}, "plantstore token create --help"},
-		{[]string{"plants", "add", "--id", "1", "--name", "--tag", "x", "--token", "pst_x"}, "plantstore plants add --help"},
+		{[]string{"token", "create", "--name", "--replace"}, "plantstore token create --help", ""},
+		{[]string{"plants", "add", "--id", "1", "--name", "--tag", "x", "--token", "pst_x"}, "plantstore plants add --help", ""},
 		// A flag given twice: the last would win, silently.
-		{[]string{"token", "create", "--name", "two", "--scope", "plants:read", "--scope=plants:write"}, "plantstore token create --help"},
-		{[]string{"plants", "add", "--id", "1", "--id", "2", "--name", "x", "--token", "pst_x"}, "plantstore plants add --help"},
+		{[]string{"token", "create", "--name", "two", "--scope", "plants:read", "--scope=plants:write"}, "plantstore token create --help", ""},
+		{[]string{"plants", "add", "--id", "1", "--id", "2", "--name", "x", "--token", "pst_x"}, "plantstore plants add --help", ""},
 	} {
 		r := cli(t, dir, nil, tc.args...)
-		if r.exit != 2 || strings.Count(r.stderr, "Run \"") != 1 || !strings.Contains(r.stderr, "Run \""+tc.hint+"\"") {
-			t.Errorf("%q: exit %d, stderr %q; want 2 and one hint, %q", tc.args, r.exit, r.stderr, tc.hint)
+		if r.exit != 2 || strings.Count(r.stderr, "Run \"") != 1 || !strings.Contains(r.stderr, "Run \""+tc.hint+"\"") || !strings.Contains(r.stderr, tc.says) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and one hint, %q, saying %q", tc.args, r.exit, r.stderr, tc.hint, tc.says)
 		}
 	}
 	if r := cli(t, dir, nil, "token", "list"); strings.Contains(r.stdout, "--replace") || strings.Contains(r.stdout, "two") {

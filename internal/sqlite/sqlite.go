@@ -158,7 +158,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		if soleLock != nil {
 			dropLock(soleLock, lockCreated)
 		}
-		return nil, notAStore(path, err)
+		return nil, notAStore(path, opts.MustExist, err)
 	}
 	if created && opts.Created != nil {
 		opts.Created(abs)
@@ -459,14 +459,18 @@ func userTables(ctx context.Context, db *sql.DB) ([]string, error) {
 
 // notAStore says plainly that the file at path is not a SQLite database,
 // or a damaged one, when err, its opening's failure, says so in SQLite's
-// words; any other err is returned as it is.
-func notAStore(path string, err error) error {
+// words; any other err is returned as it is. Only an opening that may
+// make a store (mustExist false) says where one would be made.
+func notAStore(path string, mustExist bool, err error) error {
 	e, ok := errors.AsType[*sqlite.Error](err)
 	if !ok {
 		return err
 	}
 	switch e.Code() & 0xff {
 	case sqlite3.SQLITE_NOTADB:
+		if mustExist {
+			return fmt.Errorf("%s is not a SQLite database, so not a store (--db names the store's file)", path)
+		}
 		return fmt.Errorf("%s is not a SQLite database, so not a store (--db names the store's file; where no file is, a new store is made)", path)
 	case sqlite3.SQLITE_CORRUPT:
 		return fmt.Errorf("the store %s is damaged (%v): restore it from a backup (docs/operations.md, Backups)", path, e)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -183,6 +184,20 @@ type WebhookStore interface {
 	// then none is retried; so is a subscriberID that is not an active
 	// subscriber.
 	RetryDeliveries(ctx context.Context, subscriberID int64, ids []int64) (int, error)
+}
+
+// NotRetried is RetryDeliveries' ENOTFOUND when of the deliveries asked
+// for (sorted, without repeats) only those retried were eligible: it
+// names the others.
+func NotRetried(asked, retried []int64) error {
+	var others []string
+	for _, id := range asked {
+		if !slices.Contains(retried, id) {
+			others = append(others, strconv.FormatInt(id, 10))
+		}
+	}
+	return Errorf(ENOTFOUND, "not a parked delivery of an active subscriber: %s (webhook list shows them; a disabled subscriber's stay parked); none was retried, so retry the others alone",
+		strings.Join(others, ", "))
 }
 
 // SubscriberEvents checks a subscriber's event types and returns them in

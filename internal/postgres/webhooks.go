@@ -206,6 +206,7 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 	unique := slices.Compact(slices.Sorted(slices.Values(ids)))
 	errMissing := errors.New("missing")
 	var n int64
+	var missing error
 	err := retry(ctx, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 			if subscriberID != 0 {
@@ -217,24 +218,30 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 					return plantstore.Errorf(plantstore.ENOTFOUND, "no active webhook subscriber %d", subscriberID)
 				}
 			}
-			tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
+			rows, err := tx.Query(ctx, `UPDATE webhook_deliveries
 				SET failed_at = NULL, attempts = 0, first_failed_at = NULL, next_attempt_at = $1
 				WHERE failed_at IS NOT NULL AND ($2 = 0 OR subscriber_id = $2)
 				  AND (coalesce(cardinality($3::bigint[]), 0) = 0 OR id = ANY($3::bigint[]))
-				  AND subscriber_id IN (SELECT id FROM webhook_subscribers WHERE disabled_at IS NULL)`,
+				  AND subscriber_id IN (SELECT id FROM webhook_subscribers WHERE disabled_at IS NULL)
+				RETURNING id`,
 				db.now(), subscriberID, unique)
 			if err != nil {
 				return err
 			}
-			n = tag.RowsAffected()
-			if len(unique) > 0 && int(n) != len(unique) {
+			retried, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return err
+			}
+			n = int64(len(retried))
+			if len(unique) > 0 && len(retried) != len(unique) {
+				missing = plantstore.NotRetried(unique, retried)
 				return errMissing
 			}
 			return nil
 		})
 	})
 	if errors.Is(err, errMissing) {
-		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, %d are parked deliveries of active subscribers (webhook list shows them): none was retried", ids, n)
+		return 0, missing
 	}
 	if err != nil {
 		return 0, db.storeError("retry webhook deliveries", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -244,21 +245,31 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 	if len(ids) > 0 {
 		idList, _ = json.Marshal(ids)
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE webhook_deliveries
+	rows, err := tx.QueryContext(ctx, `UPDATE webhook_deliveries
 		SET failed_at = NULL, attempts = 0, first_failed_at = NULL, next_attempt_at = ?1
 		WHERE failed_at IS NOT NULL AND (?2 = 0 OR subscriber_id = ?2)
 		  AND (?3 = '[]' OR id IN (SELECT value FROM json_each(?3)))
-		  AND subscriber_id IN (SELECT id FROM webhook_subscribers WHERE disabled_at IS NULL)`,
+		  AND subscriber_id IN (SELECT id FROM webhook_subscribers WHERE disabled_at IS NULL)
+		RETURNING id`,
 		millis(db.now()), subscriberID, string(idList))
 	if err != nil {
 		return 0, storeError(op, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
+	var retried []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, storeError(op, err)
+		}
+		retried = append(retried, id)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return 0, storeError(op, err)
 	}
-	if len(ids) > 0 && int(n) != len(slicesCompact(ids)) {
-		return 0, plantstore.Errorf(plantstore.ENOTFOUND, "of deliveries %v, %d are parked deliveries of active subscribers (webhook list shows them): none was retried", ids, n)
+	n := len(retried)
+	if asked := slicesCompact(ids); len(ids) > 0 && n != len(asked) {
+		return 0, plantstore.NotRetried(asked, retried)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, storeError(op, err)

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -654,8 +655,14 @@ func testRetryParked(t *testing.T, s plantstore.Store) {
 		if len(ids) == 2 && ids[1] == db[0].ID {
 			sub = a.ID // b's delivery is not a's
 		}
-		if _, err := s.RetryDeliveries(ctx, sub, ids); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		_, err := s.RetryDeliveries(ctx, sub, ids)
+		if plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
 			t.Errorf("RetryDeliveries(%d, %v): %v, want ENOTFOUND", sub, ids, err)
+		}
+		// It names the one that cannot be retried, and not the other.
+		bad, good := ids[len(ids)-1], ids[0]
+		if msg := plantstore.ErrorMessage(err); len(ids) == 2 && (!strings.Contains(msg, fmt.Sprint(bad)) || strings.Contains(msg, fmt.Sprint(good))) {
+			t.Errorf("RetryDeliveries(%d, %v) names the wrong ones: %q", sub, ids, msg)
 		}
 	}
 	if got := subscriberByID(t, s, a.ID); got.Failed != 2 || got.Pending != 1 {

@@ -151,3 +151,37 @@ func TestAbandonedWriteIsNotMade(t *testing.T) {
 		t.Errorf("the abandoned delete was made: %v", err)
 	}
 }
+
+// A batch whose COMMIT fails may have committed (for all the writer can
+// tell): no write of it is tried again alone, where a delete would answer
+// 404 for its own change; each answers the batch's error. The COMMIT here
+// fails on a deferred foreign key a test trigger breaks.
+func TestCommitThatMayHaveCommittedIsNotRetriedAlone(t *testing.T) {
+	db, _ := openTest(t, Options{})
+	ctx := context.Background()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 13, Name: "doomed"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE test_parent (id INTEGER PRIMARY KEY)`,
+		`CREATE TABLE test_child (parent INTEGER REFERENCES test_parent (id) DEFERRABLE INITIALLY DEFERRED)`,
+		`CREATE TRIGGER test_break_commit AFTER DELETE ON plants WHEN old.id = 13 BEGIN INSERT INTO test_child VALUES (999); END`,
+	} {
+		if _, err := db.write.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := []*writeRequest{
+		{kind: writeDelete, plant: plantstore.Plant{ID: 13}},
+		{kind: writeCreate, plant: plantstore.Plant{ID: 14, Name: "beside it"}},
+	}
+	results := commitAsWriter(db, batch)
+	for i, r := range results {
+		if r.err == nil || plantstore.ErrorCode(r.err) == plantstore.ENOTFOUND {
+			t.Errorf("%s after a failed COMMIT: %+v, want the batch's error", batch[i].op(), r)
+		}
+	}
+	if _, err := db.GetPlant(ctx, 13); err != nil {
+		t.Errorf("plant 13 after the failed batch: %v", err)
+	}
+}

@@ -185,3 +185,28 @@ func TestCommitThatMayHaveCommittedIsNotRetriedAlone(t *testing.T) {
 		t.Errorf("plant 13 after the failed batch: %v", err)
 	}
 }
+
+// A read does not wait for a write stuck behind another process's lock:
+// only a batch whose COMMIT has begun can be in what a read finds.
+func TestReadsDoNotWaitForAWriteBehindALock(t *testing.T) {
+	for _, sole := range []bool{false, true} {
+		db, path := openTest(t, Options{BusyTimeout: 2 * time.Second, SoleServer: sole})
+		ctx := context.Background()
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "there"}); err != nil {
+			t.Fatal(err)
+		}
+		lockFromOutside(t, path)
+		go db.CreatePlant(ctx, plantstore.Plant{ID: 2, Name: "waits"})
+		time.Sleep(100 * time.Millisecond) // the writer waits for the lock
+		begin := time.Now()
+		if _, err := db.GetPlant(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Events(ctx, plantstore.EventQuery{Limit: 10}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(begin); took > 500*time.Millisecond {
+			t.Errorf("sole=%t: reads took %v while a write waited for the lock", sole, took)
+		}
+	}
+}

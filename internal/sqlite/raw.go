@@ -90,6 +90,27 @@ func (c *rawConn) exec(query string, args ...any) (int64, error) {
 	return res.RowsAffected()
 }
 
+// execOnce runs query, without arguments, and does not keep it prepared:
+// for a statement whose text changes from run to run (a PRAGMA's value),
+// which exec would keep one of for each text.
+func (c *rawConn) execOnce(query string) error {
+	prep, ok := c.conn.(driver.ConnPrepareContext)
+	if !ok {
+		return errors.New("the SQLite driver cannot prepare statements with a context")
+	}
+	ds, err := prep.PrepareContext(context.Background(), query)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+	s, ok := ds.(driver.StmtExecContext)
+	if !ok {
+		return errors.New("the SQLite driver's statements lack ExecContext")
+	}
+	_, err = s.ExecContext(context.Background(), nil)
+	return err
+}
+
 // query runs query (prepared once) with args and calls row with each row's
 // values until it returns false or the rows end.
 func (c *rawConn) query(query string, args []any, row func(values []driver.Value) bool) error {

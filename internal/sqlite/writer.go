@@ -173,12 +173,16 @@ func (db *DB) writer() {
 		for i, r := range results {
 			batch[i].done <- r
 		}
-		if job.busy != nil {
-			// The writes queued meanwhile have waited up to the busy
-			// timeout for the same lock, still held: they fail with it,
-			// so that no write waits more than the busy timeout in all.
-			for _, req := range db.drain(batch[:0]) {
+		// The writes queued meanwhile have waited up to the busy timeout
+		// for the same lock, still held: they fail with it, so that no
+		// write waits more than the busy timeout in all.
+		for job.busy != nil {
+			queued := db.drain(batch[:0])
+			for _, req := range queued {
 				req.done <- writeResult{err: job.busy}
+			}
+			if len(queued) < maxBatch {
+				break
 			}
 		}
 	}
@@ -319,12 +323,8 @@ func (db *DB) drain(batch []*writeRequest) []*writeRequest {
 // one request's fault is not its neighbours', and a delete refused for
 // the cap once more past it (deleteHeadroom).
 func (db *DB) commit(batch []*writeRequest) *pendingBatch {
-	// Counted before the COMMIT: a reader that finds the batch in SQLite
-	// takes its mark after its read (readDurable), and so waits for this
-	// batch's sync.
-	seq := db.durable.committed.Add(1)
 	out, err := db.commitBatch(batch, 0)
-	job := &pendingBatch{results: out.results, outcomes: []batchOutcome{out}, seq: seq}
+	job := &pendingBatch{results: out.results, outcomes: []batchOutcome{out}}
 	switch {
 	case err != nil && (busyBatch(err) || out.unknown()):
 		// No write is tried alone: behind a lock each would wait for it
@@ -355,6 +355,8 @@ func (db *DB) commit(batch []*writeRequest) *pendingBatch {
 			}
 		}
 	}
+	// Every COMMIT of the job was counted before it ran (runBatch).
+	job.seq = db.durable.committed.Load()
 	if db.afterCommit != nil {
 		db.afterCommit()
 	}
@@ -445,11 +447,11 @@ func (db *DB) commitBatch(batch []*writeRequest, maxPages int64) (out batchOutco
 			// what is left of the busy timeout (writeConn). Rare: the
 			// connection was busy for a millisecond or more.
 			db.held.lockWait = 0
-			if _, batchErr = c.exec(fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); batchErr != nil {
+			if batchErr = c.execOnce(fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); batchErr != nil {
 				return nil
 			}
 			defer func() {
-				if _, err := c.exec(fmt.Sprintf(`PRAGMA busy_timeout = %d`, db.busyTimeout.Milliseconds())); err != nil && batchErr == nil {
+				if err := c.execOnce(fmt.Sprintf(`PRAGMA busy_timeout = %d`, db.busyTimeout.Milliseconds())); err != nil && batchErr == nil {
 					batchErr = err
 				}
 			}()
@@ -600,6 +602,11 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 		}
 	}
 	out.committing, out.changes = true, events
+	// Counted before the COMMIT, not before the wait for the lock: a
+	// reader that finds the batch in SQLite takes its mark after its read
+	// (readDurable), and so waits for this batch's sync; one that cannot
+	// have seen it does not wait for a write stuck behind a lock.
+	db.durable.committed.Add(1)
 	if _, err := c.exec(`COMMIT`); err != nil {
 		return out, err
 	}

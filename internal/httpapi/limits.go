@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/plantstore/plantstore"
 )
 
 // The request limits: a cap on plant operations in flight, a rate per
@@ -141,53 +143,84 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 // every token and refusing only the unknown ones, would answer each
 // guess.)
 //
-// Otherwise it takes one of the address's attempts for the lookup, before
-// it: guesses sent together are counted as they come, not once each is
+// Otherwise the lookup goes ahead when fewer lookups from the address
+// are in flight than the attempts it has left, and else waits for one to
+// end: guesses sent together are counted as they come, not once each is
 // answered, so no more than the allowed attempts reach the store however
-// many race in. settleLookup gives the attempt back unless the token is
-// refused. Only lookups come here: a token found in the cache costs the
-// throttle nothing.
+// many race in, while a valid token's lookups (a client's pool of
+// connections after a restart) wait a moment at most, never 429. Only
+// lookups come here: a token found in the cache costs the throttle
+// nothing.
 func (s *Server) reserveLookup(w http.ResponseWriter, r *http.Request, secret string) (slot lookupSlot, refused bool) {
 	if s.authFailures == nil || s.auth.Known(secret) {
 		return slot, false
 	}
 	slot.addr = s.clientAddr(r)
-	wait, emptied := s.authFailures.reserve(slot.addr, time.Now())
-	if wait > 0 {
-		s.writeError(w, r, authFailuresError(wait))
-		return slot, true
+	for {
+		left, wait := s.authFailures.left(slot.addr, time.Now())
+		if left == 0 {
+			s.writeError(w, r, authFailuresError(wait))
+			return slot, true
+		}
+		ended, ok := s.lookups.enter(slot.addr, left)
+		if ok {
+			slot.reserved = true
+			return slot, false
+		}
+		select {
+		case <-ended:
+		case <-r.Context().Done():
+			s.writeError(w, r, plantstore.WrapError(plantstore.EUNAVAILABLE, "the service did not answer in time", r.Context().Err()))
+			return slot, true
+		}
 	}
-	slot.reserved, slot.emptied = true, emptied
-	return slot, false
 }
 
-// lookupSlot is the attempt a lookup took from its address's allowance.
+// lookupSlot is a lookup's place among its address's lookups in flight.
 type lookupSlot struct {
 	addr     netip.Addr
 	reserved bool
-	emptied  bool // taking it used the address's last attempt
 }
 
-// settleLookup keeps the attempt a refused token took, and gives back one
-// that was not refused (valid, or the store could not tell). A refused
-// token that took none (one this process once found valid) spends one now.
+// settleLookup counts a refused token against its address, then gives
+// the lookup's place back.
 func (s *Server) settleLookup(r *http.Request, slot lookupSlot, err error) {
-	if s.authFailures == nil {
-		return
+	s.noteAuthFailure(r, err)
+	if slot.reserved {
+		s.lookups.leave(slot.addr)
 	}
-	if !isGuess(err) {
-		if slot.reserved {
-			s.authFailures.refund(slot.addr)
-		}
-		return
+}
+
+// lookupGate counts the token lookups in flight from each address.
+type lookupGate struct {
+	mu       sync.Mutex
+	inFlight map[netip.Addr]int
+	ended    chan struct{} // closed, and replaced, when a lookup ends
+}
+
+// enter takes a place for a lookup from addr if fewer than max are in
+// flight; otherwise it returns a channel closed when one ends.
+func (g *lookupGate) enter(addr netip.Addr, max int) (<-chan struct{}, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight == nil {
+		g.inFlight, g.ended = map[netip.Addr]int{}, make(chan struct{})
 	}
-	if !slot.reserved {
-		s.noteAuthFailure(r, err)
-		return
+	if g.inFlight[addr] < max {
+		g.inFlight[addr]++
+		return nil, true
 	}
-	if slot.emptied {
-		s.logThrottled(r, slot.addr)
+	return g.ended, false
+}
+
+func (g *lookupGate) leave(addr netip.Addr) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[addr]--; g.inFlight[addr] <= 0 {
+		delete(g.inFlight, addr)
 	}
+	close(g.ended)
+	g.ended = make(chan struct{})
 }
 
 func authFailuresError(wait time.Duration) error {
@@ -349,32 +382,20 @@ func (b *tokenBuckets[K]) take(key K, now time.Time) time.Duration {
 	return 0
 }
 
-// reserve is take that also reports whether the token it took was the
-// bucket's last (see spend).
-func (b *tokenBuckets[K]) reserve(key K, now time.Time) (wait time.Duration, emptied bool) {
+// left answers how many tokens key's bucket holds now, and when it holds
+// none, how long until it does. It spends nothing.
+func (b *tokenBuckets[K]) left(key K, now time.Time) (int, time.Duration) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	full, ok := b.full[key]
-	if !ok || full.Before(now) {
-		full = now
+	b.mu.Unlock()
+	debt := time.Duration(0)
+	if ok && full.After(now) {
+		debt = full.Sub(now)
 	}
-	if ahead := full.Sub(now); ahead > b.slack {
-		return ahead - b.slack, false
+	if debt > b.slack {
+		return 0, debt - b.slack
 	}
-	next := full.Add(b.interval)
-	if !b.put(key, next, ok, now) {
-		return 0, false // untracked: the map is full of live buckets
-	}
-	return 0, next.Sub(now) > b.slack
-}
-
-// refund gives back a token reserve took.
-func (b *tokenBuckets[K]) refund(key K) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if full, ok := b.full[key]; ok {
-		b.full[key] = full.Add(-b.interval)
-	}
+	return int((b.slack-debt)/b.interval) + 1, 0
 }
 
 // wait answers how long until key's bucket holds a token, 0 if it holds

@@ -196,6 +196,42 @@ func TestAuthFailuresThrottleConcurrentGuesses(t *testing.T) {
 	}
 }
 
+// A valid token the server has not checked yet, sent on many connections
+// at once (a client's pool, after a restart), is never throttled: its
+// lookups wait for each other rather than take the address's attempts.
+func TestValidTokenSentTogetherIsNotThrottled(t *testing.T) {
+	e := start(t, options{
+		cfg:  httpapi.Config{AuthFailures: 3, AuthFailureWindow: time.Minute},
+		wrap: func(s plantstore.Store) plantstore.Store { return slowLookups{s} },
+	})
+	secret := e.issue("pool", plantstore.ScopePlantsRead)
+	var wg sync.WaitGroup
+	var notOK atomic.Int64
+	start := make(chan struct{})
+	for range 64 {
+		wg.Go(func() {
+			<-start
+			if resp, _ := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + secret}, nil); resp.StatusCode != 200 {
+				notOK.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := notOK.Load(); n > 0 {
+		t.Errorf("%d of 64 requests with one valid token were refused", n)
+	}
+}
+
+// slowLookups makes each token lookup take a while, as a busy store's
+// would: lookups of one token overlap.
+type slowLookups struct{ plantstore.Store }
+
+func (s slowLookups) TokenByHash(ctx context.Context, hash plantstore.TokenHash) (plantstore.Token, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.Store.TokenByHash(ctx, hash)
+}
+
 // X-Forwarded-For names the client only when it comes from a trusted
 // proxy: otherwise any client could pose as a fresh address for each guess.
 func TestForwardedForOnlyFromTrustedProxies(t *testing.T) {

@@ -176,6 +176,7 @@ type Server struct {
 	perToken     *tokenSlots               // in flight by token; nil when off
 	tokenRate    *tokenBuckets[int64]      // by token ID; nil when off
 	authFailures *tokenBuckets[netip.Addr] // by clientAddr; nil when off
+	lookups      lookupGate                // the token lookups in flight, by clientAddr
 	addressRate  *tokenBuckets[netip.Addr] // by clientAddr; nil when off
 
 	feed            *feed

@@ -76,19 +76,24 @@ func TestConfigurationFromFiles(t *testing.T) {
 		// Go's own error shows the URL with its password as ***: no
 		// longer the whole value, its path and user name still are.
 		{"http://someuser:PW_FROM_FILE@127.0.0.1:1/tenant-SECRET123", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 1, "tenant-SECRET123"},
-		// pgx's error names the user and the database.
+		// pgx's error names the user and the database; a user or database
+		// named plantstore is taken out there, not from every message.
 		{"postgres://someuser:PW_FROM_FILE@127.0.0.1:1/secretdb1?sslmode=disable&connect_timeout=2", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "secretdb1"},
+		{"postgres://plantstore:PW_FROM_FILE@127.0.0.1:1/plantstore?sslmode=disable&connect_timeout=2", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "user=plantstore"},
 	} {
 		if err := os.WriteFile(secretFile, []byte(c.value+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		r := cli(t, dir, []string{c.variable + "=" + secretFile}, c.args...)
-		if r.exit != c.exit || strings.Contains(r.stderr, c.value) || !strings.Contains(r.stderr, "value in "+c.variable+">") ||
+		if r.exit != c.exit || strings.Contains(r.stderr, c.value) || !strings.Contains(r.stderr, "<the value in "+c.variable+">") && !strings.HasPrefix(c.value, "postgres:") ||
 			c.part != "" && strings.Contains(r.stderr, c.part) {
 			t.Errorf("%s refused by %q: exit %d (want %d), stderr %q", c.variable, c.args, r.exit, c.exit, r.stderr)
 		}
 		if strings.Contains(r.stderr, "PW_FROM_FILE") || strings.Contains(r.stderr, "someuser") {
 			t.Errorf("%s: stderr shows part of the value: %q", c.variable, r.stderr)
+		}
+		if !strings.HasPrefix(r.stderr, "plantstore: ") {
+			t.Errorf("%s: the message is garbled: %q", c.variable, r.stderr)
 		}
 	}
 	// Nor as a default in --help.
@@ -107,6 +112,10 @@ func TestConfigurationFromFiles(t *testing.T) {
 	r = cli(t, dir, withPassword, "plants", "get", "7", "--token", "pst_x")
 	if r.exit != 1 || strings.Contains(r.stderr, "SECRETPW") || !strings.Contains(r.stderr, "127.0.0.1:1") {
 		t.Errorf("an unreachable server with a password: exit %d, %q", r.exit, r.stderr)
+	}
+	r = cli(t, dir, nil, "plants", "get", "7", "--token", "pst_x", "--server", "htp://someuser:SECRETPW@127.0.0.1:1")
+	if r.exit != 2 || strings.Contains(r.stderr, "SECRETPW") || !strings.Contains(r.stderr, "someuser") {
+		t.Errorf("a --server of the wrong scheme with a password: exit %d, %q", r.exit, r.stderr)
 	}
 }
 

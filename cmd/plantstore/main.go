@@ -220,6 +220,9 @@ func withoutFileValues(err error, env environment) error {
 		for _, part := range valueParts(value) {
 			msg = redact.Replace(msg, part, "<part of the value in "+name+">")
 		}
+		for _, field := range namedParts(value) {
+			msg = strings.ReplaceAll(msg, field.label+field.text, field.label+"<part of the value in "+name+">")
+		}
 	}
 	if msg == err.Error() {
 		return err
@@ -234,25 +237,45 @@ func valueForms(value string) []string {
 	forms := []string{value}
 	if u, err := url.Parse(value); err == nil {
 		if _, has := u.User.Password(); has {
-			masked := *u
-			masked.User = url.UserPassword(u.User.Username(), "***")
-			forms = append(forms, masked.String(), u.Redacted())
+			// The stars as they are: url.UserPassword would escape them.
+			masked := strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1)
+			forms = append(forms, masked, u.Redacted())
 		}
 	}
 	return forms
 }
 
+// namedPart is a piece of a value that a message quotes after a label,
+// and is taken out there only: taken out wherever it appears, a user or
+// database named "plantstore" would garble every message.
+type namedPart struct{ label, text string }
+
+// namedParts are the pieces of a database URL pgx's errors name: "user=U
+// database=D".
+func namedParts(value string) []namedPart {
+	u, err := url.Parse(value)
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	var parts []namedPart
+	if name := u.User.Username(); name != "" {
+		parts = append(parts, namedPart{"user=", name})
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		parts = append(parts, namedPart{"database=", db})
+	}
+	return parts
+}
+
 // valueParts are the pieces of a value that a message may quote apart
-// from the whole, longest first: a URL's host (a dial error names it),
-// its user name and path (net/http's errors show them), a path's
-// directory (one that does not exist is named) and file name.
+// from the whole, longest first: a URL's host (a dial error names it), a
+// path's directory (one that does not exist is named) and file name.
 // Pieces shorter than minPart are left: "db" or "s" would be taken out of
 // every word of the message that holds them, and say little.
 func valueParts(value string) []string {
 	var parts []string
 	if u, err := url.Parse(value); err == nil && u.Host != "" {
-		// pgx's errors name the user and the database: user=U database=D.
-		parts = append(parts, u.Host, u.Hostname(), u.User.Username(), u.EscapedPath(), strings.TrimPrefix(u.Path, "/"))
+		parts = append(parts, u.Host, u.Hostname())
 	} else if strings.ContainsAny(value, `/\`) {
 		if dir := filepath.Dir(value); dir != "." && dir != string(filepath.Separator) {
 			parts = append(parts, dir)

@@ -157,7 +157,8 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 	}
 	c, err := client.New(f.server.raw, *f.token, opts...)
 	if err != nil {
-		return nil, usageError("--server (PLANTSTORE_SERVER): " + strings.TrimPrefix(err.Error(), "plantstore: "))
+		msg := strings.ReplaceAll(strings.TrimPrefix(err.Error(), "plantstore: "), f.server.raw, f.server.String())
+		return nil, usageError("--server (PLANTSTORE_SERVER): " + msg)
 	}
 	return c, nil
 }

@@ -74,7 +74,9 @@ type Client struct {
 type Option func(*Client)
 
 // WithHTTPClient sets the *http.Client requests go through (default
-// http.DefaultClient).
+// http.DefaultClient). New keeps a copy of it, with a CheckRedirect that
+// keeps the token on the base URL's origin: later changes to h are not
+// seen.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
 // New returns a Client for the service at baseURL (which may carry a path
@@ -88,6 +90,9 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c := &Client{base: u, token: token, http: http.DefaultClient}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.http == nil {
+		c.http = http.DefaultClient // WithHTTPClient(nil)
 	}
 	if err := c.applyTLS(); err != nil {
 		return nil, err

@@ -89,3 +89,10 @@ func TestNextPageUnderAPublicURL(t *testing.T) {
 		t.Errorf("queries asked: %q", queries)
 	}
 }
+
+// WithHTTPClient(nil) is the default client, not a panic.
+func TestNilHTTPClientIsTheDefault(t *testing.T) {
+	if _, err := New("http://127.0.0.1:1", "pst_x", WithHTTPClient(nil)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -367,7 +367,13 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	send := func() bool {
 		now := time.Now()
 		if _, err := s.auth.Authenticate(s.deadlines.context(now), secret); err != nil {
-			s.log.Info("event stream ended: its token is no longer accepted", "request_id", infoFrom(r.Context()).id, "err", err)
+			// Revoked; or the store cannot tell now, and the client's
+			// reconnection will be answered as any request.
+			why := "its token is no longer accepted"
+			if plantstore.ErrorCode(err) != plantstore.EUNAUTHORIZED {
+				why = "its token cannot be checked now"
+			}
+			s.log.Info("event stream ended: "+why, "request_id", infoFrom(r.Context()).id, "err", err)
 			return false
 		}
 		rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout))

@@ -264,19 +264,7 @@ func deletesEmptyAFullStore(t *testing.T, maxBytes int64, name func(int64) strin
 // must see every one of them stored and acknowledged.
 func TestCloseCommitsQueuedCreates(t *testing.T) {
 	db, path := openTest(t, Options{BusyTimeout: 20 * time.Second})
-	other, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	conn, err := other.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := lockFromOutside(t, path)
 	const n = 50
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -304,7 +292,7 @@ func TestCloseCommitsQueuedCreates(t *testing.T) {
 	closed := make(chan error)
 	go func() { closed <- db.Close() }()
 	time.Sleep(50 * time.Millisecond)
-	conn.ExecContext(context.Background(), `ROLLBACK`)
+	release()
 	wg.Wait()
 	if err := <-closed; err != nil {
 		t.Fatal(err)

@@ -179,7 +179,7 @@ func (rec *recorder) WriteHeader(status int) {
 		return
 	}
 	rec.status = status
-	if status >= 400 && !rec.info.bodyRead && (rec.r.ContentLength != 0 || rec.r.TransferEncoding != nil) {
+	if !rec.info.bodyRead && (rec.r.ContentLength != 0 || rec.r.TransferEncoding != nil) {
 		rec.refuseBody()
 	}
 	h := rec.Header()
@@ -203,12 +203,13 @@ func (rec *recorder) WriteHeader(status int) {
 	rec.discard = true
 }
 
-// refuseBody closes the connection after an answer that refuses a body
-// never read (no token, a limit, a route that takes none), unless the
-// body is all in already (the lean server says so). Otherwise net/http
-// would read the rest before answering (a Content-Length) or after it
-// (chunks), and a body sent slowly, or never, would hold the connection
-// up to --read-timeout; the lean server closes such a connection itself.
+// refuseBody closes the connection after an answer that leaves a body
+// unread (a refusal: no token, a limit; or a route that takes none, such
+// as DELETE), unless the body is all in already (the lean server says
+// so). Otherwise net/http would read the rest before answering (a
+// Content-Length) or after it (chunks), and a body sent slowly, or never,
+// would hold the answer or the connection up to --read-timeout; the lean
+// server closes such a connection itself.
 func (rec *recorder) refuseBody() {
 	if b, ok := rec.r.Body.(interface{ InBuffer() bool }); ok && b.InBuffer() {
 		return

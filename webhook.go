@@ -196,8 +196,12 @@ func NotRetried(asked, retried []int64) error {
 			others = append(others, strconv.FormatInt(id, 10))
 		}
 	}
-	return Errorf(ENOTFOUND, "not a parked delivery of an active subscriber: %s (webhook list shows them; a disabled subscriber's stay parked); none was retried, so retry the others alone",
-		strings.Join(others, ", "))
+	advice := "none was retried, so retry the others alone"
+	if len(retried) == 0 {
+		advice = "none was retried"
+	}
+	return Errorf(ENOTFOUND, "not a parked delivery of an active subscriber: %s (webhook list shows them; a disabled subscriber's stay parked); %s",
+		strings.Join(others, ", "), advice)
 }
 
 // SubscriberEvents checks a subscriber's event types and returns them in

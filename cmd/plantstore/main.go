@@ -239,7 +239,7 @@ func valueForms(value string) []string {
 		if _, has := u.User.Password(); has {
 			// The stars as they are: url.UserPassword would escape them.
 			masked := strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1)
-			forms = append(forms, masked, u.Redacted())
+			forms = append(forms, masked, maskPassword(value))
 		}
 	}
 	return forms

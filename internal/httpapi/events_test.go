@@ -217,6 +217,16 @@ func (s *stream) none(d time.Duration) {
 	}
 }
 
+// endsWithin says whether the server ends the stream within d.
+func (s *stream) endsWithin(d time.Duration) bool {
+	select {
+	case <-s.ended:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
 // close hangs up, then checks what was received against the contract.
 func (s *stream) close() {
 	s.cancel()
@@ -601,9 +611,7 @@ func TestEventStreamLifetime(t *testing.T) {
 		}
 		begin := time.Now()
 		e.stop()
-		select {
-		case <-s.ended:
-		case <-time.After(5 * time.Second):
+		if !s.endsWithin(5 * time.Second) {
 			t.Fatal("the stream is still open after shutdown")
 		}
 		if took := time.Since(begin); took > 2*time.Second {
@@ -629,9 +637,7 @@ func TestEventStreamEndsWithItsToken(t *testing.T) {
 		}
 		revoked := time.Now()
 		// Keep-alives every 100 ms: the stream finds out without events.
-		select {
-		case <-s.ended:
-		case <-time.After(5 * time.Second):
+		if !s.endsWithin(5 * time.Second) {
 			t.Fatal("the stream of a revoked token is still open after 5 s")
 		}
 		if took := time.Since(revoked); took > 3*time.Second {
@@ -648,9 +654,7 @@ func TestEventStreamEndsWithItsToken(t *testing.T) {
 		time.Sleep(2100 * time.Millisecond) // the token cache's 2 s
 		e.create(`{"id":2,"name":"after"}`)
 		s.none(500 * time.Millisecond)
-		select {
-		case <-s.ended:
-		case <-time.After(time.Second):
+		if !s.endsWithin(time.Second) {
 			t.Error("the stream of a revoked token is still open after an event")
 		}
 	})

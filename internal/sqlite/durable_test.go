@@ -47,6 +47,20 @@ func stillWaiting[T any](t *testing.T, what string, done <-chan T) {
 	}
 }
 
+// readInBackground reads plant id and says on the channel whether it has
+// the name.
+func readInBackground(db *DB, id int64, name string) <-chan error {
+	read := make(chan error, 1)
+	go func() {
+		p, err := db.GetPlant(context.Background(), id)
+		if err == nil && p.Name != name {
+			err = errors.New("read " + p.Name)
+		}
+		read <- err
+	}()
+	return read
+}
+
 // A write is answered only once the WAL holding it is synced, and a read
 // that finds it in SQLite before then waits as long: no answer carries a
 // write a crash could still undo.
@@ -65,14 +79,7 @@ func TestNoAnswerBeforeTheWALIsSynced(t *testing.T) {
 		}()
 		<-began // committed, and syncing
 		stillWaiting(t, "the create", created)
-		read := make(chan error, 1)
-		go func() {
-			p, err := db.GetPlant(ctx, 7)
-			if err == nil && p.Name != "fern" {
-				err = errors.New("read " + p.Name)
-			}
-			read <- err
-		}()
+		read := readInBackground(db, 7, "fern")
 		if sole {
 			// The replica learns of the plant only once it is durable.
 			if err := <-read; plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
@@ -117,14 +124,7 @@ func TestReadRightAfterACommitWaitsForTheSync(t *testing.T) {
 		created <- err
 	}()
 	<-inWindow // committed; not synced
-	read := make(chan error, 1)
-	go func() {
-		p, err := db.GetPlant(ctx, 7)
-		if err == nil && p.Name != "fern" {
-			err = errors.New("read " + p.Name)
-		}
-		read <- err
-	}()
+	read := readInBackground(db, 7, "fern")
 	stillWaiting(t, "a read right after the COMMIT", read)
 	release()
 	if err := <-created; err != nil {

@@ -118,7 +118,7 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 		return writeResult{err: storeError(w.op(), err)}
 	}
 	req := writeRequests.Get().(*writeRequest)
-	req.kind, req.plant, req.cond, req.ctx = w.kind, w.plant, w.cond, ctx
+	req.kind, req.plant, req.cond, req.ctx = w.kind, w.plant, w.cond, w.ctx
 	db.closeMu.RLock()
 	if db.closed {
 		db.closeMu.RUnlock()
@@ -173,17 +173,24 @@ func (db *DB) writer() {
 		for i, r := range results {
 			batch[i].done <- r
 		}
-		// The writes queued meanwhile have waited up to the busy timeout
-		// for the same lock, still held: they fail with it, so that no
-		// write waits more than the busy timeout in all.
-		for job.busy != nil {
-			queued := db.drain(batch[:0])
-			for _, req := range queued {
-				req.done <- writeResult{err: job.busy}
-			}
-			if len(queued) < maxBatch {
-				break
-			}
+		if job.busy != nil {
+			// The writes queued meanwhile have waited up to the busy
+			// timeout for the same lock, still held: they fail with it,
+			// so that no write waits more than the busy timeout in all.
+			db.failQueued(batch[:0], job.busy)
+		}
+	}
+}
+
+// failQueued answers err to every write queued now, using buf to take them.
+func (db *DB) failQueued(buf []*writeRequest, err error) {
+	for {
+		queued := db.drain(buf[:0])
+		for _, req := range queued {
+			req.done <- writeResult{err: err}
+		}
+		if len(queued) < maxBatch {
+			return
 		}
 	}
 }

@@ -89,8 +89,13 @@ func listen(t testing.TB, h http.Handler, fast bool, limits Limits) (string, *Se
 	return ln.Addr().String(), s
 }
 
+// chunkingAfter is the size of net/http's response buffer: a longer body
+// with no length set by the handler is sent chunked.
+const chunkingAfter = 2048
+
 // exchange sends raw on a new connection, half-closes it, and returns the
-// answers read until the server closed it, each as text without its Date.
+// answers read until the server closed it, each as text without its Date
+// (and without the length of a body over chunkingAfter).
 func exchange(t *testing.T, addr, raw string) []string {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -120,6 +125,14 @@ func exchange(t *testing.T, addr, raw string) []string {
 		}
 		body, _ := io.ReadAll(res.Body)
 		res.Header.Del("Date")
+		if len(body) > chunkingAfter {
+			// The one framing that differs by design: net/http chunks
+			// a body longer than its buffer when the handler set no
+			// length; the fast path always sends the length. Either way
+			// the client reads the same body, which is compared.
+			res.Header.Del("Content-Length")
+			res.ContentLength = -1
+		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s\n", res.Status)
 		res.Header.Write(&b)
@@ -187,6 +200,7 @@ var answerCases = []answerCase{
 	{"fast: a set content type", "GET /plants/1 HTTP/1.1\r\n" + h + "X-Type: application/json\r\n\r\n", 1, false},
 	{"fast: 204 has no length", "DELETE /plants/1 HTTP/1.1\r\n" + h + "X-Status: 204\r\n\r\n", 1, false},
 	{"fast: a GET with a body", "GET /plants/1 HTTP/1.1\r\n" + h + "Content-Length: 3\r\n\r\nabc", 1, false},
+	{"fast: an answer longer than net/http's buffer", "POST /plants HTTP/1.1\r\n" + h + "X-Long: " + strings.Repeat("l", 2100) + "\r\nContent-Length: 2\r\n\r\n{}", 1, false},
 	{"fast: leading zeros in the length", "POST /plants HTTP/1.1\r\n" + h + "Content-Length: 002\r\n\r\nab", 1, false},
 	{"fast, then net/http on the same connection", "GET /plants/1 HTTP/1.1\r\n" + h + "\r\nGET /other HTTP/1.1\r\n" + h + "\r\nGET /plants/3 HTTP/1.1\r\n" + h + "\r\n", 1, false},
 

@@ -112,6 +112,7 @@ func TestLimitFlags(t *testing.T) {
 		"-max-in-flight", "PLANTSTORE_MAX_IN_FLIGHT", "-rate-limit", "PLANTSTORE_RATE_LIMIT",
 		"-rate-burst", "PLANTSTORE_RATE_BURST", "-auth-failure-limit", "PLANTSTORE_AUTH_FAILURE_LIMIT",
 		"-auth-failure-window", "PLANTSTORE_AUTH_FAILURE_WINDOW", "-trusted-proxies", "PLANTSTORE_TRUSTED_PROXIES",
+		"-max-connections", "PLANTSTORE_MAX_CONNECTIONS",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("serve --help does not mention %s", want)
@@ -132,10 +133,85 @@ func TestLimitFlags(t *testing.T) {
 		{[]string{"PLANTSTORE_TRUSTED_PROXIES=10.0.0.0/8,proxy.internal"}, nil, `"proxy.internal"`},
 		{nil, []string{"--max-body-bytes", "0"}, "--max-body-bytes 0: want 1 or more"},
 		{[]string{"PLANTSTORE_MAX_HEADER_BYTES=10"}, nil, "--max-header-bytes 10: want 1024 or more"},
+		{nil, []string{"--max-connections", "-1"}, "--max-connections: must not be negative"},
 	} {
 		if out := serveRefused(t, tc.env, tc.args...); !strings.Contains(out, tc.want) {
 			t.Errorf("serve %q with %q says\n%s\nwhich does not mention %q", tc.args, tc.env, out, tc.want)
 		}
+	}
+}
+
+// With --max-connections 2 and two kept-alive connections open (one the
+// lean server keeps, one it handed to net/http), a third connection's
+// request waits, unanswered, until one of them closes; whichever server
+// closed it, its place is given back.
+func TestMaxConnections(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "conns")
+	s := serve(t, dir, "--max-connections", "2")
+	ask := func(conn net.Conn, path string) {
+		t.Helper()
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", path, token)
+	}
+	answered := func(conn net.Conn, path string, within time.Duration) bool {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(within))
+		defer conn.SetReadDeadline(time.Time{})
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				return false
+			}
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return true
+	}
+	lean, handed := limDial(t, s.url), limDial(t, s.url)
+	ask(lean, "/plants/1")  // the lean server's (404)
+	ask(handed, "/healthz") // net/http's
+	if !answered(lean, "/plants/1", 5*time.Second) || !answered(handed, "/healthz", 5*time.Second) {
+		t.Fatal("the first two connections were not served")
+	}
+	third := limDial(t, s.url)
+	ask(third, "/healthz")
+	if answered(third, "/healthz", 500*time.Millisecond) {
+		t.Fatal("a third connection was served with --max-connections 2 and two open")
+	}
+	limAwaitLog(t, s, "connection limit reached")
+	lean.Close()
+	if !answered(third, "/healthz", 5*time.Second) {
+		t.Fatal("the third connection was still waiting after the lean server's connection closed")
+	}
+	fourth := limDial(t, s.url)
+	ask(fourth, "/plants/1")
+	if answered(fourth, "/plants/1", 500*time.Millisecond) {
+		t.Fatal("a fourth connection was served with two open")
+	}
+	handed.Close()
+	if !answered(fourth, "/plants/1", 5*time.Second) {
+		t.Fatal("the fourth connection was still waiting after net/http's connection closed")
+	}
+	// At the cap, with a connection waiting, the server still stops at
+	// once: the wait for a place ends with the listener.
+	limDial(t, s.url)
+	begin := time.Now()
+	s.cancel()
+	select {
+	case err := <-s.done:
+		s.done <- err // for the cleanup
+		if err != nil {
+			t.Errorf("serve at the connection cap stopped with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve at the connection cap did not stop")
+	}
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Errorf("serve at the connection cap took %v to stop", took)
 	}
 }
 

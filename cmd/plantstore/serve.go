@@ -81,6 +81,7 @@ type serveFlags struct {
 	readHeaderTimeout, readTimeout          *time.Duration
 	writeTimeout, idleTimeout               *time.Duration
 	requestTimeout, shutdownTimeout         *time.Duration
+	maxConns                                *int64
 	tlsCert, tlsKey, publicURL, corsOrigins *string
 	limits                                  limitFlags
 	metricsAddr, pprofAddr                  *string
@@ -117,6 +118,11 @@ func (f eventFlags) apply(cfg *app.Config) error {
 	return nil
 }
 
+// defaultMaxConnections bounds what idle connections can cost: about
+// 20 KiB each (docs/limits.md), 80 MiB at the cap, with room for the
+// default --max-streams and --max-in-flight together.
+const defaultMaxConnections = 4096
+
 // minHeaderBytes is the least --max-header-bytes: below it every request
 // would get 431, /healthz's included.
 const minHeaderBytes = 1024
@@ -131,6 +137,7 @@ func addServeFlags(fs *flagSet) serveFlags {
 		readTimeout:       fs.Duration("read-timeout", 30*time.Second, "time a client has to send the whole request"),
 		writeTimeout:      fs.Duration("write-timeout", 30*time.Second, "time to write the answer, from the end of the headers"),
 		idleTimeout:       fs.Duration("idle-timeout", 120*time.Second, "time an idle keep-alive connection stays open"),
+		maxConns:          fs.Int64("max-connections", defaultMaxConnections, "client connections open at once, idle keep-alive ones included; more wait in the kernel's queue until one closes (0: no cap)"),
 		requestTimeout:    fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503"),
 		tlsCert:           fs.String("tls-cert", "", "`FILE` with the TLS certificate chain (PEM): serve HTTPS, TLS 1.2 at least; needs --tls-key"),
 		tlsKey:            fs.String("tls-key", "", "`FILE` with the TLS private key (PEM)"),
@@ -161,6 +168,7 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 			WriteTimeout:      *f.writeTimeout,
 			IdleTimeout:       *f.idleTimeout,
 			MaxHeaderBytes:    int(*f.maxHeader),
+			MaxConnections:    int(*f.maxConns),
 		},
 		ShutdownTimeout: *f.shutdownTimeout,
 		MetricsAddr:     *f.metricsAddr,

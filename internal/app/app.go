@@ -80,6 +80,8 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 // the next start.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	scheme := "http"
+	// Counted before TLS, so that handshakes hold a place too.
+	ln = httpapi.LimitConnections(ln, a.cfg.Server.MaxConnections, a.log)
 	if a.cfg.TLS != nil {
 		ln = httpapi.TLSListener(ln, a.cfg.TLS, a.log)
 		scheme = "https"

@@ -27,6 +27,7 @@ type ServerLimits struct {
 	WriteTimeout      time.Duration // default 30 s
 	IdleTimeout       time.Duration // keep-alive; default 120 s
 	MaxHeaderBytes    int           // default 16 KiB
+	MaxConnections    int           // open at once (LimitConnections); 0: no cap
 }
 
 // WithDefaults returns l with its zero limits set to their defaults.
@@ -63,6 +64,81 @@ func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
 		// like any other request.
 		DisableGeneralOptionsHandler: true,
 	}
+}
+
+// LimitConnections wraps ln so that at most max connections are open at
+// once, however they are served: past the cap, Accept waits for one to
+// close, and a new client waits in the kernel's queue (its own connect or
+// request timeout applies) rather than costing memory here. An idle
+// keep-alive connection holds its place until --idle-timeout, which is
+// what bounds how long the wait can last. The first wait in each minute
+// is logged. max 0 or less: no cap.
+func LimitConnections(ln net.Listener, max int, log *slog.Logger) net.Listener {
+	if max <= 0 {
+		return ln
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &limitListener{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{}), log: log}
+}
+
+type limitListener struct {
+	net.Listener
+	slots     chan struct{} // one token per open connection
+	closed    chan struct{}
+	closeOnce sync.Once
+	log       *slog.Logger
+	warned    time.Time // only Accept's goroutine touches it
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		if now := time.Now(); now.Sub(l.warned) >= time.Minute {
+			l.warned = now
+			l.log.Warn("connection limit reached: new connections wait until one closes (--max-connections)", "max", cap(l.slots))
+		}
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.closed:
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, slots: l.slots}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// limitedConn gives its place back once, at its first Close.
+type limitedConn struct {
+	net.Conn
+	slots    chan struct{}
+	released sync.Once
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.released.Do(func() { <-c.slots })
+	return err
+}
+
+// CloseWrite half-closes a TCP connection, as the servers do before a
+// close that could otherwise reset an answer not yet read.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // JSONErrorListener wraps ln so that the errors net/http answers by itself,

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -46,9 +47,29 @@ func TestRefusalDoesNotWaitForTheBodyOnEitherServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("no answer: %v", err)
 			}
-			io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode < 400 && !strings.HasPrefix(c.request, "DELETE") {
-				t.Fatalf("status %d, want a refusal", resp.StatusCode)
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("the %d's body: %v", resp.StatusCode, err)
+			}
+			if strings.HasPrefix(c.request, "DELETE") {
+				if resp.StatusCode >= 300 {
+					t.Fatalf("the delete: %d %s", resp.StatusCode, body)
+				}
+			} else {
+				if resp.StatusCode < 400 {
+					t.Fatalf("status %d, want a refusal", resp.StatusCode)
+				}
+				// The refusal is still an Error, however early it comes.
+				if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+					t.Errorf("the %d's Content-Type is %q, want application/json", resp.StatusCode, ct)
+				}
+				var e errorBody
+				if err := json.Unmarshal(body, &e); err != nil {
+					t.Errorf("the %d's body %q is no Error: %v", resp.StatusCode, body, err)
+				}
+				if e.Error != resp.StatusCode || e.Message == "" {
+					t.Errorf("the %d's body %s: want error %d and a message", resp.StatusCode, body, resp.StatusCode)
+				}
 			}
 			if took := time.Since(begin); took > 2*time.Second {
 				t.Errorf("the %d came after %v", resp.StatusCode, took)

@@ -112,18 +112,32 @@ func (c *Client) keepTokenAtHome() {
 	h.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		from := via[0].URL
 		if req.URL.Scheme != from.Scheme || req.URL.Host != from.Host {
-			return fmt.Errorf("plantstore: not following a redirect from %s://%s to %s://%s: the request carries the token", from.Scheme, from.Host, req.URL.Scheme, req.URL.Host)
+			return &redirectRefused{from: via[len(via)-1].URL, to: req.URL}
 		}
 		if theirs != nil {
 			return theirs(req, via)
 		}
 		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects") // net/http's default
+			return errTooManyRedirects
 		}
 		return nil
 	}
 	c.http = &h
 }
+
+// redirectRefused is a redirect off the base URL's origin, not followed.
+// It is typed so that Events can tell it from a broken connection:
+// asking again gets the same redirect.
+type redirectRefused struct{ from, to *url.URL }
+
+func (e *redirectRefused) Error() string {
+	return fmt.Sprintf("plantstore: not following a redirect from %s to %s: the token is not sent to another origin than %s://%s",
+		e.from.Redacted(), e.to.Redacted(), e.from.Scheme, e.from.Host)
+}
+
+// errTooManyRedirects is net/http's default limit, which our
+// CheckRedirect replaces.
+var errTooManyRedirects = errors.New("plantstore: stopped after 10 redirects")
 
 // Create adds p. It succeeds too when a plant with p's id, name and tag
 // exists already (an idempotent replay), so a lost answer can be retried.

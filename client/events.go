@@ -105,10 +105,11 @@ const (
 // When the connection breaks, or the service shuts down, it yields the
 // error and, if the loop goes on, reconnects after a pause with the id of
 // the last event yielded (Last-Event-ID), so it neither misses an event
-// nor repeats one. An answer reconnecting cannot change ends it after it
-// is yielded: a 410 *Error when the events after the position are no
-// longer kept (resync from the plants, then follow after the Latest of
-// ListEvents read before), 400, 401, 403 or 404.
+// nor repeats one; so too after a 5xx, 408 or 429 answer. An error
+// reconnecting cannot mend (see Permanent) ends it after it is yielded: a
+// 410 *Error when the events after the position are no longer kept
+// (resync from the plants, then follow after the Latest of ListEvents
+// read before), any other 4xx, or a redirect to another origin.
 //
 // A stream stays open until ctx ends: it ignores the Timeout of
 // WithHTTPClient's client, which would cut it (and delay events by the
@@ -126,7 +127,7 @@ func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.
 			if ctx.Err() != nil {
 				return
 			}
-			if !yield(Event{}, err) || final(err) {
+			if !yield(Event{}, err) || Permanent(err) {
 				return
 			}
 			if received {
@@ -142,15 +143,24 @@ func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.
 	}
 }
 
-// final says whether an error of the stream is one reconnecting cannot
-// mend.
-func final(err error) bool {
-	switch StatusCode(err) {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusGone, http.StatusNotFound:
-		return true
+// Permanent says whether err, as Events yields it, is one that asking
+// again unchanged cannot mend, so Events ends after it: a 4xx answer
+// other than 408 and 429 (a bad token, a missing scope, a wrong path, a
+// 410), a 3xx it did not follow, a redirect to another origin (refused:
+// the token stays on the base URL's origin) or too many redirects, and
+// an answer that is not an event stream (not a plantstore server). A
+// 5xx, 408 or 429 answer and a failed or broken connection are not.
+func Permanent(err error) bool {
+	if status := StatusCode(err); status != 0 {
+		return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 	}
-	return false
+	_, redirect := errors.AsType[*redirectRefused](err)
+	return redirect || errors.Is(err, errTooManyRedirects) || errors.Is(err, errNotEventStream)
 }
+
+// errNotEventStream is a 200 answer to a stream that is not one: the base
+// URL names something else than a plantstore server.
+var errNotEventStream = errors.New("not an event stream")
 
 // errStreamEnded is a stream the service closed, at shutdown say.
 var errStreamEnded = errors.New("plantstore: the server ended the event stream")
@@ -182,7 +192,7 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 		return false, errorOf(resp.StatusCode, data)
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return false, fmt.Errorf("plantstore: GET /events answered %q, not an event stream", ct)
+		return false, fmt.Errorf("plantstore: GET %s answered %q, %w", req.URL.Path, ct, errNotEventStream)
 	}
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -22,7 +23,8 @@ Without --follow it prints the events kept (or those after --after) and
 exits. With --follow it goes on printing each change as it happens, from
 now (or after --after), until interrupted; when the connection breaks it
 says so on standard error, reconnects, and resumes where it was, missing
-nothing. If the events after --after are no longer kept (or it is after
+nothing. A redirect to another origin ends it: the token is not sent
+there. If the events after --after are no longer kept (or it is after
 the newest, as after a restore), it fails with HTTP 410 and names the
 newest event: read the plants again (plants list --all), then follow
 after that one.`
@@ -67,7 +69,11 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	w := &outputWriter{w: stdout}
 	out := eventPrinter{w: w, json: *asJSON}
 	if !*follow {
-		return w.outcome(resyncAdvice(ctx, c, printEvents(ctx, c, from, only, out)), server)
+		err := printEvents(ctx, c, from, only, out)
+		if werr := w.failure(); werr != nil {
+			return werr
+		}
+		return refusal(ctx, c, err, server)
 	}
 	start := client.FromNow
 	if from != nil {
@@ -75,8 +81,8 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	for ev, err := range c.Events(ctx, start, only...) {
 		if err != nil {
-			if client.StatusCode(err) != 0 {
-				return apiError(resyncAdvice(ctx, c, err), server) // final: Events ends after it
+			if client.StatusCode(err) != 0 || client.Permanent(err) {
+				return refusal(ctx, c, err, server) // Events ends after it
 			}
 			fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting\n", strings.TrimPrefix(err.Error(), "plantstore: "))
 			continue
@@ -86,6 +92,20 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	return nil // interrupted
+}
+
+// refusal words an error of the feed for the command line. One that is
+// not an answer but will not mend (a redirect to another origin) is no
+// failure to reach the server, as apiError would call it: it is said as
+// the client says it, without net/http's "Get URL:" before.
+func refusal(ctx context.Context, c *client.Client, err error, server string) error {
+	if err == nil || client.StatusCode(err) != 0 || !client.Permanent(err) {
+		return apiError(resyncAdvice(ctx, c, err), server)
+	}
+	if u, ok := errors.AsType[*url.Error](err); ok {
+		err = u.Err
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "plantstore: "))
 }
 
 // resyncAdvice words a 410 for the command line: the server's advice

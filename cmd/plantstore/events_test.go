@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,5 +243,58 @@ func TestUnreadableEventBatch(t *testing.T) {
 	var events []feedEvent
 	if status != 200 || json.Unmarshal([]byte(body), &events) != nil || len(events) != 1 || events[0].ID != 2 || events[0].Plant.ID != 2 {
 		t.Errorf("GET /events?after=1: %d %s; want the create of plant 2", status, body)
+	}
+}
+
+// events --follow ends, exit status 1, on an answer that reconnecting
+// would only get again, and says why: a server that redirects to another
+// origin (here, moved to another port), a bad token, a token without
+// plants:read, a wrong path.
+func TestEventsFollowEndsOnRefusal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := serve(t, dir)
+	reader := mustToken(t, dir, "--name", "reader", "--scope", "plants:read")
+	writer := mustToken(t, dir, "--name", "writer", "--scope", "plants:write")
+	moved := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, s.url+r.URL.RequestURI(), http.StatusPermanentRedirect)
+	}))
+	defer moved.Close()
+	for _, tc := range []struct {
+		name, server, token string
+		says                []string
+	}{
+		{"redirect", moved.URL, reader, []string{"not following a redirect from " + moved.URL + "/events to " + s.url + "/events",
+			"the token is not sent to another origin than " + moved.URL}},
+		{"bad token", s.url, "pst_unknown", []string{"(HTTP 401)"}},
+		{"no plants:read", s.url, writer, []string{"plants:read", "(HTTP 403)"}},
+		{"wrong path", s.url + "/v2", reader, []string{"(HTTP 404)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			follow := exec.CommandContext(ctx, binary, "events", "--follow")
+			follow.Dir = dir
+			follow.Env = append(os.Environ(), "PLANTSTORE_SERVER="+tc.server, "PLANTSTORE_TOKEN="+tc.token)
+			var stderr strings.Builder
+			follow.Stderr = &stderr
+			err := follow.Run()
+			if ctx.Err() != nil {
+				t.Fatalf("events --follow still ran after 20 s:\n%s", stderr.String())
+			}
+			exit, _ := errors.AsType[*exec.ExitError](err)
+			if exit == nil || exit.ExitCode() != 1 {
+				t.Errorf("events --follow: %v; want exit status 1", err)
+			}
+			got := stderr.String()
+			for _, s := range tc.says {
+				if !strings.Contains(got, s) {
+					t.Errorf("stderr %q does not say %q", got, s)
+				}
+			}
+			if strings.Contains(got, "reconnecting") || strings.Contains(got, "cannot reach") || strings.Count(got, "\n") != 1 {
+				t.Errorf("stderr %q; want one line, the reason", got)
+			}
+		})
 	}
 }

@@ -1,0 +1,132 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Events ends after an error that asking again cannot mend, and
+// reconnects after one that may pass. A redirect to another origin is of
+// the first kind: it comes back at every reconnection, and following it
+// would send the token there.
+func TestEventsEndOnPermanentRefusals(t *testing.T) {
+	t.Parallel()
+	var leaked atomic.Int32
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+	}))
+	t.Cleanup(elsewhere.Close) // after the parallel subtests
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + closed.Addr().String() // nothing listens there
+	closed.Close()
+
+	for _, tc := range []struct {
+		name      string
+		answer    http.HandlerFunc // nil: a connection refused
+		permanent bool
+		says      []string // in the error yielded
+	}{
+		{"redirect to another origin", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, elsewhere.URL+"/events", http.StatusMovedPermanently)
+		}, true, []string{"not following a redirect from http://127.0.0.1:", "/events to " + elsewhere.URL + "/events", "not sent to another origin"}},
+		{"redirect loop", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, r.URL.String(), http.StatusFound)
+		}, true, []string{"10 redirects"}},
+		{"3xx not followed", status(http.StatusMultipleChoices), true, []string{"300"}},
+		{"400", status(http.StatusBadRequest), true, []string{"400: answer"}},
+		{"401 bad token", status(http.StatusUnauthorized), true, []string{"401: answer"}},
+		{"403", status(http.StatusForbidden), true, []string{"403: answer"}},
+		{"404 wrong path", status(http.StatusNotFound), true, []string{"404: answer"}},
+		{"405", status(http.StatusMethodNotAllowed), true, []string{"405: answer"}},
+		{"410", status(http.StatusGone), true, []string{"410: answer"}},
+		{"not an event stream", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html>a web site</html>")
+		}, true, []string{`"text/html", not an event stream`}},
+		{"500", status(http.StatusInternalServerError), false, nil},
+		{"502", status(http.StatusBadGateway), false, nil},
+		{"503", status(http.StatusServiceUnavailable), false, nil},
+		{"408", status(http.StatusRequestTimeout), false, nil},
+		{"429", status(http.StatusTooManyRequests), false, nil},
+		{"connection dropped", func(w http.ResponseWriter, r *http.Request) {
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		}, false, nil},
+		{"connection refused", nil, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var requests atomic.Int32
+			base := refused
+			if tc.answer != nil {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					requests.Add(1)
+					tc.answer(w, r)
+				}))
+				defer srv.Close()
+				base = srv.URL
+			}
+			c := newClient(t, base)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var errs []error
+			for _, err := range c.Events(ctx, FromNow) {
+				if err == nil {
+					t.Fatal("an event, from no stream")
+				}
+				// A second error is a reconnection: enough either way.
+				if errs = append(errs, err); len(errs) == 2 {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("Events yielded %d errors in 20 s: %v", len(errs), errs)
+			}
+			if tc.permanent {
+				if len(errs) != 1 {
+					t.Fatalf("Events reconnected after %v; want it to end after it", errs[0])
+				}
+				if !Permanent(errs[0]) {
+					t.Errorf("Permanent(%v) = false", errs[0])
+				}
+				for _, s := range tc.says {
+					if !strings.Contains(errs[0].Error(), s) {
+						t.Errorf("error %q does not say %q", errs[0], s)
+					}
+				}
+				return
+			}
+			if len(errs) != 2 || Permanent(errs[0]) {
+				t.Fatalf("Events ended after %v (Permanent %v); want it to reconnect", errs[0], Permanent(errs[0]))
+			}
+			if tc.answer != nil && requests.Load() != 2 {
+				t.Errorf("%d requests; want 2, one a reconnection", requests.Load())
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if n := leaked.Load(); n != 0 {
+			t.Errorf("the other origin got %d requests", n)
+		}
+	})
+}
+
+// status answers code with an Error body, as the service does.
+func status(code int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"error":%d,"message":"answer %d"}`, code, code)
+	}
+}

@@ -2,12 +2,16 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/httpapi"
 )
 
 const plantJSON = `{"id":50,"name":"Orchid"}`
@@ -186,4 +190,89 @@ func TestHealthEndpointsNeedNoToken(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A token lookup waiting for another from its address (the throttle lets
+// no more run than the attempts left) that runs out of its request's
+// time is answered 503 with an Error, not held or left without a body.
+func TestThrottledLookupOutOfTimeIs503(t *testing.T) {
+	var lookups atomic.Int64
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	e := start(t, options{
+		// One attempt: one lookup in flight from an address at a time.
+		cfg: httpapi.Config{AuthFailures: 1, AuthFailureWindow: time.Minute, RequestTimeout: 300 * time.Millisecond},
+		wrap: func(s plantstore.Store) plantstore.Store {
+			return heldLookups{Store: s, n: &lookups, entered: entered, release: release}
+		},
+	})
+	// Released in any case, so a broken server fails the test, not hangs it.
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	defer releaseAll()
+	time.AfterFunc(5*time.Second, releaseAll)
+
+	guess := func() *http.Request {
+		req, err := http.NewRequest("GET", e.url+"/plants/1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+plantstore.NewToken())
+		return req
+	}
+	first := make(chan error, 1)
+	go func() {
+		resp, err := e.client.Do(guess())
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	<-entered // the first guess holds the address's one place
+
+	begin := time.Now()
+	resp, err := e.client.Do(guess())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Errorf("the waiting lookup was answered after %v, not at its request timeout", took)
+	}
+	var body errorBody
+	decodeErr := json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("the waiting lookup: %d %+v, want 503", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q, want application/json", ct)
+	}
+	if decodeErr != nil || body.Error != http.StatusServiceUnavailable || !strings.Contains(body.Message, "in time") {
+		t.Errorf("body %+v (%v), want error 503 and a message saying the time ran out", body, decodeErr)
+	}
+	if n := lookups.Load(); n != 1 {
+		t.Errorf("%d lookups reached the store, want the first guess's only", n)
+	}
+	releaseAll()
+	if err := <-first; err != nil {
+		t.Errorf("the first guess: %v", err)
+	}
+}
+
+// heldLookups holds every token lookup until release is closed, telling
+// entered of the first.
+type heldLookups struct {
+	plantstore.Store
+	n       *atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s heldLookups) TokenByHash(ctx context.Context, hash plantstore.TokenHash) (plantstore.Token, error) {
+	s.n.Add(1)
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return s.Store.TokenByHash(ctx, hash)
 }

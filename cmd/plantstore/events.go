@@ -21,13 +21,14 @@ plant (id, time, type, plant id, name, tag), oldest first.
 
 Without --follow it prints the events kept (or those after --after) and
 exits. With --follow it goes on printing each change as it happens, from
-now (or after --after), until interrupted; when the connection breaks it
-says so on standard error, reconnects, and resumes where it was, missing
-nothing. A redirect to another origin ends it: the token is not sent
-there. If the events after --after are no longer kept (or it is after
-the newest, as after a restore), it fails with HTTP 410 and names the
-newest event: read the plants again (plants list --all), then follow
-after that one.`
+now (or after --after), until interrupted; when the connection breaks,
+or the server refuses for now (5xx, 408, 429), it says so on standard
+error, reconnects, and resumes where it was, missing nothing. Other
+refusals end it, saying why: a 4xx (a bad token, a wrong path), or a
+redirect to another origin, where the token is not sent. If the events
+after --after are no longer kept (or it is after the newest, as after a
+restore), it fails with HTTP 410 and names the newest event: read the
+plants again (plants list --all), then follow after that one.`
 
 func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", eventsUsage, getenv, stdout, stderr)
@@ -81,10 +82,14 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	for ev, err := range c.Events(ctx, start, only...) {
 		if err != nil {
-			if client.StatusCode(err) != 0 || client.Permanent(err) {
+			if client.Permanent(err) {
 				return refusal(ctx, c, err, server) // Events ends after it
 			}
-			fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting\n", strings.TrimPrefix(err.Error(), "plantstore: "))
+			if client.StatusCode(err) != 0 { // for now: too many streams, a proxy whose server restarts
+				fmt.Fprintf(stderr, "plantstore: %s; reconnecting\n", apiError(err, server))
+			} else {
+				fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting\n", strings.TrimPrefix(err.Error(), "plantstore: "))
+			}
 			continue
 		}
 		if out.print(ev) != nil {

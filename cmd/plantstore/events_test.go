@@ -8,12 +8,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -296,5 +299,67 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 				t.Errorf("stderr %q; want one line, the reason", got)
 			}
 		})
+	}
+}
+
+// events --follow reconnects after a refusal for now (too many streams,
+// a server restarting behind a proxy), then prints the changes.
+func TestEventsFollowRetriesRefusalsForNow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := serve(t, dir)
+	token := mustToken(t, dir, "--name", "reader")
+	target, err := url.Parse(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	var requests atomic.Int32
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch requests.Add(1) {
+		case 1:
+			w.WriteHeader(http.StatusTooManyRequests)
+		case 2:
+			w.WriteHeader(http.StatusBadGateway)
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	defer front.Close()
+	c := &eventsCLI{dir: dir, url: s.url, env: []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}}
+
+	follow := exec.Command(binary, "events", "--follow", "--after", "0")
+	follow.Dir = dir
+	follow.Env = append(os.Environ(), "PLANTSTORE_SERVER="+front.URL, "PLANTSTORE_TOKEN="+token)
+	stdout, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	follow.Stderr = &stderr
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Process.Kill() // on a failed test
+	c.ok(t, c.run(t, "plants", "add", "--id", "9", "--name", "Ivy"))
+	printed := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		printed <- line
+	}()
+	select {
+	case line := <-printed:
+		if !regexp.MustCompile(`^1  \S+  plant\.created  9  Ivy  -\n$`).MatchString(line) {
+			t.Errorf("events --follow printed %q; stderr:\n%s", line, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("events --follow printed nothing in 20 s; stderr:\n%s", stderr.String())
+	}
+	follow.Process.Kill()
+	follow.Wait()
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "(HTTP 429); reconnecting") || !strings.HasSuffix(lines[1], "(HTTP 502); reconnecting") {
+		t.Errorf("stderr %q; want a line for each refusal, each saying it reconnects", lines)
 	}
 }

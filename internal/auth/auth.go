@@ -84,13 +84,31 @@ func New(store plantstore.TokenStore, opts Options) *Authenticator {
 // EUNAUTHORIZED for a malformed, unknown or revoked token, and the store's
 // EUNAVAILABLE when the store cannot be asked.
 func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plantstore.Token, error) {
+	return a.Lookup(ctx, a.Hash(secret))
+}
+
+// Hash returns the hash under which Cached, Known and Lookup find secret,
+// so a request that asks all three hashes its token once. A malformed
+// token is not hashed: its hash is the zero TokenHash, which no token has
+// (it would take a preimage of SHA-256), and which they all refuse
+// without asking the store.
+func (a *Authenticator) Hash(secret string) plantstore.TokenHash {
 	if !plantstore.WellFormedToken(secret) {
-		return plantstore.Token{}, plantstore.Errorf(plantstore.EUNAUTHORIZED, "the access token is malformed")
+		return plantstore.TokenHash{}
 	}
 	// Only SHA-256 digests of the secret are ever compared (here and in the
 	// store's index), so the timing of a comparison tells an attacker nothing
-	// about the secret; the check below is constant-time all the same.
-	hash := plantstore.HashToken(secret)
+	// about the secret; the checks below are constant-time all the same.
+	return plantstore.HashToken(secret)
+}
+
+// Lookup is Authenticate for the token of hash, from Hash: from the cache
+// when it can (another request may have filled it since the caller's
+// Cached), else from the store.
+func (a *Authenticator) Lookup(ctx context.Context, hash plantstore.TokenHash) (plantstore.Token, error) {
+	if hash == (plantstore.TokenHash{}) {
+		return plantstore.Token{}, plantstore.Errorf(plantstore.EUNAUTHORIZED, "the access token is malformed")
+	}
 	now := a.opts.Now()
 	if token, ok := a.cached(hash, now); ok {
 		return token, nil
@@ -117,15 +135,15 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (plants
 	return token, nil
 }
 
-// Cached returns the active token secret stands for when this process
-// has checked it within the cache's time to live, as Authenticate would
-// without asking the store; false when only the store could tell (or the
-// token is malformed).
-func (a *Authenticator) Cached(secret string) (plantstore.Token, bool) {
-	if !plantstore.WellFormedToken(secret) {
+// Cached returns the active token of hash, from Hash, when this process
+// has checked it within the cache's time to live, as Lookup would without
+// asking the store; false when only the store could tell (or the token is
+// malformed).
+func (a *Authenticator) Cached(hash plantstore.TokenHash) (plantstore.Token, bool) {
+	if hash == (plantstore.TokenHash{}) {
 		return plantstore.Token{}, false
 	}
-	return a.cached(plantstore.HashToken(secret), a.opts.Now())
+	return a.cached(hash, a.opts.Now())
 }
 
 // cached looks hash up in the cache, noting the last use of a hit: one
@@ -145,17 +163,17 @@ func (a *Authenticator) cached(hash plantstore.TokenHash, now time.Time) (plants
 	return entry.token, true
 }
 
-// Known reports whether secret is a token this process has found valid
-// and still remembers: in the cache, fresh or stale. It is no
-// authentication (the token may have been revoked since; Authenticate
-// decides), only a reason to let its lookup through while the client's
-// address is throttled for failed authentications: a stranger's guesses
-// are never known, so the throttle still answers them without a lookup.
-func (a *Authenticator) Known(secret string) bool {
-	if !plantstore.WellFormedToken(secret) {
+// Known reports whether the token of hash, from Hash, is one this
+// process has found valid and still remembers: in the cache, fresh or
+// stale. It is no authentication (the token may have been revoked since;
+// Lookup decides), only a reason to let its lookup through while the
+// client's address is throttled for failed authentications: a stranger's
+// guesses are never known, so the throttle still answers them without a
+// lookup.
+func (a *Authenticator) Known(hash plantstore.TokenHash) bool {
+	if hash == (plantstore.TokenHash{}) {
 		return false
 	}
-	hash := plantstore.HashToken(secret)
 	a.mu.Lock()
 	entry, ok := a.cache[hash]
 	a.mu.Unlock()

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,5 +165,45 @@ func TestCacheStats(t *testing.T) {
 	a.Authenticate(context.Background(), secret)
 	if got := a.Stats(); got.Misses != 3 {
 		t.Errorf("an expired entry is not a hit: %+v", got)
+	}
+}
+
+// The hash from Hash serves every later step: the cache, Known (stale
+// entries included) and Lookup. A malformed token hashes to the zero
+// TokenHash, which every step refuses without asking the store.
+func TestHashServesEveryStep(t *testing.T) {
+	a, db, c := setup(t)
+	secret := issue(t, db, "dave")
+	hash := a.Hash(secret)
+	if hash != plantstore.HashToken(secret) {
+		t.Fatal("Hash is not the stored hash")
+	}
+	if _, ok := a.Cached(hash); ok || a.Known(hash) {
+		t.Error("a token never looked up is cached or known")
+	}
+	if tok, err := a.Lookup(context.Background(), hash); err != nil || tok.Name != "dave" {
+		t.Fatalf("Lookup = %+v, %v", tok, err)
+	}
+	if tok, ok := a.Cached(hash); !ok || tok.Name != "dave" || !a.Known(hash) {
+		t.Errorf("after its lookup: Cached = %+v, %v; Known = %v", tok, ok, a.Known(hash))
+	}
+	c.advance(3 * time.Second)
+	if _, ok := a.Cached(hash); ok || !a.Known(hash) {
+		t.Errorf("a stale entry: Cached %v, Known %v; want false, true", ok, a.Known(hash))
+	}
+
+	before := a.Stats()
+	malformed := a.Hash("pst_guess")
+	if malformed != (plantstore.TokenHash{}) {
+		t.Errorf("a malformed token's hash is %x, want zero", malformed)
+	}
+	if _, ok := a.Cached(malformed); ok || a.Known(malformed) {
+		t.Error("the zero hash is cached or known")
+	}
+	if _, err := a.Lookup(context.Background(), malformed); plantstore.ErrorCode(err) != plantstore.EUNAUTHORIZED || !strings.Contains(plantstore.ErrorMessage(err), "malformed") {
+		t.Errorf("Lookup of the zero hash: %v, want %s saying malformed", err, plantstore.EUNAUTHORIZED)
+	}
+	if a.Stats() != before {
+		t.Errorf("a malformed token was looked for: %+v, then %+v", before, a.Stats())
 	}
 }

@@ -32,15 +32,16 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		token, ok := s.auth.Cached(secret)
+		hash := s.auth.Hash(secret)
+		token, ok := s.auth.Cached(hash)
 		if !ok {
 			// A lookup in the store: what a guess costs, and what the
 			// failed-authentication throttle guards.
-			slot, refused := s.reserveLookup(w, r, secret)
+			slot, refused := s.reserveLookup(w, r, hash)
 			if refused {
 				return
 			}
-			token, err = s.auth.Authenticate(r.Context(), secret)
+			token, err = s.auth.Lookup(r.Context(), hash)
 			if plantstore.ErrorCode(err) == plantstore.EUNAUTHORIZED {
 				err = invalidToken(plantstore.ErrorMessage(err))
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,7 +13,10 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
+	"github.com/plantstore/plantstore/internal/auth"
 	"github.com/plantstore/plantstore/internal/httpapi"
+	"github.com/plantstore/plantstore/internal/sqlite"
 )
 
 const plantJSON = `{"id":50,"name":"Orchid"}`
@@ -275,4 +280,84 @@ func (s heldLookups) TokenByHash(ctx context.Context, hash plantstore.TokenHash)
 	}
 	<-s.release
 	return s.Store.TokenByHash(ctx, hash)
+}
+
+// A request hashes its token once, whatever the cache and the
+// failed-authentication throttle ask of it: on a hit; on a miss, which
+// asks the cache, whether the token is known, then the store; on a miss
+// of a token known but stale; on a guess; on a malformed token. Only
+// Hash and Authenticate take the secret (the rest take its hash), so
+// counting their calls counts the hashing.
+func TestOneHashPerRequest(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "a.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	secret := plantstore.NewToken()
+	if _, err := db.CreateToken(ctx, plantstore.Token{Name: "t", Scopes: plantstore.KnownScopes}, plantstore.HashToken(secret)); err != nil {
+		t.Fatal(err)
+	}
+	var later atomic.Int64 // how far the authenticator's clock is ahead
+	authn := hashCounting{hashes: new(atomic.Int64), Authenticator: auth.New(db, auth.Options{
+		CacheTTL: time.Minute,
+		Now:      func() time.Time { return time.Now().Add(time.Duration(later.Load())) },
+	})}
+	srv := httptest.NewServer(httpapi.NewServer(db, authn, httpapi.Config{AuthFailures: 10}))
+	defer srv.Close()
+	client := apitest.Client(t)
+
+	for _, c := range []struct {
+		name, token string
+		status      int
+		lookup      bool // asks the store
+		before      func()
+	}{
+		{"a miss", secret, 200, true, nil},
+		{"a hit", secret, 200, false, nil},
+		{"a miss of a known token", secret, 200, true, func() { later.Add(int64(2 * time.Minute)) }},
+		{"a guess", plantstore.NewToken(), 401, true, nil},
+		{"a malformed token", "pst_guess", 401, false, nil},
+	} {
+		if c.before != nil {
+			c.before()
+		}
+		req, err := http.NewRequest("GET", srv.URL+"/plants", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		hashes, misses := authn.hashes.Load(), authn.Stats().Misses
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Fatalf("%s: %d, want %d", c.name, resp.StatusCode, c.status)
+		}
+		if n := authn.hashes.Load() - hashes; n != 1 {
+			t.Errorf("%s: the token was hashed %d times, want once", c.name, n)
+		}
+		if looked := authn.Stats().Misses > misses; looked != c.lookup {
+			t.Errorf("%s: looked up in the store: %v, want %v", c.name, looked, c.lookup)
+		}
+	}
+}
+
+// hashCounting counts the calls that hash a token's secret.
+type hashCounting struct {
+	*auth.Authenticator
+	hashes *atomic.Int64
+}
+
+func (a hashCounting) Hash(secret string) plantstore.TokenHash {
+	a.hashes.Add(1)
+	return a.Authenticator.Hash(secret)
+}
+
+func (a hashCounting) Authenticate(ctx context.Context, secret string) (plantstore.Token, error) {
+	a.hashes.Add(1)
+	return a.Authenticator.Authenticate(ctx, secret)
 }

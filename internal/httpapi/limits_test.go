@@ -210,11 +210,17 @@ func (fixedAuth) Authenticate(context.Context, string) (plantstore.Token, error)
 	return plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}, nil
 }
 
-func (fixedAuth) Cached(string) (plantstore.Token, bool) {
+func (fixedAuth) Hash(string) plantstore.TokenHash { return plantstore.TokenHash{1} }
+
+func (fixedAuth) Cached(plantstore.TokenHash) (plantstore.Token, bool) {
 	return plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}, true
 }
 
-func (fixedAuth) Known(string) bool { return true }
+func (fixedAuth) Known(plantstore.TokenHash) bool { return true }
+
+func (fixedAuth) Lookup(context.Context, plantstore.TokenHash) (plantstore.Token, error) {
+	return plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}, nil
+}
 
 type discardWriter struct {
 	header http.Header

@@ -142,16 +142,19 @@ const (
 )
 
 // Authenticator turns a bearer token into the token record it stands for,
-// or fails with EUNAUTHORIZED (or the store's EUNAVAILABLE). Known
-// reports, without asking the store, whether secret was found valid
-// before: such a token's lookup is let through while its client's
+// or fails with EUNAUTHORIZED (or the store's EUNAVAILABLE). A request
+// hashes its token once, with Hash, and asks the rest by that hash.
+// Known reports, without asking the store, whether the token was found
+// valid before: such a token's lookup is let through while its client's
 // address is throttled.
 type Authenticator interface {
 	Authenticate(ctx context.Context, secret string) (plantstore.Token, error)
-	// Cached is Authenticate without asking the store: false when only
-	// the store could tell.
-	Cached(secret string) (plantstore.Token, bool)
-	Known(secret string) bool
+	Hash(secret string) plantstore.TokenHash
+	// Cached is Lookup without asking the store: false when only the
+	// store could tell.
+	Cached(hash plantstore.TokenHash) (plantstore.Token, bool)
+	Known(hash plantstore.TokenHash) bool
+	Lookup(ctx context.Context, hash plantstore.TokenHash) (plantstore.Token, error)
 }
 
 // Store is what the handlers need of a storage engine.

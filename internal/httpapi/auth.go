@@ -28,7 +28,9 @@ func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
 			err = credentialError(http.StatusUnauthorized, "", "an access token is required: send Authorization: Bearer <token> (the access_token query parameter is taken only by an event stream, a GET /events that accepts text/event-stream)", "")
 		}
 		if err != nil {
-			s.noteAuthFailure(r, err)
+			if s.countsAsGuess(err) {
+				s.noteAuthFailure(r, s.clientAddr(r))
+			}
 			s.writeError(w, r, err)
 			return
 		}

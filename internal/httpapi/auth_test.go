@@ -361,3 +361,28 @@ func (a hashCounting) Authenticate(ctx context.Context, secret string) (plantsto
 	a.hashes.Add(1)
 	return a.Authenticator.Authenticate(ctx, secret)
 }
+
+// A token found valid before and refused on its next lookup (revoked
+// since) counts against its client's address like a guess, though, being
+// known, its lookup took no place among the address's lookups.
+func TestRevokedKnownTokenCountsAgainstItsAddress(t *testing.T) {
+	e := start(t, options{
+		cfg:     httpapi.Config{AuthFailures: 1, AuthFailureWindow: time.Minute},
+		authTTL: 50 * time.Millisecond,
+	})
+	secret := e.issue("revoked-later", plantstore.KnownScopes...)
+	get := func(token string) (*http.Response, []byte) {
+		return e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + token}, nil)
+	}
+	if resp, body := get(secret); resp.StatusCode != 200 {
+		t.Fatalf("the token before its revocation: %d %s", resp.StatusCode, body)
+	}
+	if err := e.db.RevokeToken(context.Background(), "revoked-later", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // known still, no longer cached
+	resp, body := get(secret)
+	wantError(t, resp, body, 401)
+	resp, body = get(plantstore.NewToken())
+	wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
+}

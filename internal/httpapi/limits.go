@@ -152,10 +152,15 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 // lookups come here: a token found in the cache costs the throttle
 // nothing.
 func (s *Server) reserveLookup(w http.ResponseWriter, r *http.Request, hash plantstore.TokenHash) (slot lookupSlot, refused bool) {
-	if s.authFailures == nil || s.auth.Known(hash) {
+	if s.authFailures == nil {
 		return slot, false
 	}
+	// Wanted even when the lookup takes no place: settleLookup counts a
+	// refusal of a known token (revoked since) against the address too.
 	slot.addr = s.clientAddr(r)
+	if s.auth.Known(hash) {
+		return slot, false
+	}
 	for {
 		left, wait := s.authFailures.left(slot.addr, time.Now())
 		if left == 0 {
@@ -178,14 +183,16 @@ func (s *Server) reserveLookup(w http.ResponseWriter, r *http.Request, hash plan
 
 // lookupSlot is a lookup's place among its address's lookups in flight.
 type lookupSlot struct {
-	addr     netip.Addr
+	addr     netip.Addr // the client's, whenever the throttle is on
 	reserved bool
 }
 
 // settleLookup counts a refused token against its address, then gives
 // the lookup's place back.
 func (s *Server) settleLookup(r *http.Request, slot lookupSlot, err error) {
-	s.noteAuthFailure(r, err)
+	if s.countsAsGuess(err) {
+		s.noteAuthFailure(r, slot.addr)
+	}
 	if slot.reserved {
 		s.lookups.leave(slot.addr)
 	}
@@ -235,15 +242,18 @@ func isGuess(err error) bool {
 	return ok && e.bearerError == "invalid_token"
 }
 
-// noteAuthFailure counts a refused token against the client's address.
-// Only a bearer token that was sent and refused counts (a guess); a request
-// without credentials is not one. Successes do not reset the count, or a
-// holder of one valid token could interleave it with guesses at others.
-func (s *Server) noteAuthFailure(r *http.Request, err error) {
-	if s.authFailures == nil || !isGuess(err) {
-		return
-	}
-	addr := s.clientAddr(r)
+// countsAsGuess says whether the throttle is on and err refused a guess,
+// which noteAuthFailure should count.
+func (s *Server) countsAsGuess(err error) bool {
+	return s.authFailures != nil && isGuess(err)
+}
+
+// noteAuthFailure counts a refused token against addr, the client's
+// address (clientAddr). Only a bearer token that was sent and refused
+// counts (a guess, countsAsGuess); a request without credentials is not
+// one. Successes do not reset the count, or a holder of one valid token
+// could interleave it with guesses at others.
+func (s *Server) noteAuthFailure(r *http.Request, addr netip.Addr) {
 	if s.authFailures.spend(addr, time.Now()) {
 		s.logThrottled(r, addr)
 	}

@@ -360,13 +360,14 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	// if it reconnects before the first event (the Go client does).
 	buf := fmt.Appendf(nil, "retry: %d\n: events after %d\n\n", streamRetry, cursor)
 	// The stream outlives the check of its token: each write checks it
-	// again (from the token cache: a hash and a lookup), so the stream of
-	// a revoked token ends, and sends nothing more, when a request with it
-	// would be refused.
+	// again (from the token cache, by the hash taken once here), so the
+	// stream of a revoked token ends, and sends nothing more, when a
+	// request with it would be refused.
 	secret, _ := bearerToken(r.Header)
+	hash := s.auth.Hash(secret)
 	send := func() bool {
 		now := time.Now()
-		if _, err := s.auth.Authenticate(s.deadlines.context(now), secret); err != nil {
+		if _, err := s.auth.Lookup(s.deadlines.context(now), hash); err != nil {
 			// Revoked; or the store cannot tell now, and the client's
 			// reconnection will be answered as any request.
 			why := "its token is no longer accepted"

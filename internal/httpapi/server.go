@@ -148,7 +148,6 @@ const (
 // valid before: such a token's lookup is let through while its client's
 // address is throttled.
 type Authenticator interface {
-	Authenticate(ctx context.Context, secret string) (plantstore.Token, error)
 	Hash(secret string) plantstore.TokenHash
 	// Cached is Lookup without asking the store: false when only the
 	// store could tell.

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -99,22 +100,30 @@ func (c *eventsCLI) pages(t *testing.T) {
 	}
 }
 
-// follow: --follow, from now, prints the changes made while it runs, as
-// they happen, and stops on SIGINT.
-func (c *eventsCLI) follow(t *testing.T) {
-	// --follow, from now: the changes made while it runs, as they happen.
-	follow := exec.Command(binary, "events", "--follow")
-	follow.Dir = c.dir
-	follow.Env = append(os.Environ(), c.env...)
+// startFollow starts the built binary's "events --follow" in dir with env
+// added and args after it.
+func startFollow(t *testing.T, dir string, env []string, args ...string) (*exec.Cmd, io.Reader, *strings.Builder) {
+	t.Helper()
+	follow := exec.Command(binary, append([]string{"events", "--follow"}, args...)...)
+	follow.Dir = dir
+	follow.Env = append(os.Environ(), env...)
 	stdout, err := follow.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	follow.Stderr = &stderr
+	stderr := &strings.Builder{}
+	follow.Stderr = stderr
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return follow, stdout, stderr
+}
+
+// follow: --follow, from now, prints the changes made while it runs, as
+// they happen, and stops on SIGINT.
+func (c *eventsCLI) follow(t *testing.T) {
+	// --follow, from now: the changes made while it runs, as they happen.
+	follow, stdout, stderr := startFollow(t, c.dir, c.env)
 	defer follow.Process.Kill()
 	printed := make(chan string, 10)
 	go func() {
@@ -329,18 +338,7 @@ func TestEventsFollowRetriesRefusalsForNow(t *testing.T) {
 	defer front.Close()
 	c := &eventsCLI{dir: dir, url: s.url, env: []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=" + token}}
 
-	follow := exec.Command(binary, "events", "--follow", "--after", "0")
-	follow.Dir = dir
-	follow.Env = append(os.Environ(), "PLANTSTORE_SERVER="+front.URL, "PLANTSTORE_TOKEN="+token)
-	stdout, err := follow.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	follow.Stderr = &stderr
-	if err := follow.Start(); err != nil {
-		t.Fatal(err)
-	}
+	follow, stdout, stderr := startFollow(t, dir, []string{"PLANTSTORE_SERVER=" + front.URL, "PLANTSTORE_TOKEN=" + token}, "--after", "0")
 	defer follow.Process.Kill() // on a failed test
 	c.ok(t, c.run(t, "plants", "add", "--id", "9", "--name", "Ivy"))
 	printed := make(chan string, 1)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -70,11 +69,7 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	w := &outputWriter{w: stdout}
 	out := eventPrinter{w: w, json: *asJSON}
 	if !*follow {
-		err := printEvents(ctx, c, from, only, out)
-		if werr := w.failure(); werr != nil {
-			return werr
-		}
-		return refusal(ctx, c, err, server)
+		return w.outcome(resyncAdvice(ctx, c, printEvents(ctx, c, from, only, out)), server)
 	}
 	start := client.FromNow
 	if from != nil {
@@ -83,7 +78,7 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	for ev, err := range c.Events(ctx, start, only...) {
 		if err != nil {
 			if client.Permanent(err) {
-				return refusal(ctx, c, err, server) // Events ends after it
+				return apiError(resyncAdvice(ctx, c, err), server) // Events ends after it
 			}
 			if client.StatusCode(err) != 0 { // for now: too many streams, a proxy whose server restarts
 				fmt.Fprintf(stderr, "plantstore: %s; reconnecting\n", apiError(err, server))
@@ -97,20 +92,6 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	return nil // interrupted
-}
-
-// refusal words an error of the feed for the command line. One that is
-// not an answer but will not mend (a redirect to another origin) is no
-// failure to reach the server, as apiError would call it: it is said as
-// the client says it, without net/http's "Get URL:" before.
-func refusal(ctx context.Context, c *client.Client, err error, server string) error {
-	if err == nil || client.StatusCode(err) != 0 || !client.Permanent(err) {
-		return apiError(resyncAdvice(ctx, c, err), server)
-	}
-	if u, ok := errors.AsType[*url.Error](err); ok {
-		err = u.Err
-	}
-	return errors.New(strings.TrimPrefix(err.Error(), "plantstore: "))
 }
 
 // resyncAdvice words a 410 for the command line: the server's advice

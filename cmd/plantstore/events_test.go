@@ -309,6 +309,12 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 			}
 		})
 	}
+	// Any command says a refused redirect the same way: the server was
+	// reached, and the client itself declined to follow.
+	r := cli(t, dir, []string{"PLANTSTORE_SERVER=" + moved.URL, "PLANTSTORE_TOKEN=" + reader}, "plants", "get", "1")
+	if r.exit != 1 || !strings.Contains(r.stderr, "not following a redirect from "+moved.URL+"/plants/1") || strings.Contains(r.stderr, "cannot reach") {
+		t.Errorf("plants get behind a redirect to another origin: exit %d, stderr %q", r.exit, r.stderr)
+	}
 }
 
 // events --follow reconnects after a refusal for now (too many streams,

@@ -403,6 +403,15 @@ func apiError(err error, server string) error {
 	if _, ok := errors.AsType[usageError](err); ok {
 		return err
 	}
+	if client.Permanent(err) {
+		// Reached, but refused by the client itself (a redirect to
+		// another origin, too many redirects): said as the client says
+		// it, without net/http's "Get URL:" before.
+		if u, ok := errors.AsType[*url.Error](err); ok {
+			err = u.Err
+		}
+		return errors.New(strings.TrimPrefix(err.Error(), "plantstore: "))
+	}
 	return fmt.Errorf("cannot reach the server at %s: %w", server, err)
 }
 

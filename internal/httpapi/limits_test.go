@@ -204,22 +204,17 @@ func (fixedStore) GetPlant(context.Context, int64) (plantstore.Plant, error) {
 	return plantstore.Plant{ID: 1, Name: "Fern"}, nil
 }
 
+// fixedAuth accepts every token as benchToken, from its cache.
 type fixedAuth struct{}
 
-func (fixedAuth) Authenticate(context.Context, string) (plantstore.Token, error) {
-	return plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}, nil
-}
+var benchToken = plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}
 
-func (fixedAuth) Hash(string) plantstore.TokenHash { return plantstore.TokenHash{1} }
-
-func (fixedAuth) Cached(plantstore.TokenHash) (plantstore.Token, bool) {
-	return plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}, true
-}
-
-func (fixedAuth) Known(plantstore.TokenHash) bool { return true }
+func (fixedAuth) Hash(string) plantstore.TokenHash                     { return plantstore.TokenHash{1} }
+func (fixedAuth) Cached(plantstore.TokenHash) (plantstore.Token, bool) { return benchToken, true }
+func (fixedAuth) Known(plantstore.TokenHash) bool                      { return true }
 
 func (fixedAuth) Lookup(context.Context, plantstore.TokenHash) (plantstore.Token, error) {
-	return plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.KnownScopes}, nil
+	return benchToken, nil
 }
 
 type discardWriter struct {

@@ -92,6 +92,7 @@ func eventQuery(after *int64, limit int, types []string) url.Values {
 }
 
 // Reconnection pauses of Events: doubling from the first to the last.
+// lastReconnectPause also caps the wait a Retry-After asks for.
 const (
 	firstReconnectPause = 500 * time.Millisecond
 	lastReconnectPause  = 30 * time.Second
@@ -105,11 +106,21 @@ const (
 // When the connection breaks, or the service shuts down, it yields the
 // error and, if the loop goes on, reconnects after a pause with the id of
 // the last event yielded (Last-Event-ID), so it neither misses an event
-// nor repeats one; so too after a 5xx, 408 or 429 answer. An error
-// reconnecting cannot mend (see Permanent) ends it after it is yielded: a
-// 410 *Error when the events after the position are no longer kept
-// (resync from the plants, then follow after the Latest of ListEvents
-// read before), any other 4xx, or a redirect to another origin.
+// nor repeats one; so too after a 5xx, 408 or 429 answer. The pause is
+// 0.5 s, doubling at each reconnection that yields no event, up to 30 s;
+// after a 429 or 503 with a Retry-After (seconds or an HTTP-date), the
+// longer of that pause and the Retry-After, which the service sends when
+// it has as many streams open as it may. A Retry-After of more than 30 s
+// is waited for 30 s only: a follower then asks again at least every
+// 30 s, whatever the header says (a clock far off, or a value that would
+// stall the follow for hours), and a refusal costs the service little.
+// ReconnectPause tells how long it waits after an error it yielded.
+//
+// An error reconnecting cannot mend (see Permanent) ends it after it is
+// yielded: a 410 *Error when the events after the position are no
+// longer kept (resync from the plants, then follow after the Latest of
+// ListEvents read before), any other 4xx, or a redirect to another
+// origin.
 //
 // A stream stays open until ctx ends: it ignores the Timeout of
 // WithHTTPClient's client, which would cut it (and delay events by the
@@ -127,20 +138,57 @@ func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.
 			if ctx.Err() != nil {
 				return
 			}
-			if !yield(Event{}, err) || Permanent(err) {
+			if Permanent(err) {
+				yield(Event{}, err)
 				return
 			}
 			if received {
 				pause = firstReconnectPause
 			}
+			wait := reconnectPause(pause, err)
+			if !yield(Event{}, &reconnecting{err: err, pause: wait}) {
+				return
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(pause):
+			case <-time.After(wait):
 			}
 			pause = min(2*pause, lastReconnectPause)
 		}
 	}
+}
+
+// reconnectPause is how long Events waits after err before reconnecting,
+// when its own pause is pause: the longer of pause and, for a 429 or 503,
+// the answer's Retry-After, up to lastReconnectPause (see Events).
+func reconnectPause(pause time.Duration, err error) time.Duration {
+	switch StatusCode(err) {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return max(pause, min(RetryAfter(err), lastReconnectPause))
+	}
+	return pause
+}
+
+// reconnecting is an error Events yields before it reconnects, with the
+// pause it then waits. It reads as the error itself.
+type reconnecting struct {
+	err   error
+	pause time.Duration
+}
+
+func (r *reconnecting) Error() string { return r.err.Error() }
+func (r *reconnecting) Unwrap() error { return r.err }
+
+// ReconnectPause returns how long Events waits, after yielding err, before
+// it reconnects: its own pause or the service's Retry-After (see Events).
+// It is 0 for an error Events ends on (Permanent) and for one that Events
+// did not yield.
+func ReconnectPause(err error) time.Duration {
+	if r, ok := errors.AsType[*reconnecting](err); ok {
+		return r.pause
+	}
+	return 0
 }
 
 // Permanent says whether err, as Events yields it, is one that asking
@@ -189,7 +237,9 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return false, errorOf(resp.StatusCode, data)
+		e := errorOf(resp.StatusCode, data)
+		e.RetryAfter = retryAfter(resp.Header, time.Now())
+		return false, e
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return false, fmt.Errorf("plantstore: GET %s answered %q, %w", req.URL.Path, ct, errNotEventStream)

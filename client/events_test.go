@@ -130,3 +130,83 @@ func status(code int) http.HandlerFunc {
 		fmt.Fprintf(w, `{"error":%d,"message":"answer %d"}`, code, code)
 	}
 }
+
+// Refused for now with a Retry-After (a 429 or 503: as many streams open
+// as the service allows), Events waits at least that long before it asks
+// again, seconds or an HTTP-date; without one, its own first pause.
+func TestEventsWaitRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		code       int
+		retryAfter func() string // "" for none
+		atLeast    time.Duration // between the two requests
+	}{
+		{"429 seconds", http.StatusTooManyRequests, func() string { return "1" }, time.Second},
+		// Whole seconds: now+2 s truncated is more than 1 s away.
+		{"503 date", http.StatusServiceUnavailable, func() string { return time.Now().Add(2 * time.Second).UTC().Format(http.TimeFormat) }, time.Second},
+		{"429 without", http.StatusTooManyRequests, func() string { return "" }, firstReconnectPause},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			seen := make(chan time.Time, 2)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen <- time.Now()
+				if len(seen) == 1 { // the first: refused for now
+					if v := tc.retryAfter(); v != "" {
+						w.Header().Set("Retry-After", v)
+					}
+					status(tc.code)(w, r)
+					return
+				}
+				status(http.StatusNotFound)(w, r) // ends the follow
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var errs []error
+			for _, err := range newClient(t, srv.URL).Events(ctx, FromNow) {
+				errs = append(errs, err)
+			}
+			if len(errs) != 2 || StatusCode(errs[0]) != tc.code || StatusCode(errs[1]) != http.StatusNotFound {
+				t.Fatalf("Events yielded %v; want a %d, then the 404 it ends on", errs, tc.code)
+			}
+			first, second := <-seen, <-seen
+			if gap := second.Sub(first); gap < tc.atLeast {
+				t.Errorf("Events asked again after %v; want at least %v", gap, tc.atLeast)
+			}
+			if p := ReconnectPause(errs[0]); p < tc.atLeast {
+				t.Errorf("ReconnectPause(%v) = %v; want at least %v", errs[0], p, tc.atLeast)
+			}
+			if p := ReconnectPause(errs[1]); p != 0 {
+				t.Errorf("ReconnectPause of the error Events ended on = %v; want 0", p)
+			}
+		})
+	}
+}
+
+// The pause before a reconnection: the longer of Events' own and a 429's
+// or 503's Retry-After, which is waited for 30 s at most.
+func TestReconnectPause(t *testing.T) {
+	t.Parallel()
+	refused := func(code int, retryAfter time.Duration) error {
+		return fmt.Errorf("wrapped: %w", &Error{StatusCode: code, Message: "for now", RetryAfter: retryAfter})
+	}
+	for _, tc := range []struct {
+		pause time.Duration
+		err   error
+		want  time.Duration
+	}{
+		{firstReconnectPause, refused(http.StatusTooManyRequests, 5*time.Second), 5 * time.Second},
+		{firstReconnectPause, refused(http.StatusServiceUnavailable, 5*time.Second), 5 * time.Second},
+		{8 * time.Second, refused(http.StatusServiceUnavailable, 5*time.Second), 8 * time.Second},
+		{firstReconnectPause, refused(http.StatusTooManyRequests, time.Hour), lastReconnectPause},
+		{firstReconnectPause, refused(http.StatusTooManyRequests, 0), firstReconnectPause},
+		{firstReconnectPause, refused(http.StatusBadGateway, 5*time.Second), firstReconnectPause},
+		{2 * time.Second, errStreamEnded, 2 * time.Second},
+	} {
+		if got := reconnectPause(tc.pause, tc.err); got != tc.want {
+			t.Errorf("reconnectPause(%v, %v) = %v, want %v", tc.pause, tc.err, got, tc.want)
+		}
+	}
+}

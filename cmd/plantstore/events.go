@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/plantstore/plantstore/client"
 )
@@ -22,12 +23,14 @@ Without --follow it prints the events kept (or those after --after) and
 exits. With --follow it goes on printing each change as it happens, from
 now (or after --after), until interrupted; when the connection breaks,
 or the server refuses for now (5xx, 408, 429), it says so on standard
-error, reconnects, and resumes where it was, missing nothing. Other
-refusals end it, saying why: a 4xx (a bad token, a wrong path), or a
-redirect to another origin, where the token is not sent. If the events
-after --after are no longer kept (or it is after the newest, as after a
-restore), it fails with HTTP 410 and names the newest event: read the
-plants again (plants list --all), then follow after that one.`
+error, waits (0.5 s at first, doubling while it fails, or as long as
+the server asks; 30 s at most), reconnects, and resumes where it was,
+missing nothing. Other refusals end it, saying why: a 4xx (a bad token,
+a wrong path), or a redirect to another origin, where the token is not
+sent. If the events after --after are no longer kept (or it is after the
+newest, as after a restore), it fails with HTTP 410 and names the newest
+event: read the plants again (plants list --all), then follow after that
+one.`
 
 func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", eventsUsage, getenv, stdout, stderr)
@@ -80,10 +83,11 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 			if client.Permanent(err) {
 				return apiError(resyncAdvice(ctx, c, err), server) // Events ends after it
 			}
+			in := seconds(client.ReconnectPause(err))
 			if client.StatusCode(err) != 0 { // for now: too many streams, a proxy whose server restarts
-				fmt.Fprintf(stderr, "plantstore: %s; reconnecting\n", apiError(err, server))
+				fmt.Fprintf(stderr, "plantstore: %s; reconnecting in %s\n", refusedForNow(err, server), in)
 			} else {
-				fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting\n", strings.TrimPrefix(err.Error(), "plantstore: "))
+				fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting in %s\n", strings.TrimPrefix(err.Error(), "plantstore: "), in)
 			}
 			continue
 		}
@@ -92,6 +96,23 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	return nil // interrupted
+}
+
+// refusedForNow words an answer after which events --follow reconnects:
+// as apiError does, without its "retry after N s", as the wait follows.
+func refusedForNow(err error, server string) string {
+	msg := apiError(err, server).Error()
+	if client.RetryAfter(err) > 0 {
+		if i := strings.LastIndex(msg, "; retry after "); i >= 0 {
+			msg = msg[:i]
+		}
+	}
+	return msg
+}
+
+// seconds is d for a person: "0.5 s", "30 s".
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Round(100*time.Millisecond).Seconds(), 'f', -1, 64) + " s"
 }
 
 // resyncAdvice words a 410 for the command line: the server's advice

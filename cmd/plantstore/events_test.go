@@ -318,7 +318,9 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 }
 
 // events --follow reconnects after a refusal for now (too many streams,
-// a server restarting behind a proxy), then prints the changes.
+// a server restarting behind a proxy), then prints the changes. It says
+// how long it waits: as long as a Retry-After asks, else its own pause,
+// doubled after each failure.
 func TestEventsFollowRetriesRefusalsForNow(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -334,6 +336,7 @@ func TestEventsFollowRetriesRefusalsForNow(t *testing.T) {
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch requests.Add(1) {
 		case 1:
+			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 		case 2:
 			w.WriteHeader(http.StatusBadGateway)
@@ -363,7 +366,7 @@ func TestEventsFollowRetriesRefusalsForNow(t *testing.T) {
 	follow.Process.Kill()
 	follow.Wait()
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], "(HTTP 429); reconnecting") || !strings.HasSuffix(lines[1], "(HTTP 502); reconnecting") {
-		t.Errorf("stderr %q; want a line for each refusal, each saying it reconnects", lines)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "(HTTP 429); reconnecting in 1 s") || !strings.HasSuffix(lines[1], "(HTTP 502); reconnecting in 1 s") {
+		t.Errorf("stderr %q; want a line for each refusal, each saying it reconnects and when", lines)
 	}
 }

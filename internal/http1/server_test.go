@@ -210,6 +210,12 @@ var answerCases = []answerCase{
 	{"net/http: another path", "GET /other HTTP/1.1\r\n" + h + "\r\n", 0, false},
 	{"net/http: HEAD", "HEAD /plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
 	{"net/http: OPTIONS", "OPTIONS /plants HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	// The asterisk form: never taken, whatever the method, so OPTIONS *
+	// gets one answer whichever server reads it first (httpapi's
+	// TestOptionsAsterisk has that answer).
+	{"net/http: OPTIONS *", "OPTIONS * HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: GET *", "GET * HTTP/1.1\r\n" + h + "\r\n", 0, false},
+	{"net/http: OPTIONS * then a plain GET", "OPTIONS * HTTP/1.1\r\n" + h + "\r\nGET /plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
 	{"net/http: PATCH", "PATCH /plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},
 	{"net/http: HTTP/1.0", "GET /plants/1 HTTP/1.0\r\n" + h + "\r\n", 0, false},
 	{"net/http: absolute form", "GET http://example.com/plants/1 HTTP/1.1\r\n" + h + "\r\n", 0, false},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore/api"
+	"github.com/plantstore/plantstore/internal/apitest"
 	"github.com/plantstore/plantstore/internal/docs"
 	"github.com/plantstore/plantstore/internal/httpapi"
 )
@@ -266,14 +267,110 @@ func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 		if !resp.Close {
 			t.Error("the connection stays open after HTTP/2's preface")
 		}
-		resp, body = e.raw("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
-		if resp.StatusCode >= 300 {
-			wantError(t, resp, body, resp.StatusCode)
+		// (OPTIONS *: TestOptionsAsterisk.)
+	})
+}
+
+// OPTIONS * asks what the server can do in general (RFC 9110, section
+// 9.3.7): it gets 200, an empty body and the API's methods in Allow,
+// without a token, as a CORS preflight does, over HTTP/1.1 (the connection
+// then serves the next request) and HTTP/1.0, with CORS on or off, and it
+// is logged like any request. Any other method on "*" still gets 400 with
+// the Error body. The lean server (internal/http1) never takes a target
+// that is not a path, so net/http answers each of them, through the API's
+// handler.
+func TestOptionsAsterisk(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		for _, cors := range []bool{false, true} {
+			var cfg httpapi.Config
+			origin := ""
+			if cors {
+				cfg.CORSOrigins = []string{"http://app.example"}
+				origin = "Origin: http://app.example\r\n"
+			}
+			e := start(t, options{cfg: cfg})
+			for _, tc := range []struct {
+				name, request string
+				keepAlive     bool
+			}{
+				{"HTTP/1.1", "OPTIONS * HTTP/1.1\r\nHost: x\r\n" + origin + "\r\n", true},
+				// A body is left unread, and the connection closed, as
+				// after any answer that takes none (recorder.refuseBody).
+				{"HTTP/1.1 with a body", "OPTIONS * HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabc", false},
+				{"HTTP/1.1 with a wrong token", "OPTIONS * HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nonsense\r\n\r\n", true},
+				{"HTTP/1.0", "OPTIONS * HTTP/1.0\r\n" + origin + "\r\n", false},
+			} {
+				conn, br := dialRaw(t, e.addr)
+				// Then /healthz on the same connection, pipelined, if it
+				// stays open.
+				io.WriteString(conn, tc.request+"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s (CORS %v): %v", tc.name, cors, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != http.StatusOK || len(body) != 0 || resp.ContentLength != 0 || resp.Header.Get("Content-Length") != "0" {
+					t.Errorf("%s (CORS %v): %d, Content-Length %q, body %q; want 200, 0 and none",
+						tc.name, cors, resp.StatusCode, resp.Header.Get("Content-Length"), body)
+				}
+				if got := resp.Header.Get("Allow"); got != "GET, HEAD, POST, PUT, DELETE" {
+					t.Errorf("%s (CORS %v): Allow %q", tc.name, cors, got)
+				}
+				if resp.Header.Get("X-Request-Id") == "" || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+					t.Errorf("%s (CORS %v): headers %v", tc.name, cors, resp.Header)
+				}
+				if resp.Close == tc.keepAlive {
+					t.Errorf("%s (CORS %v): the connection closes: %v, want %v", tc.name, cors, resp.Close, !tc.keepAlive)
+				}
+				if tc.keepAlive {
+					next, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatalf("%s: no answer to the request after it: %v", tc.name, err)
+					}
+					req, _ := http.NewRequest("GET", "http://"+e.addr+"/healthz", nil)
+					apitest.CheckRaw(t, req, next)
+					if next.StatusCode != http.StatusOK {
+						t.Errorf("%s: the request after it got %d", tc.name, next.StatusCode)
+					}
+				}
+				conn.Close()
+			}
+			if n := strings.Count(e.logs.String(), `"method":"OPTIONS","path":"*","status":200`); n != 4 {
+				t.Errorf("%d access log lines for OPTIONS *, want 4:\n%s", n, e.logs)
+			}
 		}
-		if !strings.Contains(e.logs.String(), `"method":"OPTIONS"`) {
-			t.Error("OPTIONS * left no access log line")
+		e := start(t, options{})
+		for _, method := range []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"} {
+			conn, br := dialRaw(t, e.addr)
+			io.WriteString(conn, method+" * HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+e.writeToken+"\r\n\r\n")
+			resp, err := http.ReadResponse(br, &http.Request{Method: method})
+			if err != nil {
+				t.Fatalf("%s *: %v", method, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			conn.Close()
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s *: %d %q, want 400 with the Error body", method, resp.StatusCode, resp.Header.Get("Content-Type"))
+				continue
+			}
+			if method != "HEAD" {
+				wantError(t, resp, body, http.StatusBadRequest, `the request target "*" is not a path`)
+			}
 		}
 	})
+}
+
+// dialRaw connects to addr for a test that writes raw requests and reads
+// their answers, unchecked by the contract (which has no "*").
+func dialRaw(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn, bufio.NewReader(conn)
 }
 
 // A client that sends its headers slowly is cut off at the read-header

@@ -3,6 +3,8 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,14 +198,29 @@ func ReconnectPause(err error) time.Duration {
 // other than 408 and 429 (a bad token, a missing scope, a wrong path, a
 // 410), a 3xx it did not follow, a redirect to another origin (refused:
 // the token stays on the base URL's origin) or too many redirects, and
-// an answer that is not an event stream (not a plantstore server). A
-// 5xx, 408 or 429 answer and a failed or broken connection are not.
+// an answer that is not an event stream (not a plantstore server), and
+// a server certificate that does not verify (signed by an authority not
+// trusted, for another name, expired: WithTLSConfig's RootCAs, the
+// address or the certificate must change first). A 5xx, 408 or 429
+// answer and a failed or broken connection are not.
 func Permanent(err error) bool {
 	if status := StatusCode(err); status != 0 {
 		return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 	}
 	_, redirect := errors.AsType[*redirectRefused](err)
-	return redirect || errors.Is(err, errTooManyRedirects) || errors.Is(err, errNotEventStream)
+	return redirect || errors.Is(err, errTooManyRedirects) || errors.Is(err, errNotEventStream) || certificateRefused(err)
+}
+
+// certificateRefused says whether err is a server certificate that did
+// not verify: crypto/tls wraps the x509 error in a
+// *tls.CertificateVerificationError, a tls.Config's own VerifyConnection
+// may return it bare.
+func certificateRefused(err error) bool {
+	_, verification := errors.AsType[*tls.CertificateVerificationError](err)
+	_, authority := errors.AsType[x509.UnknownAuthorityError](err)
+	_, hostname := errors.AsType[x509.HostnameError](err)
+	_, invalid := errors.AsType[x509.CertificateInvalidError](err)
+	return verification || authority || hostname || invalid
 }
 
 // errNotEventStream is a 200 answer to a stream that is not one: the base

@@ -2,7 +2,12 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -207,6 +212,62 @@ func TestReconnectPause(t *testing.T) {
 	} {
 		if got := reconnectPause(tc.pause, tc.err); got != tc.want {
 			t.Errorf("reconnectPause(%v, %v) = %v, want %v", tc.pause, tc.err, got, tc.want)
+		}
+	}
+}
+
+// A server certificate that does not verify ends Events: reconnecting
+// would meet the same certificate. The server is never asked.
+func TestEventsEndOnUntrustedCertificate(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+	srv.StartTLS()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	for _, tc := range []struct {
+		name string
+		c    *Client
+		says string
+	}{
+		// The system's roots do not hold httptest's certificate.
+		{"unknown authority", newClient(t, srv.URL), "certificate signed by unknown authority"},
+		// Trusted, but issued for 127.0.0.1, ::1 and example.com, not localhost.
+		{"another name", newClient(t, "https://localhost:"+port, WithHTTPClient(srv.Client())), "not localhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var errs []error
+			for _, err := range tc.c.Events(ctx, FromNow) {
+				if errs = append(errs, err); len(errs) == 2 {
+					break
+				}
+			}
+			if len(errs) != 1 || ctx.Err() != nil {
+				t.Fatalf("Events yielded %v; want it to end after the first", errs)
+			}
+			if !Permanent(errs[0]) || !strings.Contains(errs[0].Error(), tc.says) {
+				t.Errorf("Events yielded %v (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), tc.says)
+			}
+		})
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the server got %d requests", n)
+	}
+	// As a tls.Config's own VerifyConnection may return them: bare.
+	for _, err := range []error{
+		x509.UnknownAuthorityError{},
+		x509.HostnameError{Certificate: &x509.Certificate{DNSNames: []string{"example.com"}}, Host: "plants.example"},
+		x509.CertificateInvalidError{Reason: x509.Expired},
+		&tls.CertificateVerificationError{Err: errors.New("expired")},
+	} {
+		if wrapped := fmt.Errorf("get: %w", err); !Permanent(wrapped) {
+			t.Errorf("Permanent(%v) = false", wrapped)
 		}
 	}
 }

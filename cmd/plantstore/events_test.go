@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -261,7 +262,7 @@ func TestUnreadableEventBatch(t *testing.T) {
 // events --follow ends, exit status 1, on an answer that reconnecting
 // would only get again, and says why: a server that redirects to another
 // origin (here, moved to another port), a bad token, a token without
-// plants:read, a wrong path.
+// plants:read, a wrong path, a certificate not trusted (no --ca-cert).
 func TestEventsFollowEndsOnRefusal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -272,6 +273,10 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 		http.Redirect(w, r, s.url+r.URL.RequestURI(), http.StatusPermanentRedirect)
 	}))
 	defer moved.Close()
+	untrusted := httptest.NewUnstartedServer(http.NotFoundHandler())
+	untrusted.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+	untrusted.StartTLS()
+	defer untrusted.Close()
 	for _, tc := range []struct {
 		name, server, token string
 		says                []string
@@ -281,6 +286,7 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 		{"bad token", s.url, "pst_unknown", []string{"(HTTP 401)"}},
 		{"no plants:read", s.url, writer, []string{"plants:read", "(HTTP 403)"}},
 		{"wrong path", s.url + "/v2", reader, []string{"(HTTP 404)"}},
+		{"untrusted certificate", untrusted.URL, reader, []string{"certificate signed by unknown authority"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

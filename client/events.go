@@ -121,8 +121,9 @@ const (
 // An error reconnecting cannot mend (see Permanent) ends it after it is
 // yielded: a 410 *Error when the events after the position are no
 // longer kept (resync from the plants, then follow after the Latest of
-// ListEvents read before), any other 4xx, or a redirect to another
-// origin.
+// ListEvents read before), any other 4xx, a redirect to another origin,
+// a server certificate that does not verify, or a malformed event (the
+// events before it are yielded first).
 //
 // A stream stays open until ctx ends: it ignores the Timeout of
 // WithHTTPClient's client, which would cut it (and delay events by the
@@ -197,18 +198,24 @@ func ReconnectPause(err error) time.Duration {
 // again unchanged cannot mend, so Events ends after it: a 4xx answer
 // other than 408 and 429 (a bad token, a missing scope, a wrong path, a
 // 410), a 3xx it did not follow, a redirect to another origin (refused:
-// the token stays on the base URL's origin) or too many redirects, and
-// an answer that is not an event stream (not a plantstore server), and
-// a server certificate that does not verify (signed by an authority not
-// trusted, for another name, expired: WithTLSConfig's RootCAs, the
-// address or the certificate must change first). A 5xx, 408 or 429
-// answer and a failed or broken connection are not.
+// the token stays on the base URL's origin) or too many redirects, an
+// answer that is not an event stream (not a plantstore server), a server
+// certificate that does not verify (signed by an authority not trusted,
+// for another name, expired: WithTLSConfig's RootCAs, the address or the
+// certificate must change first), and a malformed event (data that is
+// not JSON of an Event with an id, named by its id when the stream gave
+// one). The last is the service's defect, yet reconnecting after the
+// last good event would only read the same event again, forever; ending
+// shows it to the caller, who may report it, or skip it (and the change
+// it carried) by following again after its id. A 5xx, 408 or 429 answer
+// and a failed or broken connection are not.
 func Permanent(err error) bool {
 	if status := StatusCode(err); status != 0 {
 		return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 	}
 	_, redirect := errors.AsType[*redirectRefused](err)
-	return redirect || errors.Is(err, errTooManyRedirects) || errors.Is(err, errNotEventStream) || certificateRefused(err)
+	return redirect || errors.Is(err, errTooManyRedirects) || errors.Is(err, errNotEventStream) ||
+		errors.Is(err, errMalformedEvent) || certificateRefused(err)
 }
 
 // certificateRefused says whether err is a server certificate that did
@@ -226,6 +233,26 @@ func certificateRefused(err error) bool {
 // errNotEventStream is a 200 answer to a stream that is not one: the base
 // URL names something else than a plantstore server.
 var errNotEventStream = errors.New("not an event stream")
+
+// errMalformedEvent is an event whose data is not JSON of an Event (an
+// id among it): the service's defect, which it sends again to every
+// reconnection after the same last event.
+var errMalformedEvent = errors.New("malformed event")
+
+// whichEvent names, for an error, the event of a block with the id line
+// id ("" if none), read after the event with id after.
+func whichEvent(id string, after int64) string {
+	switch {
+	case id != "":
+		if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+			id = strconv.Quote(id)
+		}
+		return " " + id
+	case after != FromNow:
+		return fmt.Sprintf(" (after event %d)", after)
+	}
+	return ""
+}
 
 // errStreamEnded is a stream the service closed, at shutdown say.
 var errStreamEnded = errors.New("plantstore: the server ended the event stream")
@@ -294,10 +321,14 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 			id = ""
 			continue
 		}
+		blockID := id
 		id = ""
 		var e Event
-		if err := json.Unmarshal([]byte(data.String()), &e); err != nil {
-			return received, fmt.Errorf("plantstore: malformed event: %w", err)
+		if err := json.Unmarshal([]byte(data.String()), &e); err != nil || e.ID < 1 {
+			if err == nil {
+				err = errors.New("no id")
+			}
+			return received, fmt.Errorf("plantstore: the server sent a %w%s: %w", errMalformedEvent, whichEvent(blockID, *after), err)
 		}
 		data.Reset()
 		if e.ID <= *after && *after != FromNow {

@@ -271,3 +271,47 @@ func TestEventsEndOnUntrustedCertificate(t *testing.T) {
 		}
 	}
 }
+
+// A malformed event ends Events after the events before it: the server
+// would send it again at every reconnection. The error names it.
+func TestEventsEndOnMalformedEvent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, block, says string
+	}{
+		{"not JSON", "id: 2\ndata: {\"id\": 2, \"type\n", "the server sent a malformed event 2: "},
+		{"not an event", "id: 2\ndata: [2]\n", "the server sent a malformed event 2: json: cannot unmarshal array"},
+		{"no id", "data: {\"type\": \"plant.created\"}\n", "the server sent a malformed event (after event 1): no id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var requests atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "id: 1\ndata: {\"id\": 1, \"type\": %q, \"plant\": {\"id\": 7, \"name\": \"Fern\"}}\n\n%s\n", EventCreated, tc.block)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var events []Event
+			var errs []error
+			for ev, err := range newClient(t, srv.URL).Events(ctx, 0) {
+				if err == nil {
+					events = append(events, ev)
+				} else if errs = append(errs, err); len(errs) == 2 {
+					break
+				}
+			}
+			if len(events) != 1 || events[0].ID != 1 || len(errs) != 1 {
+				t.Fatalf("Events yielded %v and %v; want event 1, then an error it ends on", events, errs)
+			}
+			if !Permanent(errs[0]) || !strings.Contains(errs[0].Error(), tc.says) {
+				t.Errorf("Events yielded %q (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), tc.says)
+			}
+			if n := requests.Load(); n != 1 {
+				t.Errorf("%d requests; want 1", n)
+			}
+		})
+	}
+}

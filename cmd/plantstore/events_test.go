@@ -262,7 +262,8 @@ func TestUnreadableEventBatch(t *testing.T) {
 // events --follow ends, exit status 1, on an answer that reconnecting
 // would only get again, and says why: a server that redirects to another
 // origin (here, moved to another port), a bad token, a token without
-// plants:read, a wrong path, a certificate not trusted (no --ca-cert).
+// plants:read, a wrong path, a certificate not trusted (no --ca-cert), a
+// malformed event.
 func TestEventsFollowEndsOnRefusal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -277,6 +278,11 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 	untrusted.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
 	untrusted.StartTLS()
 	defer untrusted.Close()
+	malformed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: 4\ndata: {\"id\": 4,\n\n")
+	}))
+	defer malformed.Close()
 	for _, tc := range []struct {
 		name, server, token string
 		says                []string
@@ -287,6 +293,7 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 		{"no plants:read", s.url, writer, []string{"plants:read", "(HTTP 403)"}},
 		{"wrong path", s.url + "/v2", reader, []string{"(HTTP 404)"}},
 		{"untrusted certificate", untrusted.URL, reader, []string{"certificate signed by unknown authority"}},
+		{"malformed event", malformed.URL, reader, []string{"the server sent a malformed event 4: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

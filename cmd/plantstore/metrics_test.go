@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -141,4 +145,115 @@ func TestMetricsOffByDefault(t *testing.T) {
 	if strings.Contains(s.logs.String(), "metrics listening") {
 		t.Error("metrics listen without --metrics-addr")
 	}
+}
+
+// awaitSample scrapes until series reads want, and fails after a few
+// seconds: the server counts a connection a moment after the client's
+// dial returns, and uncounts it a moment after the client closes it.
+func awaitSample(t *testing.T, addr, series string, want float64) {
+	t.Helper()
+	var got float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got = sample(t, scrapeMetrics(t, addr), series); got == want {
+			return
+		}
+	}
+	t.Fatalf("%s is %v, want %v", series, got, want)
+}
+
+// answeredOn sends a GET on conn and reads its answer.
+func answeredOn(t *testing.T, conn net.Conn, path string, within time.Duration) bool {
+	t.Helper()
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+	conn.SetReadDeadline(time.Now().Add(within))
+	defer conn.SetReadDeadline(time.Time{})
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return false
+		}
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return true
+}
+
+// The connections open on the API's port, whichever server holds them
+// and whether or not they have sent anything, are a gauge beside the cap.
+// Scrapes go to the metrics listener, a port of its own that
+// --max-connections does not cover, so they add nothing to the count.
+func TestMetricsConnectionsOpen(t *testing.T) {
+	t.Parallel()
+	s := serve(t, t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	addr := metricsAddr(t, s)
+	const open, max = "plantstore_http_connections_open", "plantstore_http_connections_max"
+	text := scrapeMetrics(t, addr)
+	if got := sample(t, text, max); got != 4096 {
+		t.Errorf("%s %v, want the default --max-connections, 4096", max, got)
+	}
+	if !strings.Contains(text, "# TYPE "+open+" gauge") {
+		t.Fatalf("the scrape has no gauge %s", open)
+	}
+	awaitSample(t, addr, open, 0)
+
+	var conns []net.Conn
+	for _, path := range []string{"", "", "/plants/1", "/plants/2", "/healthz", "/healthz"} {
+		conn := limDial(t, s.url)
+		conns = append(conns, conn)
+		// Kept alive after the answer: the lean server's 401, net/http's
+		// 200; the first two send nothing.
+		if path != "" && !answeredOn(t, conn, path, 5*time.Second) {
+			t.Fatalf("GET %s was not answered", path)
+		}
+	}
+	awaitSample(t, addr, open, float64(len(conns)))
+	// Steady: not one more, however often it is scraped.
+	for range 3 {
+		if got := sample(t, scrapeMetrics(t, addr), open); got != float64(len(conns)) {
+			t.Fatalf("%s %v with %d connections open", open, got, len(conns))
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	awaitSample(t, addr, open, 0)
+}
+
+// Each time the connections open reach --max-connections, the server
+// stops accepting (a third client waits in the kernel's queue) and counts
+// a wait: as soon as the cap is reached, and again when a closed
+// connection's place is taken by the client that was waiting.
+func TestMetricsConnectionLimitWaits(t *testing.T) {
+	t.Parallel()
+	s := serve(t, t.TempDir(), "--max-connections", "2", "--metrics-addr", "127.0.0.1:0")
+	addr := metricsAddr(t, s)
+	const waits, open = "plantstore_http_connection_limit_waits_total", "plantstore_http_connections_open"
+	text := scrapeMetrics(t, addr)
+	if got := sample(t, text, "plantstore_http_connections_max"); got != 2 {
+		t.Errorf("plantstore_http_connections_max %v, want 2", got)
+	}
+	if !strings.Contains(text, "# TYPE "+waits+" counter\n"+waits+" 0\n") {
+		t.Fatalf("the scrape has no counter %s at 0:\n%s", waits, text)
+	}
+	first, second := limDial(t, s.url), limDial(t, s.url)
+	if !answeredOn(t, first, "/plants/1", 5*time.Second) || !answeredOn(t, second, "/healthz", 5*time.Second) {
+		t.Fatal("the first two connections were not served")
+	}
+	awaitSample(t, addr, waits, 1)
+	awaitSample(t, addr, open, 2)
+	third := limDial(t, s.url)
+	if answeredOn(t, third, "/healthz", 300*time.Millisecond) {
+		t.Fatal("a third connection was served with --max-connections 2 and two open")
+	}
+	if got := sample(t, scrapeMetrics(t, addr), waits); got != 1 {
+		t.Errorf("%s %v while the cap holds, want 1", waits, got)
+	}
+	first.Close()
+	third.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(third), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the third connection, once the first closed: %v %v", resp, err)
+	}
+	awaitSample(t, addr, waits, 2)
+	awaitSample(t, addr, open, 2)
 }

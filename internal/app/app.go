@@ -39,7 +39,9 @@ type App struct {
 	api        *httpapi.Server // the handler of server
 	server     *http.Server    // serves what fast hands it
 	fast       *http1.Server
-	wake       chan struct{}
+	// conns counts the API listener's connections, for the metrics.
+	conns httpapi.ConnCounts
+	wake  chan struct{}
 	// eventsWritten wakes the event streams' reader; a pending wake-up
 	// covers any number of writes.
 	eventsWritten chan struct{}
@@ -80,8 +82,13 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 // the next start.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	scheme := "http"
-	// Counted before TLS, so that handshakes hold a place too.
-	ln = httpapi.LimitConnections(ln, a.cfg.Server.MaxConnections, a.log)
+	// Counted before TLS, so that handshakes hold a place too. The
+	// metrics count the connections open even with no cap.
+	var counts *httpapi.ConnCounts
+	if a.metrics != nil {
+		counts = &a.conns
+	}
+	ln = httpapi.LimitConnections(ln, a.cfg.Server.MaxConnections, a.log, counts)
 	if a.cfg.TLS != nil {
 		ln = httpapi.TLSListener(ln, a.cfg.TLS, a.log)
 		scheme = "https"

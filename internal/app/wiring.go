@@ -114,11 +114,13 @@ func (a *App) newAuthenticator() {
 	a.authn = auth.New(a.store, auth.Options{Logger: a.log, CacheTTL: a.cfg.TokenCacheTTL})
 }
 
-// watch lets the metrics read the token cache and the dispatcher.
+// watch lets the metrics read the token cache, the dispatcher and the API
+// listener's connection counts (which Serve keeps in a.conns).
 func (a *App) watch() {
 	if a.metrics == nil {
 		return
 	}
+	a.metrics.Connections(a.cfg.Server.MaxConnections, func() (int64, int64) { return a.conns.Open(), a.conns.Waits() })
 	a.metrics.TokenCache(func() (int64, int64) { s := a.authn.Stats(); return s.Hits, s.Misses })
 	a.metrics.Webhooks(func() metrics.WebhookStats {
 		s := a.dispatcher.Stats()

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -73,45 +74,79 @@ func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
 // keep-alive connection holds its place until --idle-timeout, which is
 // what bounds how long the wait can last. The first wait in each minute
 // is logged. max 0 or less: no cap.
-func LimitConnections(ln net.Listener, max int, log *slog.Logger) net.Listener {
-	if max <= 0 {
+//
+// counts, when not nil, is kept up to date (for metrics), with or without
+// a cap. With neither, ln is returned as it is.
+func LimitConnections(ln net.Listener, max int, log *slog.Logger, counts *ConnCounts) net.Listener {
+	if max <= 0 && counts == nil {
 		return ln
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &limitListener{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{}), log: log}
+	if counts == nil {
+		counts = new(ConnCounts)
+	}
+	l := &limitListener{Listener: ln, closed: make(chan struct{}), log: log, counts: counts}
+	if max > 0 {
+		l.slots = make(chan struct{}, max)
+	}
+	return l
 }
+
+// ConnCounts are what LimitConnections counts of its connections. Its
+// zero value is ready; read it at any time, from any goroutine.
+type ConnCounts struct {
+	open, waits atomic.Int64
+}
+
+// Open is the connections accepted and not yet closed, being served or
+// idle, TLS handshakes included.
+func (c *ConnCounts) Open() int64 { return c.open.Load() }
+
+// Waits is how many times Accept found the cap reached and stopped
+// accepting until a connection closed. A wait begins as soon as the cap
+// is reached, whether or not another client is connecting yet: it counts
+// the times the server was full, during which any new client waits in
+// the kernel's queue.
+func (c *ConnCounts) Waits() int64 { return c.waits.Load() }
 
 type limitListener struct {
 	net.Listener
-	slots     chan struct{} // one token per open connection
+	slots     chan struct{} // one token per open connection; nil: no cap
 	closed    chan struct{}
 	closeOnce sync.Once
 	log       *slog.Logger
 	warned    time.Time // only Accept's goroutine touches it
+	counts    *ConnCounts
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	default:
-		if now := time.Now(); now.Sub(l.warned) >= time.Minute {
-			l.warned = now
-			l.log.Warn("connection limit reached: new connections wait until one closes (--max-connections)", "max", cap(l.slots))
-		}
+	if l.slots != nil {
 		select {
 		case l.slots <- struct{}{}:
-		case <-l.closed:
-			return nil, net.ErrClosed
+		default:
+			l.counts.waits.Add(1)
+			if now := time.Now(); now.Sub(l.warned) >= time.Minute {
+				l.warned = now
+				l.log.Warn("connection limit reached: new connections wait until one closes (--max-connections)", "max", cap(l.slots))
+			}
+			select {
+			case l.slots <- struct{}{}:
+			case <-l.closed:
+				return nil, net.ErrClosed
+			}
 		}
 	}
 	c, err := l.Listener.Accept()
 	if err != nil {
-		<-l.slots
+		if l.slots != nil {
+			<-l.slots
+		}
 		return nil, err
 	}
-	return &limitedConn{Conn: c, slots: l.slots}, nil
+	l.counts.open.Add(1)
+	return &limitedConn{Conn: c, l: l}, nil
 }
 
 func (l *limitListener) Close() error {
@@ -122,13 +157,18 @@ func (l *limitListener) Close() error {
 // limitedConn gives its place back once, at its first Close.
 type limitedConn struct {
 	net.Conn
-	slots    chan struct{}
+	l        *limitListener
 	released sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.released.Do(func() { <-c.slots })
+	c.released.Do(func() {
+		c.l.counts.open.Add(-1)
+		if c.l.slots != nil {
+			<-c.l.slots
+		}
+	})
 	return err
 }
 

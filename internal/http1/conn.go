@@ -21,6 +21,10 @@ type conn struct {
 	remote string
 	br     *bufio.Reader
 	idle   atomic.Bool // waiting for a request: Shutdown may close it
+	// serving is set while a request's handler runs and its answer is
+	// written: what a Shutdown out of time reports. A head still coming
+	// in is no request yet; the connection is then closed like an idle one.
+	serving atomic.Bool
 	// headDeadline is when the head being read must be in (zero: never).
 	headDeadline time.Time
 	// read and write are the connection's deadlines as last set.
@@ -119,7 +123,10 @@ func (c *conn) serve() {
 		}
 		c.br.Discard(len(head))
 		lastPost = req.Method == http.MethodPost
-		if !c.serveRequest(req, started) {
+		c.serving.Store(true)
+		keep := c.serveRequest(req, started)
+		c.serving.Store(false)
+		if !keep {
 			return
 		}
 	}

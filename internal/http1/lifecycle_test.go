@@ -274,6 +274,43 @@ func TestShutdownOutOfTimeWithNothingInFlight(t *testing.T) {
 	}
 }
 
+// A head still coming in when a shutdown runs out of time is no request
+// in flight: its connection is closed and the shutdown is no failure
+// (with a read-header timeout longer than the drain, it used to report
+// one). A request whose handler still runs is reported.
+func TestShutdownOutOfTimeWithAHeadComingIn(t *testing.T) {
+	release := make(chan struct{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/plants/slow" {
+			<-release
+		}
+		io.WriteString(w, "done")
+	})
+	addr, s := listen(t, handler, true, Limits{ReadHeaderTimeout: time.Minute})
+	c, br := dial(t, addr)
+	fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\nHost: x\r\n") // no empty line yet
+	time.Sleep(100 * time.Millisecond)                     // read by the server
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with only a head coming in: %v, want nil", err)
+	}
+	if !closedWithin(c, br, 5*time.Second) {
+		t.Error("the connection whose head was coming in is still open after the shutdown")
+	}
+
+	addr, s = listen(t, handler, true, Limits{ReadHeaderTimeout: time.Minute})
+	defer close(release)
+	c, _ = dial(t, addr)
+	fmt.Fprint(c, "GET /plants/slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown with a handler still running: %v, want the deadline's error", err)
+	}
+}
+
 // Many clients at once, on kept-alive connections, fast and handed-off
 // requests side by side: every answer is the right one (run with -race).
 // A connection once handed off stays with net/http, so the plant requests

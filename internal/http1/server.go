@@ -173,16 +173,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	// Out of time. Connections still waiting for a request were only
-	// slow to close (a timeout of a nanosecond does that): close them, and
-	// report the timeout only when a request is still being served.
+	// slow to close (a timeout of a nanosecond does that), and one whose
+	// head is still coming in has sent no request yet (its client may
+	// send it again elsewhere; a slow or stalled one would otherwise hold
+	// the drain to ReadHeaderTimeout): close them, and report the timeout
+	// only when a request is still being served.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	serving := false
 	for c := range s.conns {
-		if c.idle.Load() {
-			c.c.Close()
-		} else {
+		if c.serving.Load() {
 			serving = true
+		} else {
+			c.c.Close()
 		}
 	}
 	if serving {

@@ -122,8 +122,9 @@ const (
 // yielded: a 410 *Error when the events after the position are no
 // longer kept (resync from the plants, then follow after the Latest of
 // ListEvents read before), any other 4xx, a redirect to another origin,
-// a server certificate that does not verify, or a malformed event (the
-// events before it are yielded first).
+// a server certificate that does not verify, a server that answers an
+// https base URL in plain HTTP, or a malformed event or one longer than
+// 1 MiB (the events before it are yielded first).
 //
 // A stream stays open until ctx ends: it ignores the Timeout of
 // WithHTTPClient's client, which would cut it (and delay events by the
@@ -202,20 +203,23 @@ func ReconnectPause(err error) time.Duration {
 // answer that is not an event stream (not a plantstore server), a server
 // certificate that does not verify (signed by an authority not trusted,
 // for another name, expired: WithTLSConfig's RootCAs, the address or the
-// certificate must change first), and a malformed event (data that is
-// not JSON of an Event with an id, named by its id when the stream gave
-// one). The last is the service's defect, yet reconnecting after the
-// last good event would only read the same event again, forever; ending
-// shows it to the caller, who may report it, or skip it (and the change
-// it carried) by following again after its id. A 5xx, 408 or 429 answer
-// and a failed or broken connection are not.
+// certificate must change first), a server that answers an https base
+// URL in plain HTTP (http.ErrSchemeMismatch: it serves no TLS there), and
+// a malformed event (data that is not JSON of an Event with an id, named
+// by its id when the stream gave one) or an event longer than 1 MiB. The
+// last two are the service's defect, yet reconnecting after the last
+// good event would only read the same event again, forever; ending shows
+// it to the caller, who may report it, or skip it (and the change it
+// carried) by following again after its id. A 5xx, 408 or 429 answer and
+// a failed or broken connection are not.
 func Permanent(err error) bool {
 	if status := StatusCode(err); status != 0 {
 		return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 	}
 	_, redirect := errors.AsType[*redirectRefused](err)
 	return redirect || errors.Is(err, errTooManyRedirects) || errors.Is(err, errNotEventStream) ||
-		errors.Is(err, errMalformedEvent) || certificateRefused(err)
+		errors.Is(err, errMalformedEvent) || errors.Is(err, errEventTooLong) ||
+		certificateRefused(err) || errors.Is(err, http.ErrSchemeMismatch)
 }
 
 // certificateRefused says whether err is a server certificate that did
@@ -230,6 +234,18 @@ func certificateRefused(err error) bool {
 	return verification || authority || hostname || invalid
 }
 
+// plainHTTP says whether err is an https request answered in plain HTTP:
+// net/http's http.ErrSchemeMismatch, or the TLS record error it makes
+// that of, as a RoundTripper of WithHTTPClient's client may return it
+// wrapped (http.Client recognises it only bare).
+func plainHTTP(err error) bool {
+	if errors.Is(err, http.ErrSchemeMismatch) {
+		return true
+	}
+	r, ok := errors.AsType[tls.RecordHeaderError](err)
+	return ok && string(r.RecordHeader[:]) == "HTTP/"
+}
+
 // errNotEventStream is a 200 answer to a stream that is not one: the base
 // URL names something else than a plantstore server.
 var errNotEventStream = errors.New("not an event stream")
@@ -238,6 +254,38 @@ var errNotEventStream = errors.New("not an event stream")
 // id among it): the service's defect, which it sends again to every
 // reconnection after the same last event.
 var errMalformedEvent = errors.New("malformed event")
+
+// maxEventLine bounds a line of a stream, as follow reads it. The
+// service's longest line is an event's data: a name of at most 200
+// characters and a tag of at most 100, neither with a control character,
+// are at most 1,200 bytes of JSON (4 bytes a character in UTF-8, or 2 for
+// an escaped quote or backslash), and the ids, type, time and field names
+// add about 150: under 1.4 KB in all. 1 MiB is some 700 times that, so a
+// line over it is a defect, not an event too large for the client.
+const maxEventLine = 1 << 20
+
+// errEventTooLong is a line over maxEventLine: the service's defect,
+// which it sends again to every reconnection after the same last event.
+var errEventTooLong = errors.New("plantstore: the server sent an event longer than 1 MiB")
+
+// eventTooLong is errEventTooLong for the event of a block with the id
+// line id ("" if none yet), read after the event with id after.
+func eventTooLong(id string, after int64) error {
+	var which []string
+	if id != "" {
+		if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+			id = strconv.Quote(id)
+		}
+		which = append(which, "event "+id)
+	}
+	if after != FromNow {
+		which = append(which, fmt.Sprintf("after event %d", after))
+	}
+	if len(which) == 0 {
+		return errEventTooLong
+	}
+	return fmt.Errorf("%w (%s)", errEventTooLong, strings.Join(which, ", "))
+}
 
 // whichEvent names, for an error, the event of a block with the id line
 // id ("" if none), read after the event with id after.
@@ -276,6 +324,10 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 	streaming.Timeout = 0 // bounded by ctx alone (see Events)
 	resp, err := streaming.Do(req)
 	if err != nil {
+		if plainHTTP(err) {
+			origin := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host}
+			return false, fmt.Errorf("plantstore: the server at %s answered in plain HTTP, not HTTPS: %w", origin.String(), http.ErrSchemeMismatch)
+		}
 		return false, err
 	}
 	defer resp.Body.Close()
@@ -289,7 +341,7 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 		return false, fmt.Errorf("plantstore: GET %s answered %q, %w", req.URL.Path, ct, errNotEventStream)
 	}
 	lines := bufio.NewScanner(resp.Body)
-	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	lines.Buffer(make([]byte, 0, 64<<10), maxEventLine)
 	var data strings.Builder
 	var id string // of the block being read
 	for lines.Scan() {
@@ -340,6 +392,9 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 		}
 	}
 	if err := lines.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return received, eventTooLong(id, *after)
+		}
 		return received, err
 	}
 	return received, errStreamEnded

@@ -315,3 +315,101 @@ func TestEventsEndOnMalformedEvent(t *testing.T) {
 		})
 	}
 }
+
+// An event longer than the 1 MiB a line may be ends Events after the
+// events before it, as a malformed one does: the server would send it
+// again at every reconnection. The error says what and where.
+func TestEventsEndOnEventTooLong(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", maxEventLine)
+	for _, tc := range []struct {
+		name, block, says string
+	}{
+		{"data", "id: 2\ndata: {\"id\": 2, \"type\": \"" + long + "\"}\n", "the server sent an event longer than 1 MiB (event 2, after event 1)"},
+		{"no id", ": " + long + "\n", "the server sent an event longer than 1 MiB (after event 1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var requests atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "id: 1\ndata: {\"id\": 1, \"type\": %q, \"plant\": {\"id\": 7, \"name\": \"Fern\"}}\n\n%s\n", EventCreated, tc.block)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var events []Event
+			var errs []error
+			for ev, err := range newClient(t, srv.URL).Events(ctx, 0) {
+				if err == nil {
+					events = append(events, ev)
+				} else if errs = append(errs, err); len(errs) == 2 {
+					break
+				}
+			}
+			if len(events) != 1 || events[0].ID != 1 || len(errs) != 1 {
+				t.Fatalf("Events yielded %v and %v; want event 1, then an error it ends on", events, errs)
+			}
+			if !Permanent(errs[0]) || errs[0].Error() != "plantstore: "+tc.says {
+				t.Errorf("Events yielded %q (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), tc.says)
+			}
+			if n := requests.Load(); n != 1 {
+				t.Errorf("%d requests; want 1", n)
+			}
+		})
+	}
+}
+
+// An https base URL at a server of plain HTTP ends Events: it serves no
+// TLS there, at every reconnection. So too when the client's transport
+// wraps the TLS error, which http.Client then leaves as it is.
+func TestEventsEndOnPlainHTTPServer(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+	}))
+	defer srv.Close()
+	base := "https://" + srv.Listener.Addr().String()
+	wrapping := &http.Client{Transport: wrapErrors{http.DefaultTransport}}
+	for _, tc := range []struct {
+		name string
+		c    *Client
+	}{
+		{"net/http's error", newClient(t, base)},
+		{"the TLS error wrapped", newClient(t, base, WithHTTPClient(wrapping))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var errs []error
+			for _, err := range tc.c.Events(ctx, FromNow) {
+				if errs = append(errs, err); len(errs) == 2 {
+					break
+				}
+			}
+			if len(errs) != 1 || ctx.Err() != nil {
+				t.Fatalf("Events yielded %v; want it to end after the first", errs)
+			}
+			want := "plantstore: the server at " + base + " answered in plain HTTP, not HTTPS: http: server gave HTTP response to HTTPS client"
+			if !Permanent(errs[0]) || errs[0].Error() != want || !errors.Is(errs[0], http.ErrSchemeMismatch) {
+				t.Errorf("Events yielded %q (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), want)
+			}
+		})
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the server got %d requests", n)
+	}
+}
+
+// wrapErrors is a RoundTripper that wraps the errors of its own.
+type wrapErrors struct{ http.RoundTripper }
+
+func (w wrapErrors) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := w.RoundTripper.RoundTrip(r)
+	if err != nil {
+		return nil, fmt.Errorf("wrapped: %w", err)
+	}
+	return resp, nil
+}

@@ -262,8 +262,9 @@ func TestUnreadableEventBatch(t *testing.T) {
 // events --follow ends, exit status 1, on an answer that reconnecting
 // would only get again, and says why: a server that redirects to another
 // origin (here, moved to another port), a bad token, a token without
-// plants:read, a wrong path, a certificate not trusted (no --ca-cert), a
-// malformed event.
+// plants:read, a wrong path, a certificate not trusted (no --ca-cert), an
+// https URL at a server of plain HTTP, a malformed event, an event longer
+// than the client reads.
 func TestEventsFollowEndsOnRefusal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -283,6 +284,12 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 		io.WriteString(w, "id: 4\ndata: {\"id\": 4,\n\n")
 	}))
 	defer malformed.Close()
+	tooLong := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: 4\ndata: {\"id\": 4, \"type\": \""+strings.Repeat("x", 1<<20)+"\"}\n\n")
+	}))
+	defer tooLong.Close()
+	plainAsHTTPS := "https://" + strings.TrimPrefix(s.url, "http://")
 	for _, tc := range []struct {
 		name, server, token string
 		says                []string
@@ -292,8 +299,11 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 		{"bad token", s.url, "pst_unknown", []string{"(HTTP 401)"}},
 		{"no plants:read", s.url, writer, []string{"plants:read", "(HTTP 403)"}},
 		{"wrong path", s.url + "/v2", reader, []string{"(HTTP 404)"}},
-		{"untrusted certificate", untrusted.URL, reader, []string{"certificate signed by unknown authority"}},
+		{"untrusted certificate", untrusted.URL, reader, []string{"certificate signed by unknown authority",
+			"the certificate of the server at " + untrusted.URL + " does not verify", "give its certificate with --ca-cert FILE"}},
+		{"plain HTTP", plainAsHTTPS, reader, []string{"the server at " + plainAsHTTPS + " answered in plain HTTP, not HTTPS"}},
 		{"malformed event", malformed.URL, reader, []string{"the server sent a malformed event 4: "}},
+		{"event too long", tooLong.URL, reader, []string{"plantstore: the server sent an event longer than 1 MiB (event 4)\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -327,6 +337,11 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 	r := cli(t, dir, []string{"PLANTSTORE_SERVER=" + moved.URL, "PLANTSTORE_TOKEN=" + reader}, "plants", "get", "1")
 	if r.exit != 1 || !strings.Contains(r.stderr, "not following a redirect from "+moved.URL+"/plants/1") || strings.Contains(r.stderr, "cannot reach") {
 		t.Errorf("plants get behind a redirect to another origin: exit %d, stderr %q", r.exit, r.stderr)
+	}
+	// An https URL at a server of plain HTTP too.
+	r = cli(t, dir, []string{"PLANTSTORE_SERVER=" + plainAsHTTPS, "PLANTSTORE_TOKEN=" + reader}, "plants", "get", "1")
+	if want := "plantstore: the server at " + plainAsHTTPS + " answered in plain HTTP, not HTTPS: use an http:// --server, or serve it over TLS\n"; r.exit != 1 || r.stderr != want {
+		t.Errorf("plants get of an https URL at a plain server: exit %d, stderr %q; want exit 1, %q", r.exit, r.stderr, want)
 	}
 }
 

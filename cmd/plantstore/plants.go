@@ -403,6 +403,22 @@ func apiError(err error, server string) error {
 	if _, ok := errors.AsType[usageError](err); ok {
 		return err
 	}
+	// Refusals of the client's own that the client words without the
+	// server, which the user must know to act: it is the --server or
+	// PLANTSTORE_SERVER in force, not necessarily the one in mind.
+	// crypto/tls wraps every certificate that does not verify in a
+	// *tls.CertificateVerificationError (trustOnly adds no check of its
+	// own, which could return one bare).
+	if cv, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		hint := "" // another name, expired: the address or the certificate must change
+		if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+			hint = " (for a private CA, give its certificate with --ca-cert FILE)"
+		}
+		return fmt.Errorf("the certificate of the server at %s does not verify: %w%s", server, cv, hint)
+	}
+	if errors.Is(err, http.ErrSchemeMismatch) {
+		return fmt.Errorf("the server at %s answered in plain HTTP, not HTTPS: use an http:// --server, or serve it over TLS", server)
+	}
 	if client.Permanent(err) {
 		// Reached, but refused by the client itself (a redirect to
 		// another origin, too many redirects): said as the client says

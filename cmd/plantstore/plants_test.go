@@ -321,3 +321,42 @@ func TestPlantsOutputThatCannotBeWritten(t *testing.T) {
 		t.Errorf("events with its output on /dev/full: exit %d; stderr:\n%s", r.exit, r.stderr)
 	}
 }
+
+// A server certificate that does not verify is said with the server it
+// came from, by every command that talks to one; for an authority not
+// trusted, with the flag that trusts a private one.
+func TestPlantsCertificateRefusalNamesServer(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "cli")
+	certFile, keyFile, _ := selfSigned(t) // for 127.0.0.1 only
+	s := serve(t, dir, "--tls-cert", certFile, "--tls-key", keyFile)
+	_, port, _ := strings.Cut(strings.TrimPrefix(s.url, "http://"), ":")
+	for _, tc := range []struct {
+		name, server string
+		flags        []string
+		says         string
+		hint         bool
+	}{
+		{"unknown authority", "https://127.0.0.1:" + port, nil,
+			"the certificate of the server at https://127.0.0.1:" + port + " does not verify: tls: failed to verify certificate: x509: certificate signed by unknown authority", true},
+		// Trusted, for another address: --ca-cert would not help.
+		{"another name", "https://localhost:" + port, []string{"--ca-cert", certFile},
+			"the certificate of the server at https://localhost:" + port + " does not verify: tls: failed to verify certificate: x509: ", false},
+	} {
+		env := []string{"PLANTSTORE_SERVER=" + tc.server, "PLANTSTORE_TOKEN=" + token}
+		for _, args := range [][]string{
+			{"plants", "get", "1"},
+			{"plants", "add", "--id", "1", "--name", "Fern"},
+			{"plants", "list"},
+			{"events"},
+			{"events", "--follow"},
+		} {
+			r := cli(t, dir, env, append(args, tc.flags...)...)
+			hint := strings.HasSuffix(r.stderr, " (for a private CA, give its certificate with --ca-cert FILE)\n")
+			if r.exit != 1 || !strings.HasPrefix(r.stderr, "plantstore: "+tc.says) || hint != tc.hint || strings.Count(r.stderr, "\n") != 1 {
+				t.Errorf("%s: %q: exit %d, stderr %q; want exit 1, one line saying %q, the --ca-cert hint %v", tc.name, args, r.exit, r.stderr, tc.says, tc.hint)
+			}
+		}
+	}
+}

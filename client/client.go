@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Plant is a plant with its id. Tag is nil when the plant has none.
@@ -41,8 +43,11 @@ func Tag(tag string) *string { return &tag }
 
 // Error is a non-2xx answer of the service.
 type Error struct {
-	StatusCode int    // the HTTP status
-	Message    string // the server's message
+	StatusCode int // the HTTP status
+	// Message is the server's message: the Error body's, or, from
+	// something else on the way (a proxy, a server that is not
+	// plantstore), a short plain-text body as sent, else the status's text.
+	Message string
 	// RetryAfter is how long the service asks the client to wait before
 	// trying again (its Retry-After, which it sends with 429 and 503); 0
 	// when it did not say.
@@ -385,12 +390,32 @@ func errorOf(status int, data []byte) *Error {
 	var decoded struct {
 		Message string `json:"message"`
 	}
-	if json.Unmarshal(data, &decoded) == nil && decoded.Message != "" {
+	switch {
+	case json.Unmarshal(data, &decoded) == nil && decoded.Message != "":
 		e.Message = decoded.Message
-	} else {
+	case plainMessage(data):
+		e.Message = strings.Join(strings.Fields(string(data)), " ")
+	default:
 		e.Message = http.StatusText(status)
 	}
 	return e
+}
+
+// plainMessage reports whether a body that is not the Error JSON reads as
+// a message worth showing: short printable text, not markup (a proxy's
+// error page) nor JSON of another shape. Go's own TLS server, asked in
+// plain HTTP, says "Client sent an HTTP request to an HTTPS server."
+func plainMessage(data []byte) bool {
+	text := bytes.TrimSpace(data)
+	if len(text) == 0 || len(text) > 300 || !utf8.Valid(text) || text[0] == '<' || text[0] == '{' || text[0] == '[' {
+		return false
+	}
+	for _, r := range string(text) {
+		if unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' {
+			return false
+		}
+	}
+	return true
 }
 
 // nextLink finds the target of rel="next" in Link header values (RFC

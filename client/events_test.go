@@ -285,32 +285,8 @@ func TestEventsEndOnMalformedEvent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var requests atomic.Int32
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				requests.Add(1)
-				w.Header().Set("Content-Type", "text/event-stream")
-				fmt.Fprintf(w, "id: 1\ndata: {\"id\": 1, \"type\": %q, \"plant\": {\"id\": 7, \"name\": \"Fern\"}}\n\n%s\n", EventCreated, tc.block)
-			}))
-			defer srv.Close()
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			var events []Event
-			var errs []error
-			for ev, err := range newClient(t, srv.URL).Events(ctx, 0) {
-				if err == nil {
-					events = append(events, ev)
-				} else if errs = append(errs, err); len(errs) == 2 {
-					break
-				}
-			}
-			if len(events) != 1 || events[0].ID != 1 || len(errs) != 1 {
-				t.Fatalf("Events yielded %v and %v; want event 1, then an error it ends on", events, errs)
-			}
-			if !Permanent(errs[0]) || !strings.Contains(errs[0].Error(), tc.says) {
-				t.Errorf("Events yielded %q (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), tc.says)
-			}
-			if n := requests.Load(); n != 1 {
-				t.Errorf("%d requests; want 1", n)
+			if err := endAfterEventOne(t, tc.block); !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("Events ended on %q; want it to say %q", err, tc.says)
 			}
 		})
 	}
@@ -330,32 +306,8 @@ func TestEventsEndOnEventTooLong(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var requests atomic.Int32
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				requests.Add(1)
-				w.Header().Set("Content-Type", "text/event-stream")
-				fmt.Fprintf(w, "id: 1\ndata: {\"id\": 1, \"type\": %q, \"plant\": {\"id\": 7, \"name\": \"Fern\"}}\n\n%s\n", EventCreated, tc.block)
-			}))
-			defer srv.Close()
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			var events []Event
-			var errs []error
-			for ev, err := range newClient(t, srv.URL).Events(ctx, 0) {
-				if err == nil {
-					events = append(events, ev)
-				} else if errs = append(errs, err); len(errs) == 2 {
-					break
-				}
-			}
-			if len(events) != 1 || events[0].ID != 1 || len(errs) != 1 {
-				t.Fatalf("Events yielded %v and %v; want event 1, then an error it ends on", events, errs)
-			}
-			if !Permanent(errs[0]) || errs[0].Error() != "plantstore: "+tc.says {
-				t.Errorf("Events yielded %q (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), tc.says)
-			}
-			if n := requests.Load(); n != 1 {
-				t.Errorf("%d requests; want 1", n)
+			if err := endAfterEventOne(t, tc.block); err.Error() != "plantstore: "+tc.says {
+				t.Errorf("Events ended on %q; want it to say %q", err, tc.says)
 			}
 		})
 	}
@@ -412,4 +364,39 @@ func (w wrapErrors) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("wrapped: %w", err)
 	}
 	return resp, nil
+}
+
+// endAfterEventOne follows a server that sends event 1 and then block on
+// every request, checks that Events yields event 1 and then one permanent
+// error, without asking again, and returns that error.
+func endAfterEventOne(t *testing.T, block string) error {
+	t.Helper()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "id: 1\ndata: {\"id\": 1, \"type\": %q, \"plant\": {\"id\": 7, \"name\": \"Fern\"}}\n\n%s\n", EventCreated, block)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var events []Event
+	var errs []error
+	for ev, err := range newClient(t, srv.URL).Events(ctx, 0) {
+		if err == nil {
+			events = append(events, ev)
+		} else if errs = append(errs, err); len(errs) == 2 {
+			break
+		}
+	}
+	if len(events) != 1 || events[0].ID != 1 || len(errs) != 1 {
+		t.Fatalf("Events yielded %v and %v; want event 1, then an error it ends on", events, errs)
+	}
+	if !Permanent(errs[0]) {
+		t.Errorf("Events ended on %q, which is not Permanent", errs[0])
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests; want 1", n)
+	}
+	return errs[0]
 }

@@ -153,47 +153,29 @@ func TestMaxConnections(t *testing.T) {
 		t.Helper()
 		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", path, token)
 	}
-	answered := func(conn net.Conn, path string, within time.Duration) bool {
-		t.Helper()
-		conn.SetReadDeadline(time.Now().Add(within))
-		defer conn.SetReadDeadline(time.Time{})
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-				return false
-			}
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode >= 500 {
-			t.Fatalf("GET %s: %d", path, resp.StatusCode)
-		}
-		return true
-	}
 	lean, handed := limDial(t, s.url), limDial(t, s.url)
 	ask(lean, "/plants/1")  // the lean server's (404)
 	ask(handed, "/healthz") // net/http's
-	if !answered(lean, "/plants/1", 5*time.Second) || !answered(handed, "/healthz", 5*time.Second) {
+	if !answered(t, lean, "/plants/1", 5*time.Second) || !answered(t, handed, "/healthz", 5*time.Second) {
 		t.Fatal("the first two connections were not served")
 	}
 	third := limDial(t, s.url)
 	ask(third, "/healthz")
-	if answered(third, "/healthz", 500*time.Millisecond) {
+	if answered(t, third, "/healthz", 500*time.Millisecond) {
 		t.Fatal("a third connection was served with --max-connections 2 and two open")
 	}
 	limAwaitLog(t, s, "connection limit reached")
 	lean.Close()
-	if !answered(third, "/healthz", 5*time.Second) {
+	if !answered(t, third, "/healthz", 5*time.Second) {
 		t.Fatal("the third connection was still waiting after the lean server's connection closed")
 	}
 	fourth := limDial(t, s.url)
 	ask(fourth, "/plants/1")
-	if answered(fourth, "/plants/1", 500*time.Millisecond) {
+	if answered(t, fourth, "/plants/1", 500*time.Millisecond) {
 		t.Fatal("a fourth connection was served with two open")
 	}
 	handed.Close()
-	if !answered(fourth, "/plants/1", 5*time.Second) {
+	if !answered(t, fourth, "/plants/1", 5*time.Second) {
 		t.Fatal("the fourth connection was still waiting after net/http's connection closed")
 	}
 	// At the cap, with a connection waiting, the server still stops at

@@ -165,6 +165,13 @@ func awaitSample(t *testing.T, addr, series string, want float64) {
 func answeredOn(t *testing.T, conn net.Conn, path string, within time.Duration) bool {
 	t.Helper()
 	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+	return answered(t, conn, path, within)
+}
+
+// answered reads the answer to the GET of path sent on conn, and reports
+// false when none came within the time given; a 5xx fails the test.
+func answered(t *testing.T, conn net.Conn, path string, within time.Duration) bool {
+	t.Helper()
 	conn.SetReadDeadline(time.Now().Add(within))
 	defer conn.SetReadDeadline(time.Time{})
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -176,6 +183,9 @@ func answeredOn(t *testing.T, conn net.Conn, path string, within time.Duration) 
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
 	return true
 }
 

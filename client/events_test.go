@@ -240,19 +240,9 @@ func TestEventsEndOnUntrustedCertificate(t *testing.T) {
 		{"another name", newClient(t, "https://localhost:"+port, WithHTTPClient(srv.Client())), "not localhost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			var errs []error
-			for _, err := range tc.c.Events(ctx, FromNow) {
-				if errs = append(errs, err); len(errs) == 2 {
-					break
-				}
-			}
-			if len(errs) != 1 || ctx.Err() != nil {
-				t.Fatalf("Events yielded %v; want it to end after the first", errs)
-			}
-			if !Permanent(errs[0]) || !strings.Contains(errs[0].Error(), tc.says) {
-				t.Errorf("Events yielded %v (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), tc.says)
+			err := endsOnFirst(t, tc.c)
+			if !Permanent(err) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("Events yielded %v (Permanent %v); want a permanent error saying %q", err, Permanent(err), tc.says)
 			}
 		})
 	}
@@ -333,20 +323,10 @@ func TestEventsEndOnPlainHTTPServer(t *testing.T) {
 		{"the TLS error wrapped", newClient(t, base, WithHTTPClient(wrapping))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			var errs []error
-			for _, err := range tc.c.Events(ctx, FromNow) {
-				if errs = append(errs, err); len(errs) == 2 {
-					break
-				}
-			}
-			if len(errs) != 1 || ctx.Err() != nil {
-				t.Fatalf("Events yielded %v; want it to end after the first", errs)
-			}
+			err := endsOnFirst(t, tc.c)
 			want := "plantstore: the server at " + base + " answered in plain HTTP, not HTTPS: http: server gave HTTP response to HTTPS client"
-			if !Permanent(errs[0]) || errs[0].Error() != want || !errors.Is(errs[0], http.ErrSchemeMismatch) {
-				t.Errorf("Events yielded %q (Permanent %v); want a permanent error saying %q", errs[0], Permanent(errs[0]), want)
+			if !Permanent(err) || err.Error() != want || !errors.Is(err, http.ErrSchemeMismatch) {
+				t.Errorf("Events yielded %q (Permanent %v); want a permanent error saying %q", err, Permanent(err), want)
 			}
 		})
 	}
@@ -397,6 +377,24 @@ func endAfterEventOne(t *testing.T, block string) error {
 	}
 	if n := requests.Load(); n != 1 {
 		t.Errorf("%d requests; want 1", n)
+	}
+	return errs[0]
+}
+
+// endsOnFirst follows c from now and returns the first thing Events
+// yields, an error, checking that Events ended after it.
+func endsOnFirst(t *testing.T, c *Client) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var errs []error
+	for _, err := range c.Events(ctx, FromNow) {
+		if errs = append(errs, err); len(errs) == 2 {
+			break
+		}
+	}
+	if len(errs) != 1 || errs[0] == nil || ctx.Err() != nil {
+		t.Fatalf("Events yielded %v; want it to end after the first, an error", errs)
 	}
 	return errs[0]
 }

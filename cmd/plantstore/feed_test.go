@@ -66,7 +66,11 @@ func TestCrashOnPostgresKeepsTheFeedWhole(t *testing.T) {
 			base := []string{victim.url, steady.url}[w%2]
 			wg.Go(func() { write(ctx, base, w, round) })
 		}
-		time.Sleep(time.Duration(400+round*300) * time.Millisecond)
+		runUntil(time.Duration(400+round*300)*time.Millisecond, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(acked) >= (round+1)*50
+		})
 		victim.kill(t)
 		cancel()
 		wg.Wait()

@@ -129,6 +129,19 @@ func cliOutputTo(t *testing.T, out *os.File, dir string, env []string, args ...s
 	return r
 }
 
+// runUntil lets a load run for at least least and until enough says it
+// has done enough to be worth checking, for 30 s at most: under -race, or
+// on a slow machine, a fixed time can leave a crash test with too little.
+func runUntil(least time.Duration, enough func() bool) {
+	started := time.Now()
+	for time.Since(started) < 30*time.Second {
+		if time.Since(started) >= least && enough() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func mustToken(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	r := cli(t, dir, nil, append([]string{"token", "create"}, args...)...)
@@ -595,7 +608,11 @@ func TestCrashLosesNoAcknowledgedPlant(t *testing.T) {
 				}
 			})
 		}
-		time.Sleep(time.Duration(300+round*250) * time.Millisecond)
+		runUntil(time.Duration(300+round*250)*time.Millisecond, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(acked) >= (round+1)*50
+		})
 		s.kill(t)
 		cancel()
 		wg.Wait()

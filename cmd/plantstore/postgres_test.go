@@ -178,7 +178,17 @@ func writeAndKill(t *testing.T, servers []*server, client *http.Client, token st
 		}
 	}
 	started := time.Now()
-	time.Sleep(700 * time.Millisecond)
+	runUntil(700*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		byVictim := 0
+		for id := range acked {
+			if id>>32&0xff == 2 {
+				byVictim++
+			}
+		}
+		return len(acked) >= 60 && byVictim > 0
+	})
 	killed := time.Now()
 	victim.kill(t)
 	time.Sleep(700 * time.Millisecond) // the survivors go on alone

@@ -87,8 +87,8 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 				return apiError(resyncAdvice(ctx, c, err), server) // Events ends after it
 			}
 			in := seconds(client.ReconnectPause(err))
-			if client.StatusCode(err) != 0 { // for now: too many streams, a proxy whose server restarts
-				fmt.Fprintf(stderr, "plantstore: %s; reconnecting in %s\n", refusedForNow(err, server), in)
+			if e, ok := errors.AsType[*client.Error](err); ok { // for now: too many streams, a proxy whose server restarts
+				fmt.Fprintf(stderr, "plantstore: %s; reconnecting in %s\n", refusal(e), in) // the wait said once
 			} else {
 				fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting in %s\n", strings.TrimPrefix(err.Error(), "plantstore: "), in)
 			}
@@ -99,18 +99,6 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	return nil // interrupted
-}
-
-// refusedForNow words an answer after which events --follow reconnects:
-// as apiError does, without its "retry after N s", as the wait follows.
-func refusedForNow(err error, server string) string {
-	msg := apiError(err, server).Error()
-	if client.RetryAfter(err) > 0 {
-		if i := strings.LastIndex(msg, "; retry after "); i >= 0 {
-			msg = msg[:i]
-		}
-	}
-	return msg
 }
 
 // seconds is d for a person: "0.5 s", "30 s".

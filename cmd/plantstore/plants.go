@@ -382,6 +382,22 @@ func updatePlant(ctx context.Context, c *client.Client, id int64, name string, t
 	}
 }
 
+// refusal words an answer the server refused: its message and status.
+// When it asked to wait, its words point to the Retry-After header, which
+// a user of the command does not see; apiError says the number instead.
+func refusal(e *client.Error) string {
+	msg := e.Message
+	if asksToWait(e) {
+		msg = strings.TrimSuffix(msg, "; retry after the time in Retry-After")
+	}
+	return fmt.Sprintf("%s (HTTP %d)", msg, e.StatusCode)
+}
+
+// asksToWait says whether e is a 429 or 503 with a Retry-After.
+func asksToWait(e *client.Error) bool {
+	return e.RetryAfter > 0 && (e.StatusCode == http.StatusTooManyRequests || e.StatusCode == http.StatusServiceUnavailable)
+}
+
 // apiError shows the server's message for an answer it refused, and says
 // plainly when the server could not be reached. When the server asked to
 // wait (429, 503 with Retry-After) longer than the retries did, it says
@@ -391,14 +407,11 @@ func apiError(err error, server string) error {
 		return nil
 	}
 	if e, ok := errors.AsType[*client.Error](err); ok {
-		if e.RetryAfter > 0 && (e.StatusCode == http.StatusTooManyRequests || e.StatusCode == http.StatusServiceUnavailable) {
+		if asksToWait(e) {
 			secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
-			// The server's words point to the header, which a user of the
-			// command does not see: the number takes their place.
-			msg := strings.TrimSuffix(e.Message, "; retry after the time in Retry-After")
-			return fmt.Errorf("%s (HTTP %d); retry after %d s", msg, e.StatusCode, secs)
+			return fmt.Errorf("%s; retry after %d s", refusal(e), secs)
 		}
-		return fmt.Errorf("%s (HTTP %d)", e.Message, e.StatusCode)
+		return errors.New(refusal(e))
 	}
 	if _, ok := errors.AsType[usageError](err); ok {
 		return err

@@ -273,10 +273,7 @@ var errEventTooLong = errors.New("plantstore: the server sent an event longer th
 func eventTooLong(id string, after int64) error {
 	var which []string
 	if id != "" {
-		if _, err := strconv.ParseInt(id, 10, 64); err != nil {
-			id = strconv.Quote(id)
-		}
-		which = append(which, "event "+id)
+		which = append(which, "event "+idForError(id))
 	}
 	if after != FromNow {
 		which = append(which, fmt.Sprintf("after event %d", after))
@@ -292,14 +289,20 @@ func eventTooLong(id string, after int64) error {
 func whichEvent(id string, after int64) string {
 	switch {
 	case id != "":
-		if _, err := strconv.ParseInt(id, 10, 64); err != nil {
-			id = strconv.Quote(id)
-		}
-		return " " + id
+		return " " + idForError(id)
 	case after != FromNow:
 		return fmt.Sprintf(" (after event %d)", after)
 	}
 	return ""
+}
+
+// idForError is an id line's value as an error names it: as sent when
+// it is a number, quoted when not.
+func idForError(id string) string {
+	if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+		return strconv.Quote(id)
+	}
+	return id
 }
 
 // errStreamEnded is a stream the service closed, at shutdown say.

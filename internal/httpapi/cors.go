@@ -74,12 +74,8 @@ func (s *Server) corsOrigin(origin string) string {
 
 // cors answers preflights from allowed origins and marks answers to them
 // as readable by their pages. Other origins get no CORS header, and their
-// browsers keep the answers from their pages. It answers OPTIONS * too
-// (serverOptions), the other OPTIONS that needs no token, CORS or not.
-func (s *Server) cors(w http.ResponseWriter, r *http.Request) (answered bool) {
-	if serverOptions(w, r) {
-		return true
-	}
+// browsers keep the answers from their pages.
+func (s *Server) cors(w http.ResponseWriter, r *http.Request) (preflight bool) {
 	if len(s.cfg.CORSOrigins) == 0 {
 		return false
 	}
@@ -103,28 +99,4 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) (answered bool) {
 	}
 	h.Set("Access-Control-Expose-Headers", corsExposed)
 	return false
-}
-
-// serverOptions answers "OPTIONS *", which asks what the server can do in
-// general (RFC 9110, section 9.3.7), with the methods the API serves in
-// Allow, and reports whether r was that. Without it the mux would answer
-// 400, as to any other request for "*" (GET * still gets that, with the
-// Error body). It needs no token: it says nothing a client could not learn
-// from a 405's Allow.
-//
-// 200 with Content-Length: 0 rather than 204: it is what net/http answers
-// by itself (its general OPTIONS handler, which NewHTTPServer turns off so
-// that the request is logged and counted like any other), and RFC 7231
-// (section 4.3.7) had a server send Content-Length: 0 with an empty
-// answer to OPTIONS, which a 204 must not carry.
-func serverOptions(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodOptions || r.RequestURI != "*" {
-		return false
-	}
-	h := w.Header()
-	h.Set("Allow", apiMethods)
-	h.Set("Content-Length", "0")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	return true
 }

@@ -106,7 +106,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		reached := r.Context()
 		r = r.WithContext(ctx)
 		switch {
-		case s.headerBytesExceeded(rec, r), s.refusedProtocol(rec, r, reached), s.cors(rec, r):
+		case s.headerBytesExceeded(rec, r), s.refusedProtocol(rec, r, reached), serverOptions(rec, r), s.cors(rec, r):
 			// answered
 		default:
 			next.ServeHTTP(rec, r)
@@ -359,5 +359,29 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 		s.writeError(w, r, errorStatus(http.StatusBadRequest,
 			"the Host header %q is not a host name or address with an optional port", r.Host))
 	}
+	return true
+}
+
+// serverOptions answers "OPTIONS *", which asks what the server can do in
+// general (RFC 9110, section 9.3.7), with the methods the API serves in
+// Allow, and reports whether r was that. Without it the mux would answer
+// 400, as to any other request for "*" (GET * still gets that, with the
+// Error body). It needs no token: it says nothing a client could not learn
+// from a 405's Allow.
+//
+// 200 with Content-Length: 0 rather than 204: it is what net/http answers
+// by itself (its general OPTIONS handler, which NewHTTPServer turns off so
+// that the request is logged and counted like any other), and RFC 7231
+// (section 4.3.7) had a server send Content-Length: 0 with an empty
+// answer to OPTIONS, which a 204 must not carry.
+func serverOptions(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodOptions || r.RequestURI != "*" {
+		return false
+	}
+	h := w.Header()
+	h.Set("Allow", apiMethods)
+	h.Set("Content-Length", "0")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
 	return true
 }

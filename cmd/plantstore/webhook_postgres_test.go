@@ -84,6 +84,7 @@ func TestPostgresWebhookLeaseTakeover(t *testing.T) {
 	// The receiver holds the first request, so the first instance is
 	// mid-attempt, lease held, when it is killed.
 	hold := make(chan struct{})
+	defer close(hold)
 	r.mu.Lock()
 	r.hold = hold
 	r.mu.Unlock()
@@ -97,10 +98,12 @@ func TestPostgresWebhookLeaseTakeover(t *testing.T) {
 	}
 	killed := time.Now()
 	first.kill(t)
+	// The killed instance's request ends unanswered, when the receiver
+	// sees its connection go; releasing it here could race that and
+	// count it delivered.
 	r.mu.Lock()
 	r.hold = nil
 	r.mu.Unlock()
-	close(hold) // the killed instance's request ends unanswered
 
 	second := startServes(t, 1, db, flags...)[0]
 	r.awaitDelivered(1, 15*time.Second, func() string { return logsOf(first, second) })

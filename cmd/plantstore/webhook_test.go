@@ -37,7 +37,7 @@ type receiver struct {
 	key     []byte
 	status  int              // the answer; 204 unless set
 	refuse  func(event) bool // when set and true, the answer is 503
-	hold    chan struct{}    // while non-nil, requests wait for it to close
+	hold    chan struct{}    // while non-nil, requests wait for it to close, or for their sender to go
 	arrived chan struct{}    // a request arrived (buffered, never blocks)
 	got     []event
 	srv     *http.Server
@@ -127,7 +127,10 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 	default:
 	}
 	if hold != nil {
-		<-hold
+		select {
+		case <-hold:
+		case <-req.Context().Done():
+		}
 		if req.Context().Err() != nil {
 			return // the sender went away (killed) while the request was held
 		}

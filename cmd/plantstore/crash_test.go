@@ -433,36 +433,81 @@ func call(t *testing.T, client *http.Client, method, url, token, body string) (i
 // body never coming whole, and gives the server time to take it in.
 func hangingRequest(t *testing.T, s *server, token string) {
 	t.Helper()
+	sendPart(t, s, fmt.Sprintf("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", token))
+}
+
+// sendPart sends the start of a request to s on a connection of its own,
+// and gives the server time to take it in.
+func sendPart(t *testing.T, s *server, part string) {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", token)
+	io.WriteString(conn, part)
 	time.Sleep(300 * time.Millisecond)
 }
 
 // A request still running when --shutdown-timeout ends: the process says
-// so, in the log's JSON too, and exits 1.
+// so, in the log's JSON too, and exits 1; so too for one net/http serves
+// (a chunked body, which the lean server hands it).
 func TestShutdownTimeoutExitsOne(t *testing.T) {
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "me")
-	s := serveProcess(t, dir, "--shutdown-timeout", "300ms", "--read-timeout", "60s", "--body-read-timeout", "60s")
-	hangingRequest(t, s, token)
+	for _, handedOff := range []bool{false, true} {
+		s := serveProcess(t, dir, "--shutdown-timeout", "300ms", "--read-timeout", "60s", "--body-read-timeout", "60s")
+		if handedOff {
+			sendPart(t, s, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+token+"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n6\r\n{\"id\":\r\n")
+		} else {
+			hangingRequest(t, s, token)
+		}
+		if code := stopOutOfTime(t, s); code != 1 {
+			t.Errorf("handed off %v: exit status %d after the shutdown timeout, want 1", handedOff, code)
+		}
+		logs := s.logs.String()
+		if !strings.Contains(logs, `"level":"ERROR","msg":"stopped","err":"in-flight requests did not finish within 300ms"`) ||
+			!strings.Contains(logs, "plantstore: in-flight requests did not finish within 300ms") {
+			t.Errorf("handed off %v: the shutdown timeout is not said, as a log line and on stderr:\n%s", handedOff, logs)
+		}
+	}
+}
+
+// Connections whose request head is still coming in when
+// --shutdown-timeout ends hold no request: the process closes them and
+// exits 0, whether the lean server reads the head or net/http does (a
+// head longer than the lean server's buffer, which it hands over).
+func TestShutdownTimeoutWithHeadsComingInExitsZero(t *testing.T) {
+	dir := t.TempDir()
+	for _, head := range []string{
+		"GET /plants/1 HTTP/1.1\r\nHost: x\r\n",
+		"GET /plants/1 HTTP/1.1\r\nHost: x\r\nX-Long: " + strings.Repeat("a", 6000) + "\r\n",
+	} {
+		s := serveProcess(t, dir, "--shutdown-timeout", "300ms", "--read-header-timeout", "60s")
+		sendPart(t, s, head)
+		if code := stopOutOfTime(t, s); code != 0 {
+			t.Errorf("a head of %d bytes coming in: exit status %d after the shutdown timeout, want 0\n%s", len(head), code, s.logs)
+		}
+	}
+}
+
+// stopOutOfTime sends s SIGTERM and returns its exit status, which must
+// come within 10 s.
+func stopOutOfTime(t *testing.T, s *server) int {
+	t.Helper()
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-s.done:
 		s.done <- err // for the cleanup
-		if exit, ok := errors.AsType[*exec.ExitError](err); !ok || exit.ExitCode() != 1 {
-			t.Errorf("after the shutdown timeout: %v, want exit status 1", err)
+		if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+			return exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
 		}
+		return 0
 	case <-time.After(10 * time.Second):
-		t.Fatalf("still running 10 s after SIGTERM with a 300ms shutdown timeout:\n%s", s.logs)
-	}
-	logs := s.logs.String()
-	if !strings.Contains(logs, `"level":"ERROR","msg":"stopped","err":"in-flight requests did not finish within 300ms"`) ||
-		!strings.Contains(logs, "plantstore: in-flight requests did not finish within 300ms") {
-		t.Errorf("the shutdown timeout is not said, as a log line and on stderr:\n%s", logs)
+		t.Fatalf("still running 10 s after SIGTERM:\n%s", s.logs)
+		return -1
 	}
 }
 

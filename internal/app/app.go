@@ -36,8 +36,8 @@ type App struct {
 	authn      *auth.Authenticator
 	metrics    *metrics.Metrics // nil unless MetricsAddr is set
 	dispatcher *webhook.Dispatcher
-	api        *httpapi.Server // the handler of server
-	server     *http.Server    // serves what fast hands it
+	api        *httpapi.Server     // the handler of server
+	server     *httpapi.HTTPServer // serves what fast hands it
 	fast       *http1.Server
 	// conns counts the API listener's connections, for the metrics.
 	conns httpapi.ConnCounts

@@ -51,10 +51,19 @@ func (l ServerLimits) WithDefaults() ServerLimits {
 	return l
 }
 
-// NewHTTPServer returns an *http.Server for handler with limits applied.
-func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
+// HTTPServer is a net/http server whose Shutdown, out of time, reports
+// the timeout only when a request is still being served, as http1's does.
+type HTTPServer struct {
+	*http.Server
+	mu     sync.Mutex
+	active map[net.Conn]bool // connections between a request's head and its answer's end
+}
+
+// NewHTTPServer returns an HTTPServer for handler with limits applied.
+func NewHTTPServer(handler http.Handler, l ServerLimits) *HTTPServer {
 	l = l.WithDefaults()
-	return &http.Server{
+	s := &HTTPServer{active: make(map[net.Conn]bool)}
+	s.Server = &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
@@ -64,7 +73,42 @@ func NewHTTPServer(handler http.Handler, l ServerLimits) *http.Server {
 		// Let "OPTIONS *" reach our handler too, to be logged and answered
 		// like any other request.
 		DisableGeneralOptionsHandler: true,
+		ConnState:                    s.track,
 	}
+	return s
+}
+
+// track keeps the set of connections net/http counts as active: from a
+// request's whole head (or a read error after some of it) to the end of
+// its answer.
+func (s *HTTPServer) track(c net.Conn, state http.ConnState) {
+	s.mu.Lock()
+	if state == http.StateActive {
+		s.active[c] = true
+	} else {
+		delete(s.active, c)
+	}
+	s.mu.Unlock()
+}
+
+// Shutdown is http.Server's, except when ctx ends first with no request
+// being served: the connections left then only have a head coming in
+// (net/http closes a new connection's only after 5 s, whatever ctx says),
+// so it closes them and returns nil, as for a drain that finished. Their
+// clients sent no request and may send it again elsewhere.
+func (s *HTTPServer) Shutdown(ctx context.Context) error {
+	err := s.Server.Shutdown(ctx)
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	s.mu.Lock()
+	serving := len(s.active) > 0
+	s.mu.Unlock()
+	if serving {
+		return err
+	}
+	s.Server.Close()
+	return nil
 }
 
 // LimitConnections wraps ln so that at most max connections are open at

@@ -132,6 +132,12 @@ const (
 // service's keep-alive comments, every 15 s by default, and TCP's
 // keep-alives find a connection that died.
 func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.Seq2[Event, error] {
+	return c.events(ctx, after, types, sleep)
+}
+
+// events is Events, waiting each pause before a reconnection with wait,
+// which tests replace to see the pauses without waiting them.
+func (c *Client) events(ctx context.Context, after int64, types []string, wait func(context.Context, time.Duration) bool) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		pause := firstReconnectPause
 		for ctx.Err() == nil {
@@ -149,17 +155,24 @@ func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.
 			if received {
 				pause = firstReconnectPause
 			}
-			wait := reconnectPause(pause, err)
-			if !yield(Event{}, &reconnecting{err: err, pause: wait}) {
+			d := reconnectPause(pause, err)
+			if !yield(Event{}, &reconnecting{err: err, pause: d}) || !wait(ctx, d) {
 				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
 			}
 			pause = min(2*pause, lastReconnectPause)
 		}
+	}
+}
+
+// sleep waits d, and says false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -94,7 +95,8 @@ func eventQuery(after *int64, limit int, types []string) url.Values {
 }
 
 // Reconnection pauses of Events: doubling from the first to the last.
-// lastReconnectPause also caps the wait a Retry-After asks for.
+// firstReconnectPause is also the least a stream's retry field sets the
+// first pause to, and lastReconnectPause caps every wait.
 const (
 	firstReconnectPause = 500 * time.Millisecond
 	lastReconnectPause  = 30 * time.Second
@@ -108,15 +110,35 @@ const (
 // When the connection breaks, or the service shuts down, it yields the
 // error and, if the loop goes on, reconnects after a pause with the id of
 // the last event yielded (Last-Event-ID), so it neither misses an event
-// nor repeats one; so too after a 5xx, 408 or 429 answer. The pause is
-// 0.5 s, doubling at each reconnection that yields no event, up to 30 s;
-// after a 429 or 503 with a Retry-After (seconds or an HTTP-date), the
-// longer of that pause and the Retry-After, which the service sends when
-// it has as many streams open as it may. A Retry-After of more than 30 s
-// is waited for 30 s only: a follower then asks again at least every
-// 30 s, whatever the header says (a clock far off, or a value that would
-// stall the follow for hours), and a refusal costs the service little.
-// ReconnectPause tells how long it waits after an error it yielded.
+// nor repeats one; so too after a 5xx, 408 or 429 answer.
+//
+// The pause starts at 0.5 s. A stream's retry field, as the SSE standard
+// defines it (a reconnection time in milliseconds, ASCII digits alone),
+// sets where it starts from then on; the service sends 2 s. A retry
+// under 0.5 s counts as 0.5 s, as in Firefox, so that a retry of 0 does
+// not have a follower ask again at once, over and over; one over 30 s
+// counts as 30 s. A value that is not digits alone, or has more than 9 of
+// them (leading zeros aside), is ignored. The pause doubles at each
+// reconnection that yields no event, up to 30 s, and is back to its
+// start after one that did; a retry longer than the pause lengthens it
+// at once.
+//
+// Each wait is drawn at random from the upper half of the pause, from
+// half of it to all of it, as the client's retries of requests are
+// (RetryPolicy): followers cut off together, when the service restarts,
+// then come back spread over that half rather than all at once, and none
+// waits less than half the pause, so a failing service is still spared.
+// After a 429 or 503 with a Retry-After (seconds or an HTTP-date), which
+// the service sends when it has as many streams open as it may, the wait
+// is never shorter than the Retry-After: with P the pause and R the
+// Retry-After, it is drawn from max(P/2, R) to max(P, R + R/4), so that
+// followers refused together are spread too, above what the service
+// asked. No wait is longer than 30 s: a Retry-After of more than 30 s is
+// waited for 30 s only, so a follower asks again at least every 30 s,
+// whatever the header says (a clock far off, or a value that would stall
+// the follow for hours), and a refusal costs the service little.
+// ReconnectPause tells how long it waits after an error it yielded: the
+// wait drawn.
 //
 // An error reconnecting cannot mend (see Permanent) ends it after it is
 // yielded: a 410 *Error when the events after the position are no
@@ -139,9 +161,10 @@ func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.
 // which tests replace to see the pauses without waiting them.
 func (c *Client) events(ctx context.Context, after int64, types []string, wait func(context.Context, time.Duration) bool) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		pause := firstReconnectPause
+		start := firstReconnectPause // or the streams' retry field
+		pause := start
 		for ctx.Err() == nil {
-			received, err := c.follow(ctx, &after, types, yield)
+			received, err := c.follow(ctx, &after, &start, types, yield)
 			if err == nil {
 				return // the loop stopped
 			}
@@ -153,7 +176,9 @@ func (c *Client) events(ctx context.Context, after int64, types []string, wait f
 				return
 			}
 			if received {
-				pause = firstReconnectPause
+				pause = start
+			} else {
+				pause = max(pause, start) // a longer retry field counts at once
 			}
 			d := reconnectPause(pause, err)
 			if !yield(Event{}, &reconnecting{err: err, pause: d}) || !wait(ctx, d) {
@@ -177,14 +202,25 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // reconnectPause is how long Events waits after err before reconnecting,
-// when its own pause is pause: the longer of pause and, for a 429 or 503,
-// the answer's Retry-After, up to lastReconnectPause (see Events).
+// when its own pause is pause: drawn at random from reconnectWindow.
 func reconnectPause(pause time.Duration, err error) time.Duration {
+	low, high := reconnectWindow(pause, err)
+	return low + rand.N(high-low+1)
+}
+
+// reconnectWindow is the shortest and the longest wait after err when
+// Events' own pause is pause (at most lastReconnectPause): its upper half,
+// and for a 429 or 503 never less than the Retry-After, which may add a
+// quarter, up to lastReconnectPause (see Events).
+func reconnectWindow(pause time.Duration, err error) (low, high time.Duration) {
+	low, high = pause/2, pause
 	switch StatusCode(err) {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		return max(pause, min(RetryAfter(err), lastReconnectPause))
+		floor := min(RetryAfter(err), lastReconnectPause)
+		low = max(low, floor)
+		high = max(high, min(floor+floor/4, lastReconnectPause))
 	}
-	return pause
+	return low, high
 }
 
 // reconnecting is an error Events yields before it reconnects, with the
@@ -198,7 +234,8 @@ func (r *reconnecting) Error() string { return r.err.Error() }
 func (r *reconnecting) Unwrap() error { return r.err }
 
 // ReconnectPause returns how long Events waits, after yielding err, before
-// it reconnects: its own pause or the service's Retry-After (see Events).
+// it reconnects: exactly the wait drawn, from its own pause or from the
+// service's Retry-After (see Events).
 // It is 0 for an error Events ends on (Permanent) and for one that Events
 // did not yield.
 func ReconnectPause(err error) time.Duration {
@@ -321,10 +358,11 @@ func idForError(id string) string {
 // errStreamEnded is a stream the service closed, at shutdown say.
 var errStreamEnded = errors.New("plantstore: the server ended the event stream")
 
-// follow reads one stream, yielding its events and moving *after past
-// each. It returns nil when yield asked to stop, else why the stream
-// ended, and whether it yielded any event.
-func (c *Client) follow(ctx context.Context, after *int64, types []string, yield func(Event, error) bool) (received bool, err error) {
+// follow reads one stream, yielding its events, moving *after past each
+// and setting *retry to the pause each valid retry field asks for. It
+// returns nil when yield asked to stop, else why the stream ended, and
+// whether it yielded any event.
+func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration, types []string, yield func(Event, error) bool) (received bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/events", eventQuery(nil, 0, types)), nil)
@@ -372,6 +410,11 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 			if value, ok := strings.CutPrefix(line, "id:"); ok {
 				id = strings.TrimPrefix(value, " ")
 			}
+			if value, ok := strings.CutPrefix(line, "retry:"); ok {
+				if d, ok := retryField(strings.TrimPrefix(value, " ")); ok {
+					*retry = d
+				}
+			}
 			// A stream from now names where now is, so that a
 			// reconnection misses nothing in between.
 			if value, ok := strings.CutPrefix(line, streamStart); ok && *after == FromNow {
@@ -414,6 +457,22 @@ func (c *Client) follow(ctx context.Context, after *int64, types []string, yield
 		return received, err
 	}
 	return received, errStreamEnded
+}
+
+// retryField is the first reconnection pause a stream's retry field with
+// value asks for, and false when it is to be ignored (see Events): not
+// ASCII digits alone, or more than 9 of them, leading zeros aside, which
+// is 11 days and more, no server's wish.
+func retryField(value string) (time.Duration, bool) {
+	if value == "" || strings.Trim(value, "0123456789") != "" {
+		return 0, false
+	}
+	digits := strings.TrimLeft(value, "0")
+	if len(digits) > 9 {
+		return 0, false
+	}
+	ms, _ := strconv.Atoi(digits) // 0 for ""
+	return min(max(time.Duration(ms)*time.Millisecond, firstReconnectPause), lastReconnectPause), true
 }
 
 // streamStart begins the comment with which a stream names the id it

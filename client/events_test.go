@@ -138,7 +138,8 @@ func status(code int) http.HandlerFunc {
 
 // Refused for now with a Retry-After (a 429 or 503: as many streams open
 // as the service allows), Events waits at least that long before it asks
-// again, seconds or an HTTP-date; without one, its own first pause.
+// again, seconds or an HTTP-date; without one, at least half its own
+// first pause.
 func TestEventsWaitRetryAfter(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -150,7 +151,7 @@ func TestEventsWaitRetryAfter(t *testing.T) {
 		{"429 seconds", http.StatusTooManyRequests, func() string { return "1" }, time.Second},
 		// Whole seconds: now+2 s truncated is more than 1 s away.
 		{"503 date", http.StatusServiceUnavailable, func() string { return time.Now().Add(2 * time.Second).UTC().Format(http.TimeFormat) }, time.Second},
-		{"429 without", http.StatusTooManyRequests, func() string { return "" }, firstReconnectPause},
+		{"429 without", http.StatusTooManyRequests, func() string { return "" }, firstReconnectPause / 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -190,30 +191,293 @@ func TestEventsWaitRetryAfter(t *testing.T) {
 	}
 }
 
-// The pause before a reconnection: the longer of Events' own and a 429's
-// or 503's Retry-After, which is waited for 30 s at most.
+// The waits a reconnection draws from: the upper half of Events' own
+// pause and, after a 429 or 503, never less than the Retry-After, with up
+// to a quarter more; 30 s at most.
 func TestReconnectPause(t *testing.T) {
 	t.Parallel()
 	refused := func(code int, retryAfter time.Duration) error {
 		return fmt.Errorf("wrapped: %w", &Error{StatusCode: code, Message: "for now", RetryAfter: retryAfter})
 	}
 	for _, tc := range []struct {
-		pause time.Duration
-		err   error
-		want  time.Duration
+		pause     time.Duration
+		err       error
+		low, high time.Duration
 	}{
-		{firstReconnectPause, refused(http.StatusTooManyRequests, 5*time.Second), 5 * time.Second},
-		{firstReconnectPause, refused(http.StatusServiceUnavailable, 5*time.Second), 5 * time.Second},
-		{8 * time.Second, refused(http.StatusServiceUnavailable, 5*time.Second), 8 * time.Second},
-		{firstReconnectPause, refused(http.StatusTooManyRequests, time.Hour), lastReconnectPause},
-		{firstReconnectPause, refused(http.StatusTooManyRequests, 0), firstReconnectPause},
-		{firstReconnectPause, refused(http.StatusBadGateway, 5*time.Second), firstReconnectPause},
-		{2 * time.Second, errStreamEnded, 2 * time.Second},
+		{firstReconnectPause, errStreamEnded, 250 * time.Millisecond, 500 * time.Millisecond},
+		{2 * time.Second, errStreamEnded, time.Second, 2 * time.Second},
+		{lastReconnectPause, errStreamEnded, 15 * time.Second, 30 * time.Second},
+		{firstReconnectPause, refused(http.StatusTooManyRequests, 4*time.Second), 4 * time.Second, 5 * time.Second},
+		{firstReconnectPause, refused(http.StatusServiceUnavailable, 4*time.Second), 4 * time.Second, 5 * time.Second},
+		{8 * time.Second, refused(http.StatusServiceUnavailable, 4*time.Second), 4 * time.Second, 8 * time.Second},
+		{8 * time.Second, refused(http.StatusServiceUnavailable, 6*time.Second), 6 * time.Second, 8 * time.Second},
+		{16 * time.Second, refused(http.StatusServiceUnavailable, 4*time.Second), 8 * time.Second, 16 * time.Second},
+		{firstReconnectPause, refused(http.StatusTooManyRequests, 28*time.Second), 28 * time.Second, 30 * time.Second},
+		{firstReconnectPause, refused(http.StatusTooManyRequests, time.Hour), 30 * time.Second, 30 * time.Second},
+		{firstReconnectPause, refused(http.StatusTooManyRequests, 0), 250 * time.Millisecond, 500 * time.Millisecond},
+		{firstReconnectPause, refused(http.StatusBadGateway, 5*time.Second), 250 * time.Millisecond, 500 * time.Millisecond},
 	} {
-		if got := reconnectPause(tc.pause, tc.err); got != tc.want {
-			t.Errorf("reconnectPause(%v, %v) = %v, want %v", tc.pause, tc.err, got, tc.want)
+		low, high := reconnectWindow(tc.pause, tc.err)
+		if low != tc.low || high != tc.high {
+			t.Errorf("reconnectWindow(%v, %v) = %v, %v; want %v, %v", tc.pause, tc.err, low, high, tc.low, tc.high)
+		}
+		for range 20 {
+			if d := reconnectPause(tc.pause, tc.err); d < low || d > high {
+				t.Errorf("reconnectPause(%v, %v) = %v, out of %v to %v", tc.pause, tc.err, d, low, high)
+			}
 		}
 	}
+}
+
+// A stream's retry field, as the SSE standard defines it, sets the pause
+// of the reconnection after it: the last valid one, within 0.5 s and
+// 30 s. A value that is not ASCII digits alone, or too long, is ignored.
+// Seen through real streams, on the first reconnection, not waited.
+func TestEventsRetryField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, lines string
+		start       time.Duration // the pause it sets
+	}{
+		{"none", ": events after 0\n", firstReconnectPause},
+		{"1500", "retry: 1500\n", 1500 * time.Millisecond},
+		{"no space", "retry:1500\n", 1500 * time.Millisecond},
+		{"leading zeros", "retry: 03000\n", 3 * time.Second},
+		{"many leading zeros", "retry: 3000\nretry: 0000000000001500\n", 1500 * time.Millisecond},
+		{"0", "retry: 0\n", firstReconnectPause},
+		{"under the floor", "retry: 100\n", firstReconnectPause},
+		{"over 30 s", "retry: 600000\n", lastReconnectPause},
+		{"9 digits", "retry: 999999999\n", lastReconnectPause},
+		{"the last", "retry: 3000\nretry: 1200\n", 1200 * time.Millisecond},
+		{"in a block with an event", "retry: 1500\nid: 1\ndata: {\"id\": 1, \"type\": \"plant.created\"}\n", 1500 * time.Millisecond},
+		// Each invalid value after a valid one, which stands.
+		{"letters", "retry: 3000\nretry: 1000x\n", 3 * time.Second},
+		{"negative", "retry: 3000\nretry: -1000\n", 3 * time.Second},
+		{"plus", "retry: 3000\nretry: +1000\n", 3 * time.Second},
+		{"decimal", "retry: 3000\nretry: 1.5\n", 3 * time.Second},
+		{"exponent", "retry: 3000\nretry: 1e3\n", 3 * time.Second},
+		{"two spaces", "retry: 3000\nretry:  1000\n", 3 * time.Second},
+		{"trailing space", "retry: 3000\nretry: 1000 \n", 3 * time.Second},
+		{"empty", "retry: 3000\nretry:\n", 3 * time.Second},
+		{"no colon", "retry: 3000\nretry\n", 3 * time.Second},
+		{"not ASCII digits", "retry: 3000\nretry: \u0661\u0660\u0660\u0660\n", 3 * time.Second},
+		{"10 digits", "retry: 3000\nretry: 1000000000\n", 3 * time.Second},
+		{"absurdly long", "retry: 3000\nretry: " + strings.Repeat("9", 1000) + "\n", 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(stream(tc.lines + "\n"))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var first error
+			for _, err := range newClient(t, srv.URL).Events(ctx, FromNow) {
+				if err != nil {
+					first = err
+					break
+				}
+			}
+			if !errors.Is(first, errStreamEnded) {
+				t.Fatalf("Events yielded %v; want the stream's end", first)
+			}
+			if p := ReconnectPause(first); p < tc.start/2 || p > tc.start {
+				t.Errorf("ReconnectPause = %v; want %v to %v", p, tc.start/2, tc.start)
+			}
+		})
+	}
+}
+
+// The pause a retry field sets is the one Events waits, over a real
+// reconnection: a stream's "retry: 1500" has it ask again after at
+// least 0.75 s, not 0.5 s or less.
+func TestEventsWaitRetryField(t *testing.T) {
+	t.Parallel()
+	seen := make(chan time.Time, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- time.Now()
+		if len(seen) == 1 {
+			stream("retry: 1500\n\n")(w, r)
+			return
+		}
+		status(http.StatusNotFound)(w, r) // ends the follow
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var errs []error
+	for _, err := range newClient(t, srv.URL).Events(ctx, FromNow) {
+		errs = append(errs, err)
+	}
+	if len(errs) != 2 || !errors.Is(errs[0], errStreamEnded) || StatusCode(errs[1]) != http.StatusNotFound {
+		t.Fatalf("Events yielded %v; want the stream's end, then the 404 it ends on", errs)
+	}
+	p := ReconnectPause(errs[0])
+	if p < 750*time.Millisecond || p > 1500*time.Millisecond {
+		t.Errorf("ReconnectPause = %v; want 0.75 s to 1.5 s", p)
+	}
+	first, second := <-seen, <-seen
+	if gap := second.Sub(first); gap < p {
+		t.Errorf("Events asked again after %v; want at least the %v it said", gap, p)
+	}
+}
+
+// Through a run of reconnections: the pause starts from the retry field,
+// doubles while a reconnection yields no event, is back to its start
+// after one that does, and each wait is the one ReconnectPause tells.
+func TestEventsPauses(t *testing.T) {
+	t.Parallel()
+	srv := scripted(
+		stream("retry: 3000\n\n"),          // 1.5 to 3 s
+		stream(": nothing\n\n"),            // doubled: 3 to 6 s
+		stream(eventBlock(1)),              // back to 3 s: 1.5 to 3 s
+		stream("retry: 1000\n\n"),          // doubled, not shortened: 3 to 6 s
+		stream(eventBlock(2)),              // back to the new start, 1 s: 0.5 to 1 s
+		stream(": nothing\n\n"),            // 1 to 2 s
+		status(http.StatusTooManyRequests), // 2 to 4 s
+	)
+	defer srv.Close()
+	windows := [][2]time.Duration{
+		{1500 * time.Millisecond, 3 * time.Second},
+		{3 * time.Second, 6 * time.Second},
+		{1500 * time.Millisecond, 3 * time.Second},
+		{3 * time.Second, 6 * time.Second},
+		{500 * time.Millisecond, time.Second},
+		{time.Second, 2 * time.Second},
+		{2 * time.Second, 4 * time.Second},
+	}
+	waits, errs := followWaits(t, srv.URL)
+	if len(errs) != len(windows)+1 || StatusCode(errs[len(errs)-1]) != http.StatusNotFound {
+		t.Fatalf("Events yielded %v; want %d errors, then the 404 it ends on", errs, len(windows))
+	}
+	for i, w := range windows {
+		if waits[i] != ReconnectPause(errs[i]) {
+			t.Errorf("reconnection %d: waited %v, ReconnectPause %v", i+1, waits[i], ReconnectPause(errs[i]))
+		}
+		if waits[i] < w[0] || waits[i] > w[1] {
+			t.Errorf("reconnection %d waited %v; want %v to %v", i+1, waits[i], w[0], w[1])
+		}
+	}
+}
+
+// Followers cut off together do not come back together: each wait is
+// drawn from the upper half of the pause.
+func TestEventsPausesJittered(t *testing.T) {
+	t.Parallel()
+	var answers []http.HandlerFunc
+	for id := 1; id <= 20; id++ { // an event each, so the pause stays 0.5 s
+		answers = append(answers, stream(eventBlock(id)))
+	}
+	srv := scripted(answers...)
+	defer srv.Close()
+	waits, _ := followWaits(t, srv.URL)
+	if len(waits) != len(answers) {
+		t.Fatalf("%d reconnections; want %d", len(waits), len(answers))
+	}
+	distinct := map[time.Duration]bool{}
+	for _, d := range waits {
+		distinct[d] = true
+		if d < firstReconnectPause/2 || d > firstReconnectPause {
+			t.Errorf("waited %v; want %v to %v", d, firstReconnectPause/2, firstReconnectPause)
+		}
+	}
+	if len(distinct) < 2 {
+		t.Errorf("waits %v, all the same; want them spread", waits)
+	}
+}
+
+// A Retry-After stays a floor: the wait is never shorter, and the jitter
+// adds above it, up to a quarter more and 30 s at most, so followers
+// refused together are spread too. Seen through real answers.
+func TestEventsRetryAfterFloor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code       int
+		retryAfter string
+		low, high  time.Duration
+	}{
+		{http.StatusTooManyRequests, "2", 2 * time.Second, 2500 * time.Millisecond},
+		{http.StatusServiceUnavailable, "20", 20 * time.Second, 25 * time.Second},
+		{http.StatusTooManyRequests, "3600", 30 * time.Second, 30 * time.Second},
+	} {
+		t.Run(fmt.Sprintf("%d %s", tc.code, tc.retryAfter), func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", tc.retryAfter)
+				status(tc.code)(w, r)
+			}))
+			defer srv.Close()
+			c := newClient(t, srv.URL)
+			distinct := map[time.Duration]bool{}
+			for range 10 {
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				var first error
+				for _, err := range c.Events(ctx, FromNow) {
+					first = err
+					break
+				}
+				cancel()
+				if StatusCode(first) != tc.code {
+					t.Fatalf("Events yielded %v; want a %d", first, tc.code)
+				}
+				p := ReconnectPause(first)
+				if p < tc.low || p > tc.high {
+					t.Errorf("ReconnectPause = %v; want %v to %v", p, tc.low, tc.high)
+				}
+				distinct[p] = true
+			}
+			if tc.low < tc.high && len(distinct) < 2 {
+				t.Errorf("pauses all %v; want them spread above the Retry-After", tc.low)
+			}
+		})
+	}
+}
+
+// stream answers an event stream of lines, then ends it.
+func stream(lines string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, lines)
+	}
+}
+
+// eventBlock is event id as a stream carries it.
+func eventBlock(id int) string {
+	return fmt.Sprintf("id: %d\ndata: {\"id\": %d, \"type\": %q}\n\n", id, id, EventCreated)
+}
+
+// scripted is a server that gives the nth request the nth answer, and a
+// 404 to those after the last.
+func scripted(answers ...http.HandlerFunc) *httptest.Server {
+	var requests atomic.Int32
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := int(requests.Add(1)); n <= len(answers) {
+			answers[n-1](w, r)
+			return
+		}
+		status(http.StatusNotFound)(w, r)
+	}))
+}
+
+// followWaits follows base from event 0 until Events ends, without
+// waiting its pauses, and returns the pauses it would have waited and
+// the errors it yielded.
+func followWaits(t *testing.T, base string) (waits []time.Duration, errs []error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	noWait := func(ctx context.Context, d time.Duration) bool {
+		waits = append(waits, d)
+		return true
+	}
+	for _, err := range newClient(t, base).events(ctx, 0, nil, noWait) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Events did not end in 20 s: %v", errs)
+	}
+	return waits, errs
 }
 
 // A server certificate that does not verify ends Events: reconnecting

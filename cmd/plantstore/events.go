@@ -23,10 +23,13 @@ Without --follow it prints the events kept (or those after --after) and
 exits. With --follow it goes on printing each change as it happens, from
 now (or after --after), until interrupted; when the connection breaks,
 or the server refuses for now (5xx, 408, 429), it says so on standard
-error, waits (0.5 s at first, doubling while it fails, or as long as
-the server asks; 30 s at most), reconnects, and resumes where it was,
-missing nothing. Other refusals end it, saying why: a 4xx (a bad token,
-a wrong path), a redirect to another origin, where the token is not
+error, waits (0.5 s at first, or the retry time the server's stream
+asks for, doubling while it fails; each wait drawn at random between
+half of that and all of it, so that followers do not all come back at
+once, and never shorter than a Retry-After asks; 30 s at most),
+reconnects, and resumes where it was, missing nothing. Other refusals
+end it, saying why: a 4xx (a bad token, a wrong path), a redirect to
+another origin, where the token is not
 sent, a server certificate that does not verify (for a private CA, give
 --ca-cert), an https --server that answers in plain HTTP, or a malformed
 or over-long event, which it names (the server's defect; --after its id

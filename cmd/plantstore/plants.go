@@ -205,6 +205,9 @@ succeeds and changes nothing; another plant under the id is a conflict.`,
 					return err
 				}
 				if *name == "" {
+					if fs.given("name") {
+						return usageError("plants add --name: empty; a plant's name is 1 to 200 characters")
+					}
 					return usageError("plants add needs --name")
 				}
 				p, err := c.Create(ctx, client.Plant{ID: n, Name: *name, Tag: tag.value()})

@@ -172,6 +172,7 @@ func (c *plantsCLI) errors(t *testing.T) {
 		{[]string{"get", "seven"}, 2, "want an integer"},
 		{[]string{"add", "--name", "x"}, 2, "--id is required"},
 		{[]string{"add", "--id", "1"}, 2, "needs --name"},
+		{[]string{"add", "--id", "1", "--name", ""}, 2, "--name: empty"},
 		{[]string{"frobnicate"}, 2, "unknown plants subcommand"},
 	} {
 		r := c.plants(t, tc.args...)

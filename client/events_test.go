@@ -127,6 +127,33 @@ func TestEventsEndOnPermanentRefusals(t *testing.T) {
 	})
 }
 
+// followTwice follows, with Events, a server that answers the first
+// request with first and the second with a 404, which ends the follow. It
+// returns the two errors Events yielded and the time between the requests.
+func followTwice(t *testing.T, first http.HandlerFunc) (errs []error, gap time.Duration) {
+	t.Helper()
+	seen := make(chan time.Time, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- time.Now()
+		if len(seen) == 1 {
+			first(w, r)
+			return
+		}
+		status(http.StatusNotFound)(w, r)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, err := range newClient(t, srv.URL).Events(ctx, FromNow) {
+		errs = append(errs, err)
+	}
+	if len(errs) != 2 || StatusCode(errs[1]) != http.StatusNotFound {
+		t.Fatalf("Events yielded %v; want an error, then the 404 it ends on", errs)
+	}
+	t1, t2 := <-seen, <-seen
+	return errs, t2.Sub(t1)
+}
+
 // status answers code with an Error body, as the service does.
 func status(code int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -155,30 +182,16 @@ func TestEventsWaitRetryAfter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			seen := make(chan time.Time, 2)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				seen <- time.Now()
-				if len(seen) == 1 { // the first: refused for now
-					if v := tc.retryAfter(); v != "" {
-						w.Header().Set("Retry-After", v)
-					}
-					status(tc.code)(w, r)
-					return
+			errs, gap := followTwice(t, func(w http.ResponseWriter, r *http.Request) { // refused for now
+				if v := tc.retryAfter(); v != "" {
+					w.Header().Set("Retry-After", v)
 				}
-				status(http.StatusNotFound)(w, r) // ends the follow
-			}))
-			defer srv.Close()
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			var errs []error
-			for _, err := range newClient(t, srv.URL).Events(ctx, FromNow) {
-				errs = append(errs, err)
+				status(tc.code)(w, r)
+			})
+			if StatusCode(errs[0]) != tc.code {
+				t.Fatalf("Events yielded %v first; want a %d", errs[0], tc.code)
 			}
-			if len(errs) != 2 || StatusCode(errs[0]) != tc.code || StatusCode(errs[1]) != http.StatusNotFound {
-				t.Fatalf("Events yielded %v; want a %d, then the 404 it ends on", errs, tc.code)
-			}
-			first, second := <-seen, <-seen
-			if gap := second.Sub(first); gap < tc.atLeast {
+			if gap < tc.atLeast {
 				t.Errorf("Events asked again after %v; want at least %v", gap, tc.atLeast)
 			}
 			if p := ReconnectPause(errs[0]); p < tc.atLeast {
@@ -292,31 +305,15 @@ func TestEventsRetryField(t *testing.T) {
 // least 0.75 s, not 0.5 s or less.
 func TestEventsWaitRetryField(t *testing.T) {
 	t.Parallel()
-	seen := make(chan time.Time, 2)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen <- time.Now()
-		if len(seen) == 1 {
-			stream("retry: 1500\n\n")(w, r)
-			return
-		}
-		status(http.StatusNotFound)(w, r) // ends the follow
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	var errs []error
-	for _, err := range newClient(t, srv.URL).Events(ctx, FromNow) {
-		errs = append(errs, err)
-	}
-	if len(errs) != 2 || !errors.Is(errs[0], errStreamEnded) || StatusCode(errs[1]) != http.StatusNotFound {
-		t.Fatalf("Events yielded %v; want the stream's end, then the 404 it ends on", errs)
+	errs, gap := followTwice(t, stream("retry: 1500\n\n"))
+	if !errors.Is(errs[0], errStreamEnded) {
+		t.Fatalf("Events yielded %v first; want the stream's end", errs[0])
 	}
 	p := ReconnectPause(errs[0])
 	if p < 750*time.Millisecond || p > 1500*time.Millisecond {
 		t.Errorf("ReconnectPause = %v; want 0.75 s to 1.5 s", p)
 	}
-	first, second := <-seen, <-seen
-	if gap := second.Sub(first); gap < p {
+	if gap < p {
 		t.Errorf("Events asked again after %v; want at least the %v it said", gap, p)
 	}
 }

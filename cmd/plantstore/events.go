@@ -29,14 +29,13 @@ half of that and all of it, so that followers do not all come back at
 once, and never shorter than a Retry-After asks; 30 s at most),
 reconnects, and resumes where it was, missing nothing. Other refusals
 end it, saying why: a 4xx (a bad token, a wrong path), a redirect to
-another origin, where the token is not
-sent, a server certificate that does not verify (for a private CA, give
---ca-cert), an https --server that answers in plain HTTP, or a malformed
-or over-long event, which it names (the server's defect; --after its id
-skips it). If the events after --after are no longer
-kept (or it is after the newest, as after a restore), it fails with HTTP
-410 and names the newest event: read the plants again (plants list
---all), then follow after that one.`
+another origin, where the token is not sent, a server certificate that
+does not verify (for a private CA, give --ca-cert), an https --server
+that answers in plain HTTP, or a malformed or over-long event, which it
+names (the server's defect; --after its id skips it). If the events
+after --after are no longer kept (or it is after the newest, as after a
+restore), it fails with HTTP 410 and names the newest event: read the
+plants again (plants list --all), then follow after that one.`
 
 func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", eventsUsage, getenv, stdout, stderr)

@@ -495,20 +495,12 @@ func TestShutdownTimeoutWithHeadsComingInExitsZero(t *testing.T) {
 // come within 10 s.
 func stopOutOfTime(t *testing.T, s *server) int {
 	t.Helper()
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		s.done <- err // for the cleanup
-		if exit, ok := errors.AsType[*exec.ExitError](err); ok {
-			return exit.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(10 * time.Second):
-		t.Fatalf("still running 10 s after SIGTERM:\n%s", s.logs)
-		return -1
+	start := time.Now()
+	code := s.stop(t, syscall.SIGTERM)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("exited %v after SIGTERM; want within 10 s:\n%s", took, s.logs)
 	}
+	return code
 }
 
 // SIGTERM drains the requests in flight for up to --shutdown-timeout; a

@@ -56,13 +56,13 @@ func (l ServerLimits) WithDefaults() ServerLimits {
 type HTTPServer struct {
 	*http.Server
 	mu     sync.Mutex
-	active map[net.Conn]bool // connections between a request's head and its answer's end
+	active map[net.Conn]struct{} // connections between a request's head and its answer's end
 }
 
 // NewHTTPServer returns an HTTPServer for handler with limits applied.
 func NewHTTPServer(handler http.Handler, l ServerLimits) *HTTPServer {
 	l = l.WithDefaults()
-	s := &HTTPServer{active: make(map[net.Conn]bool)}
+	s := &HTTPServer{active: make(map[net.Conn]struct{})}
 	s.Server = &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
@@ -84,7 +84,7 @@ func NewHTTPServer(handler http.Handler, l ServerLimits) *HTTPServer {
 func (s *HTTPServer) track(c net.Conn, state http.ConnState) {
 	s.mu.Lock()
 	if state == http.StateActive {
-		s.active[c] = true
+		s.active[c] = struct{}{}
 	} else {
 		delete(s.active, c)
 	}

@@ -7,9 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/plantstore/plantstore/internal/flush"
 )
 
 // The bare baseline: what any HTTP service of this API's shape must do at
@@ -24,7 +28,9 @@ type baselinePlant struct {
 	Tag  *string `json:"tag,omitempty"`
 }
 
-func baselineHandler(token string) http.Handler {
+// baselineHandler serves the bare baseline; with a log, its creates are
+// durable (durableLog) before they are answered.
+func baselineHandler(token string, log *durableLog) http.Handler {
 	want := []byte("Bearer " + token)
 	fail := func(w http.ResponseWriter, status int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
@@ -68,6 +74,12 @@ func baselineHandler(token string) http.Handler {
 			fail(w, 400, "bad length")
 			return
 		}
+		if log != nil {
+			if err := log.append(body); err != nil {
+				fail(w, 500, "not stored")
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(baselinePlant{Name: p.Name, Tag: p.Tag})
 	}))
@@ -87,13 +99,114 @@ func baselineHandler(token string) http.Handler {
 }
 
 // serveBaseline is the baseline process: it listens on loopback, says
-// where on stdout, and serves until killed.
-func serveBaseline(token string) error {
+// where on stdout, and serves until killed. With a dir, it is the durable
+// baseline: its creates are made durable in a log there.
+func serveBaseline(token, dir string) error {
+	var log *durableLog
+	if dir != "" {
+		var err error
+		if log, err = openDurableLog(filepath.Join(dir, "creates.log")); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	fmt.Println("gomaxprocs", runtime.GOMAXPROCS(0)) // for the harness's output
 	fmt.Println("listening", ln.Addr().String())
-	return http.Serve(ln, baselineHandler(token))
+	return http.Serve(ln, baselineHandler(token, log))
+}
+
+// durableLog is the least a server can do to make a create durable
+// before it answers 200: the bodies of the creates that arrive together
+// written to a file in one write and synced by one fdatasync (group
+// commit), through the same AIO sync plantstore's writer uses
+// (internal/flush). No database, no index, no read of what was stored.
+// The file is a ring, written over from the start once full, and
+// preallocated with zeros and synced first, so that a sync never has to
+// record a new size or a new block (as a SQLite WAL, reused after its
+// checkpoints). The harness measures plantstore against it to tell the
+// cost of durability on the machine from the cost of the rest.
+type durableLog struct {
+	f      *os.File
+	syncer *flush.Syncer
+	queue  chan logEntry
+}
+
+type logEntry struct {
+	body []byte
+	done chan error
+}
+
+// durableLogSize is the ring's size: about a SQLite WAL's between two
+// checkpoints (1,000 pages of 4 KiB).
+const durableLogSize = 4 << 20
+
+func openDurableLog(path string) (*durableLog, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(make([]byte, durableLogSize)); err != nil {
+		return nil, err
+	}
+	if err := f.Sync(); err != nil {
+		return nil, err
+	}
+	l := &durableLog{f: f, syncer: flush.New(f), queue: make(chan logEntry, 1024)}
+	go l.commit()
+	return l, nil
+}
+
+// append returns once body is on stable storage.
+func (l *durableLog) append(body []byte) error {
+	done := make(chan error, 1)
+	l.queue <- logEntry{body: body, done: done}
+	return <-done
+}
+
+// commit writes and syncs what is queued, a batch at a time. Before each
+// batch it yields while yielding brings more, as plantstore's writer
+// does, so that on one P the handlers that are ready queue theirs first.
+func (l *durableLog) commit() {
+	var batch []logEntry
+	var buf []byte
+	var at int64
+	for first := range l.queue {
+		batch = drainLog(l.queue, append(batch[:0], first))
+		for range 8 {
+			n := len(batch)
+			runtime.Gosched()
+			if batch = drainLog(l.queue, batch); len(batch) == n {
+				break
+			}
+		}
+		buf = buf[:0]
+		for _, e := range batch {
+			buf = append(append(buf, e.body...), '\n')
+		}
+		if at+int64(len(buf)) > durableLogSize {
+			at = 0
+		}
+		_, err := l.f.WriteAt(buf, at)
+		at += int64(len(buf))
+		if err == nil {
+			err = l.syncer.Sync()
+		}
+		for _, e := range batch {
+			e.done <- err
+		}
+	}
+}
+
+func drainLog(queue chan logEntry, batch []logEntry) []logEntry {
+	for {
+		select {
+		case e := <-queue:
+			batch = append(batch, e)
+		default:
+			return batch
+		}
+	}
 }

@@ -25,7 +25,7 @@ func runCalibration(c config) error {
 		return fmt.Errorf("-calibrate needs the pinned shape, which cannot run here: %s", skip)
 	}
 	defer sh.cleanup()
-	baseline, bare, err := startBaseline(sh.prefix("baseline"))
+	baseline, bare, err := startBaseline(sh.prefix("baseline"), "")
 	if err != nil {
 		return err
 	}

@@ -44,8 +44,12 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == "-serve-baseline" {
-		if err := serveBaseline(os.Args[2]); err != nil {
+	if (len(os.Args) == 3 || len(os.Args) == 4) && os.Args[1] == "-serve-baseline" {
+		dir := "" // the durable baseline's, when given
+		if len(os.Args) == 4 {
+			dir = os.Args[3]
+		}
+		if err := serveBaseline(os.Args[2], dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -115,6 +119,9 @@ type config struct {
 	postgres   string
 	instances  []int
 	pgMaxConns int
+	// durableBaseline adds the durable baseline (bench/baseline.go's
+	// durableLog) to each shape's targets.
+	durableBaseline bool
 }
 
 const usageText = `Usage: go run ./bench [flags]   (from the repository's root)
@@ -173,6 +180,7 @@ func run() error {
 	flag.StringVar(&c.postgres, "postgres", "", "also measure plantstore on PostgreSQL (in the unpinned shape only): an admin `URL` (postgres://...) of a running server, where the harness creates a fresh database per instance count and drops it at the end")
 	instanceList := flag.String("instances", "1,3", "with -postgres: how many plantstore serve processes share the database, one target per count; connections are spread round-robin over them")
 	flag.IntVar(&c.pgMaxConns, "pg-max-conns", 0, "with -postgres: each instance's --db-max-conns (0: plantstore's default)")
+	flag.BoolVar(&c.durableBaseline, "durable-baseline", false, "also measure the durable baseline: the bare baseline whose creates are group-committed to a file with one write and one fdatasync a batch before the answer (no database), to tell the cost of durability on this machine from plantstore's own")
 	redraw := flag.Bool("redraw", false, "only draw -chart again from the results in -out")
 	events := flag.Bool("events", false, "only measure the change feed's costs in each shape: creates against a binary from before it (-before), and with -streams streams open against none (results in docs/benchmarks/events.json unless -out is given)")
 	before := flag.String("before", "", "with -events: a git `REV` from before the change feed, to build and measure against")
@@ -373,18 +381,24 @@ func startPlantstoreLog(c config, dir, db, logName string, prefix []string, args
 	return startServer(cmd, logFile, true)
 }
 
-// startBaseline starts the bare baseline through prefix.
-func startBaseline(prefix []string) (*process, target, error) {
+// startBaseline starts the bare baseline through prefix; with a dir, the
+// durable baseline, its creates made durable in a log there.
+func startBaseline(prefix []string, dir string) (*process, target, error) {
 	token := randomHex(16)
 	self, err := os.Executable()
 	if err != nil {
 		return nil, target{}, err
 	}
-	p, err := startServer(command(prefix, self, "-serve-baseline", token), "", false)
+	args := []string{"-serve-baseline", token}
+	name := "baseline"
+	if dir != "" {
+		args, name = append(args, dir), "durable baseline"
+	}
+	p, err := startServer(command(prefix, self, args...), "", false)
 	if err != nil {
 		return nil, target{}, err
 	}
-	return p, target{name: "baseline", url: p.url, token: token, pid: p.cmd.Process.Pid}, nil
+	return p, target{name: name, url: p.url, token: token, pid: p.cmd.Process.Pid}, nil
 }
 
 func createToken(c config, db string) (string, error) {
@@ -460,6 +474,10 @@ func startFresh(c config, dir, db string, prefix []string) (*process, target, er
 	return server, t, nil
 }
 
+// durableRole is the durable baseline's role in a shape (its cgroup's name
+// under the quota).
+const durableRole = "durable-baseline"
+
 func runComparison(c config, dir string) error {
 	all := scenarios(seeded, 0)
 	for _, name := range c.scenarios {
@@ -470,7 +488,11 @@ func runComparison(c config, dir string) error {
 	var results []result
 	var ran []string
 	for _, name := range c.shapes {
-		sh, skip, err := setupShape(name)
+		var extra []string
+		if c.durableBaseline {
+			extra = append(extra, durableRole)
+		}
+		sh, skip, err := setupShape(name, extra...)
 		if err != nil {
 			return err
 		}
@@ -542,6 +564,18 @@ func runShape(c config, dir string, sh *shape) ([]result, error) {
 			stores = append(stores, pg)
 		}
 	}
+	if c.durableBaseline {
+		logDir := filepath.Join(dir, "durable-"+sh.name)
+		if err := os.Mkdir(logDir, 0o755); err != nil {
+			return nil, err
+		}
+		durable, t, err := startBaseline(prefix(durableRole), logDir)
+		if err != nil {
+			return nil, err
+		}
+		defer durable.stop()
+		stores = append(stores, t)
+	}
 	for _, t := range stores {
 		if len(stores) > 1 {
 			fmt.Printf("seeding %d plants in %s ...\n", seeded, t.name)
@@ -564,7 +598,7 @@ func runShape(c config, dir string, sh *shape) ([]result, error) {
 		}
 		stores[0] = store
 	}
-	baseline, bare, err := startBaseline(prefix("baseline"))
+	baseline, bare, err := startBaseline(prefix("baseline"), "")
 	if err != nil {
 		return nil, err
 	}

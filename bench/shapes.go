@@ -35,8 +35,9 @@ import (
 type shape struct {
 	name  string
 	setup string // how it is set up, for the output
-	// prefix is the command a server named role ("baseline" or
-	// "plantstore") is started through; nil: none.
+	// prefix is the command a server named role ("baseline",
+	// "plantstore", or an extra role setupShape was given) is started
+	// through; nil: none.
 	prefix func(role string) []string
 	// generatorCPUs are the CPUs the load generator runs on; nil: those
 	// the harness started with.
@@ -78,9 +79,11 @@ func cpuList(cpus []int) string {
 	return strings.Join(s, ",")
 }
 
-// setupShape prepares a shape; skip says why it cannot run here.
-func setupShape(name string) (sh *shape, skip string, err error) {
+// setupShape prepares a shape; skip says why it cannot run here. Its
+// servers are the baseline, plantstore and the extra roles named.
+func setupShape(name string, extraRoles ...string) (sh *shape, skip string, err error) {
 	sh = &shape{name: name, cleanup: func() {}}
+	roles := append([]string{"baseline", "plantstore"}, extraRoles...)
 	cpus := startCPUs
 	switch name {
 	case "unpinned":
@@ -116,7 +119,7 @@ func setupShape(name string) (sh *shape, skip string, err error) {
 		})
 		atExit(sh.cleanup)
 		id := randomHex(4)
-		for _, role := range []string{"baseline", "plantstore"} {
+		for _, role := range roles {
 			dir := filepath.Join(parent, "plantstore-bench-"+id+"-"+role)
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				sh.cleanup()
@@ -134,7 +137,7 @@ func setupShape(name string) (sh *shape, skip string, err error) {
 			return []string{"/bin/sh", "-c", `echo $$ > '` + groups[role] + `/cgroup.procs' && exec "$0" "$@"`}
 		}
 		sh.report = func() {
-			for _, role := range []string{"baseline", "plantstore"} {
+			for _, role := range roles {
 				fmt.Printf("%s's cgroup: %s\n", role, throttling(groups[role]))
 			}
 		}

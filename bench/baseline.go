@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/plantstore/plantstore/internal/flush"
@@ -91,6 +92,13 @@ func baselineHandler(token string, log *durableLog) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(page)
 	}))
+	if log != nil {
+		// The harness reads its mean batch here, as plantstore's from its
+		// metrics.
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "durable_baseline_batch_size_sum %d\ndurable_baseline_batch_size_count %d\n", log.appended.Load(), log.batches.Load())
+		})
+	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"status":"ready"}`)
@@ -132,6 +140,8 @@ type durableLog struct {
 	f      *os.File
 	syncer *flush.Syncer
 	queue  chan logEntry
+	// appended and batches count the creates and batches synced.
+	appended, batches atomic.Int64
 }
 
 type logEntry struct {
@@ -195,6 +205,8 @@ func (l *durableLog) commit() {
 		if err == nil {
 			err = l.syncer.Sync()
 		}
+		l.appended.Add(int64(len(batch)))
+		l.batches.Add(1)
 		for _, e := range batch {
 			e.done <- err
 		}

@@ -398,7 +398,11 @@ func startBaseline(prefix []string, dir string) (*process, target, error) {
 	if err != nil {
 		return nil, target{}, err
 	}
-	return p, target{name: name, url: p.url, token: token, pid: p.cmd.Process.Pid}, nil
+	t := target{name: name, url: p.url, token: token, pid: p.cmd.Process.Pid}
+	if dir != "" {
+		t.metrics = []string{p.url + "/metrics"}
+	}
+	return p, t, nil
 }
 
 func createToken(c config, db string) (string, error) {

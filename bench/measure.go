@@ -20,8 +20,9 @@ import (
 // Prometheus metrics).
 
 // batchMetrics are the histograms of group-commit batch sizes the harness
-// knows, by engine; a target's mean batch sums over whichever it exposes.
-var batchMetrics = []string{"plantstore_store_group_commit_batch_size"}
+// knows, by engine, and the durable baseline's sum and count of its
+// batches; a target's mean batch sums over whichever it exposes.
+var batchMetrics = []string{"plantstore_store_group_commit_batch_size", "durable_baseline_batch_size"}
 
 // usage is what was read at one instant: CPU times, quick to read, so
 // that the interval they bound is the measured one.

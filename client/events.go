@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -204,8 +203,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // reconnectPause is how long Events waits after err before reconnecting,
 // when its own pause is pause: drawn at random from reconnectWindow.
 func reconnectPause(pause time.Duration, err error) time.Duration {
-	low, high := reconnectWindow(pause, err)
-	return low + rand.N(high-low+1)
+	return between(reconnectWindow(pause, err))
 }
 
 // reconnectWindow is the shortest and the longest wait after err when

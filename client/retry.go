@@ -123,13 +123,21 @@ func (p RetryPolicy) wait(retry int, retryAfter time.Duration) (d time.Duration,
 		if retryAfter > p.MaxDelay {
 			return 0, false
 		}
-		return min(retryAfter+rand.N(retryAfter/4+1), p.MaxDelay), true
+		return min(between(retryAfter, retryAfter+retryAfter/4), p.MaxDelay), true
 	}
 	d = p.MaxDelay
 	if retry < 30 && p.BaseDelay<<retry < p.MaxDelay {
 		d = p.BaseDelay << retry
 	}
-	return d/2 + rand.N(d/2+1), true
+	return between(d/2, d), true
+}
+
+// between draws a wait at random from low to high, both included: the
+// spread of every wait the client chooses (retries here, an event
+// follower's reconnections in events.go), so that clients that failed
+// together do not come back together.
+func between(low, high time.Duration) time.Duration {
+	return low + rand.N(high-low+1)
 }
 
 // retryAfter reads an answer's Retry-After (RFC 9110, section 10.2.3):

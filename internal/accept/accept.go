@@ -38,31 +38,42 @@ func qvalue(v string) (float64, bool) {
 }
 
 // Gzip tells whether Accept-Encoding values take gzip (RFC 9110, section
-// 12.5.3): gzip or x-gzip listed with a q above 0, or, when neither is
-// listed, * with a q above 0. A q that does not parse counts as 0: the
-// answer goes plain, which every client takes.
+// 12.5.3), and prefer it to no coding at all. gzip's weight is that of
+// gzip or x-gzip when either is listed, else that of *; identity's is its
+// own when listed, else that of *, else 0: a client that names gzip and
+// says nothing of identity gets gzip. gzip goes when its weight is above
+// 0 and not below identity's, so "identity;q=1, gzip;q=0.1" is answered
+// plain. A q that does not parse counts as 0: the answer goes plain,
+// which every client takes.
 func Gzip(values []string) bool {
-	named, star := -1.0, -1.0 // the best q of gzip and of *; -1: not listed
+	named, star, identity := -1.0, -1.0, -1.0 // the best q of each; -1: not listed
 	for _, v := range values {
 		for part := range strings.SplitSeq(v, ",") {
 			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 			coding = strings.ToLower(strings.TrimSpace(coding))
-			if coding != "gzip" && coding != "x-gzip" && coding != "*" {
+			if coding != "gzip" && coding != "x-gzip" && coding != "*" && coding != "identity" {
 				continue
 			}
 			q, ok := Quality(params)
 			if !ok {
 				q = 0
 			}
-			if coding == "*" {
+			switch coding {
+			case "*":
 				star = max(star, q)
-			} else {
+			case "identity":
+				identity = max(identity, q)
+			default:
 				named = max(named, q)
 			}
 		}
 	}
+	gzip := star
 	if named >= 0 {
-		return named > 0
+		gzip = named
 	}
-	return star > 0
+	if identity < 0 {
+		identity = max(star, 0)
+	}
+	return gzip > 0 && gzip >= identity
 }

@@ -54,7 +54,7 @@ func TestBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ae := range []string{"", "identity", "gzip;q=0", "gzip;q=0, *"} {
+	for _, ae := range []string{"", "identity", "gzip;q=0", "gzip;q=0, *", "gzip;q=0.5, identity;q=1"} {
 		plain := get(ae)
 		if plain.Header().Get("Content-Encoding") != "" || !bytes.Equal(plain.Body.Bytes(), unzipped) {
 			t.Errorf("Accept-Encoding %q: encoding %q, %d bytes; want the plain bundle", ae, plain.Header().Get("Content-Encoding"), plain.Body.Len())

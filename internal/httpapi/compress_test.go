@@ -49,13 +49,17 @@ func TestPagesCompressed(t *testing.T) {
 			}
 		}
 		// RFC 9110, section 12.5.3: gzip's own entry decides; * stands
-		// for codings not listed.
+		// for codings not listed; gzip goes unless identity, named or
+		// through *, weighs more.
 		for accept, want := range map[string]string{
 			"gzip;q=0, identity": "", "gzip;q=0, *": "", "*;q=1, gzip;Q=0": "", "x-gzip;q=0.000, *": "",
 			"gzip;q=bad": "", "*;q=0": "", "identity": "", "br": "",
 			// Weights outside RFC 9110's grammar are malformed: 0.
 			"gzip;q=nan, *": "", "gzip;q=.5": "", "gzip;q=0.5000": "", "gzip;q=1e-1": "", "gzip;q=1.001": "",
 			"*": "gzip", "br, *;q=0.1": "gzip", "gzip;q=0, x-gzip;q=0.5": "gzip", "GZIP ; q=0.001": "gzip",
+			"identity;q=1, gzip;q=0.1": "", "gzip;q=0.5, Identity": "", "*;q=0.5, gzip;q=0.3": "",
+			"gzip;q=0.5": "gzip", "gzip;q=0.5, identity;q=0.5": "gzip", "identity;q=0, gzip;q=0.1": "gzip",
+			"gzip;q=0.2, identity;q=bad": "gzip", "*;q=0.5, identity;q=0.1": "gzip",
 		} {
 			h := map[string]string{"Authorization": "Bearer " + e.readToken, "Accept-Encoding": accept}
 			if resp, _ := e.do("GET", "/plants?limit=50", h, nil); resp.Header.Get("Content-Encoding") != want {

@@ -78,6 +78,10 @@ func bearerToken(h http.Header) (string, error) {
 	}
 	scheme, rest, _ := strings.Cut(strings.TrimLeft(values[0], " "), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
+		if len(scheme) > len("Bearer") && strings.EqualFold(scheme[:len("Bearer")], "Bearer") && scheme[len("Bearer")] == '\t' {
+			// RFC 9110's credentials take a space there (section 11.4).
+			return "", invalidToken("separate Bearer from the token with a space, not a tab")
+		}
 		return "", credentialError(http.StatusUnauthorized, "", "the Authorization scheme must be Bearer", "")
 	}
 	token := strings.Trim(rest, " ")

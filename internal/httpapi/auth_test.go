@@ -97,6 +97,19 @@ func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 	})
 }
 
+// A tab where the space goes is refused, and the message says why
+// rather than calling the scheme wrong.
+func TestTabAfterBearerIsNamed(t *testing.T) {
+	e := start(t, options{})
+	resp, body := e.do("POST", "/plants", map[string]string{
+		"Authorization": "Bearer\t" + e.writeToken, "Content-Type": "application/json",
+	}, strings.NewReader(plantJSON))
+	wantError(t, resp, body, 401, "with a space, not a tab")
+	if _, ok := e.stored(50); ok {
+		t.Error("stored with a tab after Bearer")
+	}
+}
+
 func TestSchemeIsCaseInsensitive(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{})

@@ -312,5 +312,15 @@ func TestRequestIDsToldApart(t *testing.T) {
 		if got := resp.Header.Get("X-Request-Id"); got != "trace-7" {
 			t.Errorf("a caller's plain id: answered with %q", got)
 		}
+		// A token sent as the id by mistake is neither kept nor logged.
+		for _, id := range []string{e.readToken, "trace-" + e.readToken} {
+			resp, _ = e.do("GET", "/plants/1", map[string]string{"X-Request-Id": id, "Authorization": "Bearer " + e.writeToken}, nil)
+			if got := resp.Header.Get("X-Request-Id"); !strings.HasPrefix(got, "ps-") {
+				t.Errorf("a token as the id: answered with %q", got)
+			}
+		}
+		if logs := e.logs.String(); strings.Contains(logs, e.readToken) {
+			t.Errorf("a token sent as X-Request-Id is in the log:\n%s", logs)
+		}
 	})
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
+
+	"github.com/plantstore/plantstore"
 )
 
 type requestInfoKey struct{}
@@ -126,9 +128,11 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // incomingRequestID keeps a caller's X-Request-Id when it is short and
 // plain, so ids can be followed across services, and makes one otherwise.
 // The ids we make begin "ps-", and a caller's that does is not kept, so
-// an id in the log is always told apart: ours, or the caller's.
+// an id in the log is always told apart: ours, or the caller's. Nor is
+// one that holds "pst_", a token's prefix: a client that put its token
+// there by mistake must not have it logged.
 func incomingRequestID(id string) string {
-	if len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
+	if len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && !strings.Contains(id, plantstore.TokenPrefix) && strings.IndexFunc(id, func(r rune) bool {
 		return r <= ' ' || r > '~' || r == '"' || r == '\\'
 	}) < 0 {
 		return id

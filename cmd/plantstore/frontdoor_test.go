@@ -486,6 +486,9 @@ func TestSecretThatCannotBePrintedIsUndone(t *testing.T) {
 	}{
 		{[]string{"token", "create", "--name", "lost"}, "so it was revoked at once"},
 		{[]string{"webhook", "add", "https://example.org/hook"}, "so the subscriber was removed at once"},
+		// --replace shows the new token before it revokes the old: the
+		// old one is kept, and works.
+		{[]string{"token", "create", "--name", "first", "--replace"}, `so nothing was changed: the token "first" still works`},
 	} {
 		if r := cliOutputFull(t, dir, nil, c.args...); r.exit != 1 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "no space left on device") {
 			t.Errorf("%q with its output on /dev/full: exit %d; stderr:\n%s", c.args, r.exit, r.stderr)
@@ -511,7 +514,8 @@ func TestSecretThatCannotBePrintedIsUndone(t *testing.T) {
 		t.Errorf("token list after tokens that could not be printed: %+v", r)
 	}
 	// Two made and revoked (/dev/full, the pipe); none for /dev/null.
-	if r := cli(t, dir, nil, "token", "list", "--all"); r.exit != 0 || strings.Count(r.stdout, "lost") != 2 {
+	// The replaced token never revoked: one "first", active.
+	if r := cli(t, dir, nil, "token", "list", "--all"); r.exit != 0 || strings.Count(r.stdout, "lost") != 2 || strings.Count(r.stdout, "first") != 1 {
 		t.Errorf("token list after a token that could not be printed: %+v", r)
 	}
 	if r := cli(t, dir, nil, "webhook", "list"); r.exit != 0 || strings.Contains(r.stdout, "example.org") {

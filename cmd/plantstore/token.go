@@ -85,14 +85,7 @@ there is none, and says so on standard error.`, getenv, stdout, stderr)
 	token := plantstore.Token{Name: *name, Scopes: scopes}
 	_, err = store.CreateToken(ctx, token, plantstore.HashToken(secret))
 	if plantstore.ErrorCode(err) == plantstore.ECONFLICT && *replace {
-		// Revoke, then issue: the name is unique among active tokens only.
-		// Another "token create" between the two gets the name, and this
-		// one says so.
-		if err := store.RevokeToken(ctx, *name, time.Now()); err != nil && plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
-			return cliError(err)
-		}
-		fmt.Fprintf(stderr, "revoked the token %q it replaces; running servers refuse it within 2 seconds\n", *name)
-		_, err = store.CreateToken(ctx, token, plantstore.HashToken(secret))
+		return replaceToken(ctx, store, token, secret, stdout, stderr)
 	}
 	if plantstore.ErrorCode(err) == plantstore.ECONFLICT {
 		return fmt.Errorf("an active token is already named %q: add --replace to revoke it and issue a new one, or choose another --name (plantstore token list shows the names)", *name)
@@ -109,6 +102,36 @@ there is none, and says so on standard error.`, getenv, stdout, stderr)
 		return fmt.Errorf("the token could not be written to standard output (%v), so it was revoked at once; run token create again with standard output where it can be written", werr)
 	}
 	fmt.Fprintf(stderr, "created token %q with scopes %s; it is shown only this once\n", *name, strings.Join(scopes, ","))
+	return nil
+}
+
+// replaceToken revokes the active token of token.Name and issues secret
+// in its place. The secret is shown first: when it cannot be written,
+// nothing has changed and the old token still works, where revoking
+// first would leave the name with no token anyone can use. When the
+// store then fails, the secret shown was never issued, and the error
+// says so. Revoke, then issue: the name is unique among active tokens
+// only; another "token create" between the two gets the name, and this
+// one says so.
+func replaceToken(ctx context.Context, store plantstore.TokenStore, token plantstore.Token, secret string, stdout, stderr io.Writer) error {
+	if _, werr := fmt.Fprintln(stdout, secret); werr != nil {
+		return fmt.Errorf("the token could not be written to standard output (%v), so nothing was changed: the token %q still works; run token create again with standard output where it can be written", werr, token.Name)
+	}
+	notIssued := func(err error) error {
+		return fmt.Errorf("the token printed was not issued: %w", err)
+	}
+	if err := store.RevokeToken(ctx, token.Name, time.Now()); err != nil && plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		return notIssued(cliError(err))
+	}
+	fmt.Fprintf(stderr, "revoked the token %q it replaces; running servers refuse it within 2 seconds\n", token.Name)
+	_, err := store.CreateToken(ctx, token, plantstore.HashToken(secret))
+	if plantstore.ErrorCode(err) == plantstore.ECONFLICT {
+		return notIssued(fmt.Errorf("another token named %q was issued meanwhile", token.Name))
+	}
+	if err != nil {
+		return notIssued(cliError(err))
+	}
+	fmt.Fprintf(stderr, "created token %q with scopes %s; it is shown only this once\n", token.Name, strings.Join(token.Scopes, ","))
 	return nil
 }
 

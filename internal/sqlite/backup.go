@@ -144,10 +144,19 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 			}
 		}()
 	}
+	// An empty file is no store (emptyFile): the restore takes its place
+	// without --force, as it would a missing one's.
+	overEmpty := false
 	if fi, err := os.Lstat(abs); err == nil {
 		switch {
 		case fi.IsDir():
 			return BackupInfo{}, fmt.Errorf("restore to %s: it is a directory; name the store's file", to)
+		case fi.Mode().IsRegular() && hardLinks(fi) > 1:
+			// The copy would take this name alone: the others would keep
+			// the old store, and a server under one of them would run it.
+			return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, oneName(fi, abs))
+		case emptyFile(abs):
+			overEmpty = true
 		case !opts.Replace:
 			return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, ErrStoreExists)
 		}
@@ -179,7 +188,7 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if info.SchemaVersion > len(ms) {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, migration.NewerSchemaError(info.SchemaVersion, len(ms)))
 	}
-	if opts.Replace {
+	if opts.Replace && !overEmpty {
 		if info.FeedMovedPast, err = carryEventIDs(ctx, abs, tmp); err != nil {
 			return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 		}
@@ -189,7 +198,7 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if err := removeSidecars(abs); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
-	if err := install(tmp, abs, opts.Replace); err != nil {
+	if err := install(tmp, abs, opts.Replace || overEmpty); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
 	info.Path = to

@@ -608,6 +608,34 @@ func TestRestoreReplacesOnlyAStore(t *testing.T) {
 	}
 	sameRows(t, "the store restored through a link", dumpRows(t, store), want)
 
+	// An empty file is no store: restored over without Replace.
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(ctx, backup, empty, RestoreOptions{}); err != nil {
+		t.Fatalf("restore over an empty file: %v", err)
+	}
+	sameRows(t, "the store restored over an empty file", dumpRows(t, empty), want)
+
+	// A store with a second name (a hard link) is refused, as every
+	// command refuses it: the restore would leave the old store under
+	// the other name.
+	other := filepath.Join(dir, "other-name.db")
+	if err := os.Link(store, other); err == nil {
+		if _, err := Restore(ctx, backup, store, RestoreOptions{Replace: true}); err == nil || !strings.Contains(err.Error(), "2 hard links") {
+			t.Errorf("restore over a store with a hard link: %v, want a refusal", err)
+		}
+		if a, err1 := os.Stat(store); err1 == nil {
+			if b, err2 := os.Stat(other); err2 != nil || !os.SameFile(a, b) {
+				t.Errorf("the two names after a refused restore are no longer one file: %v", err2)
+			}
+		}
+		os.Remove(other)
+	} else {
+		t.Log("no hard links here:", err)
+	}
+
 	text, foreign := filesOfOthers(t, dir)
 	textBefore, err := os.ReadFile(text)
 	if err != nil {

@@ -64,6 +64,20 @@ func checkDirectory(abs string) error {
 	return errors.Join(probe.Close(), os.Remove(probe.Name()))
 }
 
+// emptyFile says whether the file at abs holds no store yet: it has no
+// bytes, and no log beside it holds any (a file made with touch, or left
+// by a tool that meant to make one). SQLite would take it as an empty
+// database; plantstore takes it as no store, so that only the commands
+// that make a store make one there, and say so.
+func emptyFile(abs string) bool {
+	fi, err := os.Stat(abs)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		return false
+	}
+	wal, err := os.Stat(abs + "-wal")
+	return err != nil || wal.Size() == 0
+}
+
 // unwrapPath is the cause of a file error without the path, which the
 // message around it names already.
 func unwrapPath(err error) error {
@@ -140,6 +154,12 @@ func closeOneName(f *os.File, abs string) error {
 	if err != nil {
 		return nil // the opening that follows says what is wrong
 	}
+	return oneName(fi, abs)
+}
+
+// oneName refuses the store at abs, whose file is fi, when the file has
+// other names (closeOneName says why).
+func oneName(fi fs.FileInfo, abs string) error {
 	n := hardLinks(fi)
 	if n <= 1 {
 		return nil

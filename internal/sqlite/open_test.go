@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,39 @@ func TestOpenMustExist(t *testing.T) {
 	}
 	if db, err = Open(ctx, path, Options{MustExist: true}); err != nil {
 		t.Fatalf("Open with MustExist on a store: %v", err)
+	}
+	db.Close()
+}
+
+// An empty file (made with touch, say) is no store: MustExist refuses it
+// and leaves it empty; without MustExist, Open makes the store in it and
+// says so, as it does where no file is.
+func TestOpenEmptyFile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "plants.db")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, path, Options{MustExist: true}); !errors.Is(err, ErrNoStore) || !strings.Contains(err.Error(), "the file there is empty") {
+		t.Fatalf("Open with MustExist on an empty file: %v; want ErrNoStore saying it is empty", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty file after a refusal: %v, %v; want it left empty", fi, err)
+	}
+	var created []string
+	db, err := Open(ctx, path, Options{Created: func(p string) { created = append(created, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if len(created) != 1 || created[0] != path {
+		t.Errorf("Created heard %q; want the store made in the empty file", created)
+	}
+	if fi, err := os.Stat(path); err != nil || runtime.GOOS != "windows" && fi.Mode().Perm() != 0o600 {
+		t.Errorf("the store made in an empty file: %v, %v; want it 0600", fi.Mode(), err)
+	}
+	if db, err = Open(ctx, path, Options{MustExist: true}); err != nil {
+		t.Fatalf("Open with MustExist on the store made there: %v", err)
 	}
 	db.Close()
 }

@@ -141,7 +141,15 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		}
 	}
 	created, err := prepareFiles(abs, opts.MustExist)
-	if err == nil && !created {
+	// An empty file is made a store only where a missing one would be.
+	empty := err == nil && !created && emptyFile(abs)
+	switch {
+	case empty && opts.MustExist:
+		err = fmt.Errorf("%w at %s (the file there is empty)", ErrNoStore, abs)
+	case empty:
+		// Made a store now: 0600, as a store plantstore creates.
+		err = os.Chmod(abs, 0o600)
+	case err == nil && !created && !empty:
 		err = checkIsStore(ctx, path, abs)
 	}
 	var db *DB
@@ -160,7 +168,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		}
 		return nil, notAStore(path, opts.MustExist, err)
 	}
-	if created && opts.Created != nil {
+	if (created || empty) && opts.Created != nil {
 		opts.Created(abs)
 	}
 	if soleLock != nil {

@@ -238,6 +238,7 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 		{readOnlyDir, []string{"token", "create", "--name", "me"}, "the store " + filepath.Join(readOnlyDir, "plantstore.db") + ": cannot create files in its directory " + readOnlyDir + " (SQLite keeps its log there): permission denied"},
 		{withStore, []string{"token", "list"}, "cannot create files in its directory " + withStore},
 		{withStore, []string{"serve", "--addr", "127.0.0.1:0"}, "cannot create files in its directory " + withStore},
+		{withStore, []string{"backup", "--to", filepath.Join(readOnlyStore, "b.db")}, "cannot create files in its directory " + withStore},
 		{readOnlyStore, []string{"serve", "--addr", "127.0.0.1:0"}, "the store " + filepath.Join(readOnlyStore, "plantstore.db") + " cannot be opened for writing: permission denied"},
 		{readOnlyStore, []string{"token", "create", "--name", "other"}, "cannot be opened for writing: permission denied"},
 		{unreadable, []string{"backup", "--to", filepath.Join(unreadable, "b.db")}, "the store cannot be read: permission denied"},

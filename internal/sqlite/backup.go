@@ -59,6 +59,15 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 		return BackupInfo{}, fmt.Errorf("backup %s: the store cannot be read: %w", abs, unwrapPath(err))
 	}
 	f.Close()
+	if emptyFile(abs) {
+		return BackupInfo{}, fmt.Errorf("%w at %s (the file there is empty)", ErrNoStore, abs)
+	}
+	// SQLite opens the store's log beside it, creating it if need be.
+	if real, err := resolve(abs); err == nil {
+		if err := checkDirectory(real); err != nil {
+			return BackupInfo{}, err
+		}
+	}
 	absTo, err := filepath.Abs(to)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)

@@ -201,6 +201,13 @@ func TestBackupRefusesAnExistingFile(t *testing.T) {
 	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("backup created the store it was asked to copy: %v", err)
 	}
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Backup(context.Background(), empty, filepath.Join(t.TempDir(), "b"), time.Second); !errors.Is(err, ErrNoStore) {
+		t.Errorf("backup of an empty file: %v, want ErrNoStore", err)
+	}
 }
 
 // Writers go on while the backup runs; it holds every plant acknowledged

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -270,7 +271,8 @@ func embeddedIPv4(ip netip.Addr) []netip.Addr {
 }
 
 // CheckURL reports whether raw may be stored as a subscriber's URL: an
-// absolute http or https URL with a host, no user info (credentials in a URL
+// absolute http or https URL with a host, a port, if it names one, from 1
+// to 65535 (no other can be dialled), no user info (credentials in a URL
 // end up in logs), no fragment, at most 2048 bytes. It does not refuse
 // literal internal addresses such as http://10.0.0.5/: whether those are
 // reachable is decided when connecting, by ClientOptions.AllowPrivate and
@@ -292,10 +294,24 @@ func CheckURL(raw string) error {
 		return errors.New("webhook URL: must be an absolute http:// or https:// URL")
 	case u.Opaque != "" || u.Hostname() == "":
 		return errors.New("webhook URL: has no host")
+	case !validPort(u):
+		return fmt.Errorf("webhook URL: port %q: must be a number from 1 to 65535", u.Port())
 	case u.User != nil:
 		return errors.New("webhook URL: must not contain user info (user:password@); credentials in URLs end up in logs")
 	case strings.Contains(raw, "#"):
 		return errors.New("webhook URL: must not contain a fragment (#...)")
 	}
 	return nil
+}
+
+// validPort says whether u's port, when it names one, can be dialled.
+// url.Parse takes any digits there; a trailing colon with no port means
+// the scheme's own.
+func validPort(u *url.URL) bool {
+	p := u.Port()
+	if p == "" {
+		return true
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0
 }

@@ -266,6 +266,9 @@ func TestCheckURL(t *testing.T) {
 		"https://[2001:db8::1]/hook",
 		"http://10.0.0.5/hook", // decided at connect time, not here
 		"http://127.0.0.1:9000/",
+		"https://example.com:65535/",
+		"https://example.com:1/",
+		"https://example.com:/", // the scheme's port
 		"https://example.com/" + strings.Repeat("a", 2048-len("https://example.com/")),
 	} {
 		if err := CheckURL(raw); err != nil {
@@ -290,6 +293,10 @@ func TestCheckURL(t *testing.T) {
 		{"https://exa mple.com/", ""},
 		{"https://example.com/\n", ""},
 		{"https://example.com:port/", ""},
+		{"http://93.184.215.14:99999/x", "from 1 to 65535"},
+		{"https://example.com:65536/", "from 1 to 65535"},
+		{"http://example.com:0/", "from 1 to 65535"},
+		{"http://[2001:db8::1]:70000/", "from 1 to 65535"},
 		{"https://example.com/" + strings.Repeat("a", 2048), "2048"},
 	} {
 		err := CheckURL(tc.raw)

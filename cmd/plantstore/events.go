@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -54,6 +55,9 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 	var from *int64
 	if *after != "" {
 		n, err := strconv.ParseInt(*after, 10, 64)
+		if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(*after, "-") {
+			return usageError(fmt.Sprintf("--after %q: beyond the largest event id, %d", *after, int64(math.MaxInt64)))
+		}
 		if err != nil || n < 0 {
 			return usageError(fmt.Sprintf("--after %q: want an event id, an integer 0 or more", *after))
 		}

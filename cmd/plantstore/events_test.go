@@ -96,6 +96,9 @@ func (c *eventsCLI) pages(t *testing.T) {
 			t.Errorf("events %q: exit %d, stdout %q; want 2 and nothing", bad, r.exit, r.stdout)
 		}
 	}
+	if r := c.run(t, "events", "--after", "9223372036854775808"); r.exit != 2 || !strings.Contains(r.stderr, "beyond the largest event id") {
+		t.Errorf("events --after past int64: exit %d, %q; want 2 and the range", r.exit, r.stderr)
+	}
 	if r := cli(t, c.dir, []string{"PLANTSTORE_SERVER=" + c.url, "PLANTSTORE_TOKEN=pst_unknown"}, "events"); r.exit != 1 || !strings.Contains(r.stderr, "401") {
 		t.Errorf("events with an unknown token: exit %d, %q", r.exit, r.stderr)
 	}

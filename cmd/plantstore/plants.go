@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -128,8 +129,26 @@ func maskPassword(raw string) string {
 		if _, has := u.User.Password(); has {
 			return u.Redacted()
 		}
+		return raw
 	}
-	return raw
+	// A URL that does not parse is shown in the error that says so: its
+	// password is masked all the same, by where a password would be, in
+	// the authority between "://" and the last '@' before the path.
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	colon := strings.IndexByte(authority, ':')
+	if at < 0 || colon < 0 || colon > at {
+		return raw
+	}
+	start := len(raw) - len(rest) + colon + 1
+	return raw[:start] + "xxxxx" + raw[start+at-colon-1:]
 }
 
 func addServerFlags(fs *flagSet, tokenUsage string) serverFlags {
@@ -260,7 +279,7 @@ which --after shows the next one.`,
 				if err := out.many(page.Plants); err != nil {
 					return err
 				}
-				if page.Next != "" {
+				if page.Next != "" && len(page.Plants) > 0 {
 					last := page.Plants[len(page.Plants)-1].ID
 					fmt.Fprintf(stderr, "more plants follow: add --after %d for the next page, or --all for every page\n", last)
 				}
@@ -444,7 +463,14 @@ func apiError(err error, server string) error {
 		}
 		return errors.New(strings.TrimPrefix(err.Error(), "plantstore: "))
 	}
-	return fmt.Errorf("cannot reach the server at %s: %w", server, err)
+	// net/http's own errors (no connection, a broken one) come as
+	// *url.Error. Anything else came after an answer: one that was cut
+	// short, or not plantstore's (a --server that names another web
+	// server answers HTML).
+	if _, ok := errors.AsType[*url.Error](err); ok {
+		return fmt.Errorf("cannot reach the server at %s: %w", server, err)
+	}
+	return fmt.Errorf("the server at %s answered, but not as plantstore does (does --server name a plantstore server?): %w", server, err)
 }
 
 // optional is a string flag that knows whether it was given, so an
@@ -474,6 +500,9 @@ func requiredID(flag, s string) (int64, error) {
 		return 0, usageError(flag + " is required")
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, usageError(fmt.Sprintf("%s %q: out of range: a plant id is an int64, from %d to %d", flag, s, int64(math.MinInt64), int64(math.MaxInt64)))
+	}
 	if err != nil {
 		return 0, usageError(fmt.Sprintf("%s %q: want an integer", flag, s))
 	}

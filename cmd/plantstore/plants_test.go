@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -170,6 +173,8 @@ func (c *plantsCLI) errors(t *testing.T) {
 		{[]string{"list", "--token", "pst_nope"}, 1, "malformed (HTTP 401)"},
 		{[]string{"get"}, 2, "exactly one argument"},
 		{[]string{"get", "seven"}, 2, "want an integer"},
+		{[]string{"get", "99999999999999999999"}, 2, "out of range: a plant id is an int64"},
+		{[]string{"add", "--id", "9223372036854775808", "--name", "x"}, 2, "out of range: a plant id is an int64"},
 		{[]string{"add", "--name", "x"}, 2, "--id is required"},
 		{[]string{"add", "--id", "1"}, 2, "needs --name"},
 		{[]string{"add", "--id", "1", "--name", ""}, 2, "--name: empty"},
@@ -358,6 +363,44 @@ func TestPlantsCertificateRefusalNamesServer(t *testing.T) {
 			if r.exit != 1 || !strings.HasPrefix(r.stderr, "plantstore: "+tc.says) || hint != tc.hint || strings.Count(r.stderr, "\n") != 1 {
 				t.Errorf("%s: %q: exit %d, stderr %q; want exit 1, one line saying %q, the --ca-cert hint %v", tc.name, args, r.exit, r.stderr, tc.says, tc.hint)
 			}
+		}
+	}
+}
+
+// Servers that are not plantstore, or not quite: one that answers HTML
+// was reached, and is said to be something else, not unreachable; a page
+// with a next link and no plants is shown, without a crash. A --server
+// that does not parse is named with its password masked.
+func TestPlantsCLIAgainstOtherServers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<html>it works</html>")
+	}))
+	defer html.Close()
+	emptyWithNext := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Link", `</plants?after=5>; rel="next"`)
+		io.WriteString(w, "[]")
+	}))
+	defer emptyWithNext.Close()
+	run := func(server string, args ...string) result {
+		return cli(t, dir, []string{"PLANTSTORE_SERVER=" + server, "PLANTSTORE_TOKEN=pst_x"}, append([]string{"plants"}, args...)...)
+	}
+	if r := run(html.URL, "list"); r.exit != 1 || !strings.Contains(r.stderr, "answered, but not as plantstore does") || strings.Contains(r.stderr, "cannot reach") {
+		t.Errorf("plants list against an HTML server: %+v", r)
+	}
+	if r := run(emptyWithNext.URL, "list"); r.exit != 0 || strings.Contains(r.stderr, "panic") {
+		t.Errorf("plants list of an empty page with a next link: %+v", r)
+	}
+	for _, server := range []string{"http://u:sekrit@127.0.0.1:port", "http://u:sekrit@[::1"} {
+		r := run(server, "list")
+		if r.exit != 2 || strings.Contains(r.stdout+r.stderr, "sekrit") || !strings.Contains(r.stderr, "u:xxxxx@") {
+			t.Errorf("plants list --server %q (does not parse): %+v", server, r)
+		}
+		if r := run(server, "list", "--help"); strings.Contains(r.stdout+r.stderr, "sekrit") {
+			t.Errorf("plants list --help with --server %q shows the password:\n%s", server, r.stdout)
 		}
 	}
 }

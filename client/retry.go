@@ -118,16 +118,24 @@ func retryable(r request, err error) bool {
 // the service gave one (up to a quarter more, spread at random), else the
 // jittered exponential backoff. ok is false when retryAfter exceeds
 // MaxDelay.
+//
+// No sum or shift here may overflow, whatever the policy and however many
+// retries: BaseDelay<<retry wraps negative (a minute at the 28th retry),
+// and a negative wait made between panic. So the backoff doubles only
+// while it stays within MaxDelay, tested by shifting MaxDelay down, which
+// cannot overflow (BaseDelay<<retry <= MaxDelay exactly when BaseDelay <=
+// MaxDelay>>retry), and is MaxDelay from then on.
 func (p RetryPolicy) wait(retry int, retryAfter time.Duration) (d time.Duration, ok bool) {
 	if retryAfter > 0 {
 		if retryAfter > p.MaxDelay {
 			return 0, false
 		}
-		return min(between(retryAfter, retryAfter+retryAfter/4), p.MaxDelay), true
+		// retryAfter <= MaxDelay, so MaxDelay-retryAfter cannot overflow.
+		return between(retryAfter, retryAfter+min(retryAfter/4, p.MaxDelay-retryAfter)), true
 	}
 	d = p.MaxDelay
-	if retry < 30 && p.BaseDelay<<retry < p.MaxDelay {
-		d = p.BaseDelay << retry
+	if retry < 63 && p.BaseDelay <= p.MaxDelay>>retry {
+		d = p.BaseDelay << retry // at most MaxDelay: no overflow
 	}
 	return between(d/2, d), true
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -321,3 +322,65 @@ func TestWithTLSConfig(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A policy whose doubling would overflow (BaseDelay<<retry wraps negative
+// at the 28th retry of a minute) must neither crash the caller nor wait
+// more than MaxDelay: against a server that always answers 503, the
+// retries run out and the last 503 comes back.
+func TestRetriesOverflowingBackoff(t *testing.T) {
+	srv, s := serveScript(t, "503")
+	c := newClient(t, srv.URL, WithRetryPolicy(RetryPolicy{Max: 40, BaseDelay: time.Minute, MaxDelay: time.Millisecond}))
+	start := time.Now()
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("Get panicked after %d requests: %v", s.requests(), r)
+			}
+		}()
+		_, err = c.Get(t.Context(), 1)
+	}()
+	if StatusCode(err) != 503 || s.requests() != 41 {
+		t.Errorf("Get = %v after %d requests; want the 41st answer's 503", err, s.requests())
+	}
+	// 40 waits of at most 1 ms each; the rest is the requests themselves.
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("40 retries capped at 1 ms took %v", took)
+	}
+}
+
+// The backoff saturates at MaxDelay, at every retry count, for policies
+// whose doubling overflows an int64 early or late, or never reaches the
+// cap before it would.
+func TestRetryWaitSaturates(t *testing.T) {
+	policies := []RetryPolicy{
+		{BaseDelay: time.Minute, MaxDelay: 10 * time.Millisecond}, // base above the cap
+		{BaseDelay: 20 * time.Second, MaxDelay: 20 * time.Second}, // overflowed at the 30th retry
+		{BaseDelay: 250 * time.Millisecond, MaxDelay: 10 * time.Second},
+		{BaseDelay: time.Nanosecond, MaxDelay: math.MaxInt64}, // reaches the cap only at the 63rd
+		{BaseDelay: math.MaxInt64 / 3, MaxDelay: math.MaxInt64},
+	}
+	retries := []int{0, 1, 2, 27, 28, 29, 30, 31, 32, 33, 62, 63, 64, 65, 100, 1 << 20, math.MaxInt32, math.MaxInt}
+	for _, p := range policies {
+		for _, retry := range retries {
+			// BaseDelay*2^retry, or MaxDelay once that is as much or more.
+			want := p.MaxDelay
+			if exact := float64(p.BaseDelay) * math.Pow(2, float64(retry)); exact < float64(p.MaxDelay) {
+				want = p.BaseDelay << retry
+			}
+			for range 100 {
+				d, ok := p.wait(retry, 0)
+				if !ok || d < want/2 || d > want {
+					t.Fatalf("%+v: wait(%d) = %v, %v; want %v to %v", p, retry, d, ok, want/2, want)
+				}
+			}
+		}
+		// A Retry-After up to MaxDelay, plus its quarter, stays within
+		// MaxDelay, even at the largest.
+		for _, ra := range []time.Duration{p.MaxDelay, p.MaxDelay / 2, p.MaxDelay - 1} {
+			if d, ok := p.wait(0, ra); !ok || d < ra || d > p.MaxDelay {
+				t.Fatalf("%+v: wait with Retry-After %v = %v, %v; want %v to %v", p, ra, d, ok, ra, p.MaxDelay)
+			}
+		}
+	}
+}

@@ -220,6 +220,11 @@ type Page struct {
 // List reads the first page that opts select. Follow Page.Next with
 // ListNext, or use All.
 func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
+	return c.ListNext(ctx, c.listURL(opts))
+}
+
+// listURL is the URL of the first page that opts select.
+func (c *Client) listURL(opts ListOptions) string {
 	q := url.Values{}
 	if opts.Limit != 0 {
 		q.Set("limit", strconv.Itoa(opts.Limit))
@@ -230,7 +235,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
 	if opts.Tag != nil {
 		q.Set("tag", *opts.Tag)
 	}
-	return c.ListNext(ctx, c.url("/plants", q))
+	return c.url("/plants", q)
 }
 
 // ListNext reads the page at next, a Page.Next. It refuses a URL on
@@ -290,26 +295,64 @@ func (c *Client) nextPage(current string, header http.Header) (string, error) {
 }
 
 // All yields every plant opts select, in id order, reading page after
-// page. It stops at the first error, which it yields.
+// page. It stops at the first error, which it yields. A next page that
+// would not move on, as a server that keeps to the API never sends, is
+// an error too, rather than a loop that reads the same pages forever: a
+// page with a next link but no plants, a next link that is the page
+// itself or starts before the last plant read (its after), or a plant
+// that is not after the last one read.
 func (c *Client) All(ctx context.Context, opts ListOptions) iter.Seq2[Plant, error] {
 	return func(yield func(Plant, error) bool) {
-		page, err := c.List(ctx, opts)
+		current := c.listURL(opts)
+		page, err := c.ListNext(ctx, current)
+		var last *int64 // the id of the last plant yielded
 		for {
 			if err != nil {
 				yield(Plant{}, err)
 				return
 			}
 			for _, p := range page.Plants {
+				if last != nil && p.ID <= *last {
+					yield(Plant{}, fmt.Errorf("plantstore: the server sent plant %d after plant %d (%s); not going on, as it would read plants again", p.ID, *last, current))
+					return
+				}
 				if !yield(p, nil) {
 					return
 				}
+				last = &p.ID
 			}
 			if page.Next == "" {
 				return
 			}
-			page, err = c.ListNext(ctx, page.Next)
+			if err := stalled(current, page, last); err != nil {
+				yield(Plant{}, err)
+				return
+			}
+			current = page.Next
+			page, err = c.ListNext(ctx, current)
 		}
 	}
+}
+
+// stalled says why All must not follow page's next link, read at current
+// after the plant with id *last (nil before any): the link would not move
+// past what was read, so following it could read the same pages forever.
+// A link without a numeric after is judged by the first two tests alone.
+func stalled(current string, page Page, last *int64) error {
+	switch {
+	case len(page.Plants) == 0:
+		return fmt.Errorf("plantstore: the server sent a page of no plants (%s) with a next page (%s); not following it, as it may never end", current, page.Next)
+	case page.Next == current:
+		return fmt.Errorf("plantstore: the server sent a page (%s) whose next page is itself; not following it, as it would never end", current)
+	}
+	next, err := url.Parse(page.Next)
+	if err != nil {
+		return nil // nextPage resolved it: cannot happen
+	}
+	if after, err := strconv.ParseInt(next.Query().Get("after"), 10, 64); err == nil && after < *last {
+		return fmt.Errorf("plantstore: the server's next page (%s) starts after plant %d, not after %d, the last read; not following it, as it would read plants again", page.Next, after, *last)
+	}
+	return nil
 }
 
 func (c *Client) url(path string, q url.Values) string {

@@ -1,6 +1,16 @@
 package client
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
 
 func TestNextLink(t *testing.T) {
 	cases := map[string][]string{
@@ -46,5 +56,93 @@ func TestListNextStaysOnTheBaseURL(t *testing.T) {
 		if _, err := c.ListNext(t.Context(), next); err == nil {
 			t.Errorf("ListNext(%q) followed a link off the base URL", next)
 		}
+	}
+}
+
+// All follows next links only while they move on: a server that sends a
+// page of no plants with a next link, a next link to the page itself or
+// back before the last plant read, or the same plants again, makes it
+// end with an error instead of reading pages forever.
+func TestAllEndsOnPagesThatDoNotMoveOn(t *testing.T) {
+	page := func(w http.ResponseWriter, next string, ids ...int) {
+		if next != "" {
+			w.Header().Set("Link", "<"+next+`>; rel="next"`)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		var plants []string
+		for _, id := range ids {
+			plants = append(plants, fmt.Sprintf(`{"id":%d,"name":"p%d"}`, id, id))
+		}
+		fmt.Fprintf(w, "[%s]", strings.Join(plants, ","))
+	}
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, r *http.Request, n int) // n: the request's number, from 1
+		want   []int64                                             // the plants yielded before the error
+		says   string                                              // in the error; "" for none
+	}{
+		{"conforming", func(w http.ResponseWriter, r *http.Request, n int) {
+			switch r.URL.Query().Get("after") {
+			case "":
+				page(w, "/plants?after=2&limit=2", 1, 2)
+			case "2":
+				page(w, "/plants?after=4&limit=2", 3, 4)
+			default:
+				page(w, "", 5)
+			}
+		}, []int64{1, 2, 3, 4, 5}, ""},
+		{"empty page with a next link", func(w http.ResponseWriter, r *http.Request, n int) {
+			page(w, "/plants?after=5&limit=2")
+		}, nil, "a page of no plants"},
+		{"empty page after plants", func(w http.ResponseWriter, r *http.Request, n int) {
+			if n == 1 {
+				page(w, "/plants?after=2&limit=2", 1, 2)
+				return
+			}
+			page(w, "/plants?after=2&limit=2")
+		}, []int64{1, 2}, "a page of no plants"},
+		{"next link to itself", func(w http.ResponseWriter, r *http.Request, n int) {
+			page(w, r.URL.RequestURI(), 1, 2)
+		}, []int64{1, 2}, "whose next page is itself"},
+		{"next link back", func(w http.ResponseWriter, r *http.Request, n int) {
+			page(w, fmt.Sprintf("/plants?after=1&limit=2&n=%d", n), 1, 2)
+		}, []int64{1, 2}, "starts after plant 1, not after 2"},
+		{"the same plants again", func(w http.ResponseWriter, r *http.Request, n int) {
+			page(w, fmt.Sprintf("/plants?after=2&limit=2&n=%d", n), 1, 2) // after ignored
+		}, []int64{1, 2}, "sent plant 1 after plant 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var requests atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tc.answer(w, r, int(requests.Add(1)))
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			var got []int64
+			var errs []error
+			for p, err := range newClient(t, srv.URL).All(ctx, ListOptions{Limit: 2}) {
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					got = append(got, p.ID)
+				}
+				if len(got)+len(errs) > 20 {
+					break // a loop
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("All yielded plants %v; want %v", got, tc.want)
+			}
+			switch {
+			case tc.says == "" && len(errs) != 0:
+				t.Errorf("All yielded %v; want no error", errs)
+			case tc.says == "":
+			case len(errs) != 1 || ctx.Err() != nil || !strings.Contains(errs[0].Error(), tc.says):
+				t.Errorf("All yielded %v after %d requests; want one error saying %q", errs, requests.Load(), tc.says)
+			case requests.Load() > 2:
+				t.Errorf("%d requests; want it to stop at the second page", requests.Load())
+			}
+		})
 	}
 }

@@ -539,3 +539,54 @@ func slowlorisClient(t *testing.T, url string) {
 		}
 	}
 }
+
+// trickle sends on conn a create of plant id with its head at once and
+// its body a byte at a time over spread, and returns the answer.
+func trickle(t *testing.T, conn net.Conn, token string, id int64, spread time.Duration) (*http.Response, []byte) {
+	t.Helper()
+	body := fmt.Sprintf(`{"id":%d,"name":"slow upload"}`, id)
+	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", token, len(body))
+	for i := range len(body) {
+		time.Sleep(spread / time.Duration(len(body)))
+		if _, err := conn.Write([]byte{body[i]}); err != nil {
+			break // answered early: read it
+		}
+	}
+	return limRaw(t, conn, "POST", "/plants")
+}
+
+// The whole request, head and body, is bounded by --read-timeout, even
+// when --body-read-timeout alone would allow more; and a slow upload
+// within the client's limits is the client's time, not the service's:
+// it does not spend --request-timeout, whose 503 would blame the store.
+func TestSlowUploadsAndTheirTimeouts(t *testing.T) {
+	t.Parallel()
+	t.Run("read-timeout bounds head and body", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		token := mustToken(t, dir, "--name", "me")
+		// 2 s for the head leaves the body 1 s of the 3 s.
+		s := serve(t, dir, "--read-header-timeout", "2s", "--read-timeout", "3s", "--body-read-timeout", "3s")
+		conn := limDial(t, s.url)
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		resp, body := trickle(t, conn, token, 1, 2*time.Second)
+		limWantError(t, resp, body, http.StatusRequestTimeout)
+		if resp, _ := limRequest(t, apitest.Client(t), "GET", s.url+"/plants/1", token, ""); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("a body cut off by the read timeout was stored: GET %d", resp.StatusCode)
+		}
+	})
+	t.Run("an upload slower than request-timeout", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		token := mustToken(t, dir, "--name", "me")
+		s := serve(t, dir, "--read-header-timeout", "1s", "--read-timeout", "10s", "--body-read-timeout", "5s", "--request-timeout", "1s")
+		conn := limDial(t, s.url)
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if resp, body := trickle(t, conn, token, 2, 2*time.Second); resp.StatusCode != http.StatusOK {
+			t.Errorf("a body sent over 2 s, within --body-read-timeout 5s, with --request-timeout 1s: %d %s", resp.StatusCode, body)
+		}
+		if resp, _ := limRequest(t, apitest.Client(t), "GET", s.url+"/plants/2", token, ""); resp.StatusCode != http.StatusOK {
+			t.Errorf("the slow upload's plant: GET %d", resp.StatusCode)
+		}
+	})
+}

@@ -339,7 +339,7 @@ func addLimitFlags(fs *flagSet) limitFlags {
 	return limitFlags{
 		maxInFlight:       fs.Int64("max-in-flight", 1024, "plant operations served at once; more get 503 at once (0: no cap)"),
 		perToken:          fs.Int64("max-in-flight-per-token", 0, "plant operations of one token served at once; more get 429 (0: a quarter of --max-in-flight)"),
-		bodyTimeout:       fs.Duration("body-read-timeout", httpapi.DefaultBodyReadTimeout, "time a client has to send a request body once its headers are in (at most --read-timeout); then 408"),
+		bodyTimeout:       fs.Duration("body-read-timeout", httpapi.DefaultBodyReadTimeout, "time a client has to send a request body once its headers are in (at most --read-timeout less --read-header-timeout); then 408"),
 		rate:              fs.Int64("rate-limit", 0, "requests per second each token may make; more get 429 (0: no limit)"),
 		burst:             fs.Int64("rate-burst", 0, "requests a token may make at once within --rate-limit (0: twice the rate)"),
 		authFailures:      fs.Int64("auth-failure-limit", 10, "refused tokens one client address may send per --auth-failure-window; beyond, its requests with tokens this server has not found valid before get 429, unchecked, until it has an attempt again (0: no limit)"),

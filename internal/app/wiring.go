@@ -141,12 +141,20 @@ func (a *App) newHTTPServer() {
 		api.MaxHeaderBytes = httpapi.DefaultMaxHeaderBytes
 	}
 	// A body's own deadline shortens the connection's read timeout, never
-	// extends it.
+	// extends it: it replaces the deadline of the whole request, so it is
+	// at most what --read-timeout leaves once the head has had all of
+	// --read-header-timeout. Head and body then never take longer than
+	// --read-timeout together.
 	if api.BodyReadTimeout <= 0 {
 		api.BodyReadTimeout = httpapi.DefaultBodyReadTimeout
 	}
-	if rt := cfg.Server.ReadTimeout; rt > 0 && rt < api.BodyReadTimeout {
-		api.BodyReadTimeout = rt
+	server := cfg.Server.WithDefaults()
+	if rt, rht := server.ReadTimeout, server.ReadHeaderTimeout; rt > 0 {
+		left := rt
+		if rht > 0 && rht < rt {
+			left = rt - rht
+		}
+		api.BodyReadTimeout = min(api.BodyReadTimeout, left)
 	}
 	if a.metrics != nil {
 		api.Observer = a.metrics

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"io"
 	"mime"
@@ -44,9 +45,12 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 	// gives its slot in flight back. A body that came with its head (most
 	// do) cannot trickle: moving the deadline would cost a change to the
 	// runtime's timers, and another to move it back after the answer.
-	infoFrom(r.Context()).bodyRead = true
+	info := infoFrom(r.Context())
+	info.bodyRead = true
+	waited := false
 	if b, ok := r.Body.(interface{ InBuffer() bool }); !ok || !b.InBuffer() {
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
+		waited = true
 	}
 	// A body of a stated length ends there, and that length is within the
 	// limit; only a chunked one needs counting.
@@ -67,7 +71,24 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 		}
 		return nil, errorStatus(http.StatusBadRequest, "the request body could not be read: %v", err)
 	}
+	if waited {
+		info.bodyIn = time.Now()
+	}
 	return body, nil
+}
+
+// storeContext is the context a handler that read a body stores in. The
+// request's deadline counts from its head; a body that had to be waited
+// for moves it to count from the body's end, so that a client's slow
+// upload, within --body-read-timeout, is not charged to the service's
+// --request-timeout (a 503 that blames the store for the client).
+func (s *Server) storeContext(r *http.Request) context.Context {
+	ctx := r.Context()
+	info := infoFrom(ctx)
+	if info.bodyIn.IsZero() {
+		return ctx
+	}
+	return &infoContext{Context: s.deadlines.context(info.bodyIn), info: info}
 }
 
 // readAll is io.ReadAll into dst, so a pooled buffer can take the body.

@@ -32,6 +32,9 @@ type requestInfo struct {
 	// bodyRead says a handler began reading the request's body: an error
 	// before then refuses a body never read (recorder.refuseBody).
 	bodyRead bool
+	// bodyIn is when a body that had to be waited for was all in; zero
+	// when it came with the head (storeContext).
+	bodyIn time.Time
 	// conn is the request's own context, which ends when its client goes
 	// away; the handlers' context is the shared deadline's (deadlines).
 	conn context.Context

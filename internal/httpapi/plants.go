@@ -42,7 +42,7 @@ func (s *Server) handleCreatePlant() http.Handler {
 			err = p.Validate()
 		}
 		if err == nil {
-			_, err = s.store.CreatePlant(r.Context(), p)
+			_, err = s.store.CreatePlant(s.storeContext(r), p)
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -96,7 +96,7 @@ func (s *Server) handleUpdatePlant() http.Handler {
 		}
 		cond := writeConditionOf(r)
 		if err == nil {
-			err = s.store.UpdatePlant(r.Context(), p, cond.check)
+			err = s.store.UpdatePlant(s.storeContext(r), p, cond.check)
 		}
 		if err != nil {
 			s.writeError(w, r, cond.failed(err, id))

@@ -21,10 +21,14 @@ type conn struct {
 	remote string
 	br     *bufio.Reader
 	idle   atomic.Bool // waiting for a request: Shutdown may close it
-	// serving is set while a request's handler runs and its answer is
-	// written: what a Shutdown out of time reports. A head still coming
-	// in is no request yet; the connection is then closed like an idle one.
-	serving atomic.Bool
+	// phase is where the connection is in a request: between requests,
+	// reading a head, or serving (a handler runs and its answer is
+	// written: what a Shutdown out of time reports). A head still coming
+	// in is no request yet: Shutdown takes it from phaseHead to
+	// phaseCut and wakes its read, and the connection closes, unless it
+	// has already moved on to phaseServing. One compare-and-swap on
+	// either side decides which.
+	phase atomic.Int32
 	// headDeadline is when the head being read must be in (zero: never).
 	headDeadline time.Time
 	// read and write are the connection's deadlines as last set.
@@ -40,6 +44,23 @@ func newConn(s *Server, c net.Conn) *conn {
 	cc.w.conn = cc
 	cc.w.header = http.Header{}
 	return cc
+}
+
+const (
+	phaseBetween int32 = iota
+	phaseHead
+	phaseServing
+	phaseCut // by Shutdown, while its head was coming in
+)
+
+// cutIfReadingHead closes, by waking its read, a connection whose head is
+// still coming in, and reports whether it did.
+func (c *conn) cutIfReadingHead() bool {
+	if !c.phase.CompareAndSwap(phaseHead, phaseCut) {
+		return false
+	}
+	c.c.SetReadDeadline(longAgo)
+	return true
 }
 
 // longAgo is a deadline in the past, which wakes a blocked read.
@@ -92,6 +113,9 @@ func (c *conn) serve() {
 		if _, err := c.br.Peek(wait); err != nil {
 			return
 		}
+		// In that order: a Shutdown in between sees idle and wakes the
+		// read, or sees the head phase and cuts it.
+		c.phase.Store(phaseHead)
 		c.idle.Store(false)
 		if first {
 			if b, _ := c.br.Peek(1); b[0] == tlsHandshake {
@@ -113,8 +137,8 @@ func (c *conn) serve() {
 		}
 		first = false
 		head, ok := c.readHead()
-		if !ok {
-			return
+		if !ok || !c.phase.CompareAndSwap(phaseHead, phaseServing) {
+			return // cut by Shutdown: this request is not served
 		}
 		req, take := parseRequest(head, c.srv.take)
 		if !take {
@@ -123,9 +147,8 @@ func (c *conn) serve() {
 		}
 		c.br.Discard(len(head))
 		lastPost = req.Method == http.MethodPost
-		c.serving.Store(true)
 		keep := c.serveRequest(req, started)
-		c.serving.Store(false)
+		c.phase.Store(phaseBetween)
 		if !keep {
 			return
 		}

@@ -159,7 +159,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	for c := range s.conns {
-		c.wakeIfIdle()
+		// A head still coming in is no request yet: its client has sent
+		// none, and may send it again elsewhere; a slow or stalled one
+		// would otherwise hold the drain up to ReadHeaderTimeout.
+		if !c.cutIfReadingHead() {
+			c.wakeIfIdle()
+		}
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -173,16 +178,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	// Out of time. Connections still waiting for a request were only
-	// slow to close (a timeout of a nanosecond does that), and one whose
-	// head is still coming in has sent no request yet (its client may
-	// send it again elsewhere; a slow or stalled one would otherwise hold
-	// the drain to ReadHeaderTimeout): close them, and report the timeout
-	// only when a request is still being served.
+	// slow to close (a timeout of a nanosecond does that): close them,
+	// and report the timeout only when a request is still being served.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	serving := false
 	for c := range s.conns {
-		if c.serving.Load() {
+		if c.phase.Load() == phaseServing {
 			serving = true
 		} else {
 			c.c.Close()

@@ -34,7 +34,8 @@ const (
 )
 
 // FromNow, as Events' after, follows the feed from the newest event on:
-// only what happens from now.
+// only what happens from now, now being when Events first got an answer
+// from the service (see Events), not when a stream first opened.
 const FromNow int64 = -1
 
 // EventOptions select a page of events. The zero value asks for the
@@ -111,6 +112,14 @@ const (
 // the last event yielded (Last-Event-ID), so it neither misses an event
 // nor repeats one; so too after a 5xx, 408 or 429 answer.
 //
+// From FromNow, it first reads where now is: the id of the newest event,
+// from the Latest-Event-Id of a page of one event, asked for again like
+// a stream after an error that may pass, and it streams after that id
+// from its first stream on. So an event made while its first stream is
+// refused (429: the token's streams all open; 503; a broken connection)
+// is yielded once one opens, not missed. Only from a server whose page
+// carries no Latest-Event-Id is now when the first stream opens.
+//
 // The pause starts at 0.5 s. A stream's retry field, as the SSE standard
 // defines it (a reconnection time in milliseconds, ASCII digits alone),
 // sets where it starts from then on; the service sends 2 s. A retry
@@ -162,10 +171,18 @@ func (c *Client) events(ctx context.Context, after int64, types []string, wait f
 	return func(yield func(Event, error) bool) {
 		start := firstReconnectPause // or the streams' retry field
 		pause := start
+		located := after != FromNow
 		for ctx.Err() == nil {
-			received, err := c.follow(ctx, &after, &start, types, yield)
-			if err == nil {
-				return // the loop stopped
+			var received bool
+			var err error
+			if !located {
+				err = c.locate(ctx, &after)
+				located = err == nil
+			}
+			if located {
+				if received, err = c.follow(ctx, &after, &start, types, yield); err == nil {
+					return // the loop stopped
+				}
 			}
 			if ctx.Err() != nil {
 				return
@@ -186,6 +203,40 @@ func (c *Client) events(ctx context.Context, after int64, types []string, wait f
 			pause = min(2*pause, lastReconnectPause)
 		}
 	}
+}
+
+// locate sets *after, FromNow, to the id of the feed's newest event, so
+// that a follow from now starts from the moment it was asked for, not
+// from when a stream first opens: a follower refused at first (429: the
+// token's streams all open; 503; a broken connection) would otherwise
+// ask again from a later now, and miss the events in between. A page of
+// one event carries the id (Latest-Event-Id); pages are not limited as
+// streams are, and an error here is retried as a stream's is. A 200
+// without the header (a server that is not plantstore, or an older one)
+// leaves *after at FromNow, for the stream to tell.
+func (c *Client) locate(ctx context.Context, after *int64) error {
+	target := c.url("/events", eventQuery(nil, 1, nil))
+	var header http.Header
+	if err := c.sendOnce(ctx, request{method: http.MethodGet, target: target, header: &header}); err != nil {
+		return schemeMismatch(target, err)
+	}
+	if latest, err := strconv.ParseInt(header.Get("Latest-Event-Id"), 10, 64); err == nil && latest >= 0 {
+		*after = latest
+	}
+	return nil
+}
+
+// schemeMismatch is err, from a request to target, said plainly and
+// made Permanent when the server answered an https URL in plain HTTP.
+func schemeMismatch(target string, err error) error {
+	if !plainHTTP(err) {
+		return err
+	}
+	origin := target
+	if u, perr := url.Parse(target); perr == nil {
+		origin = (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+	}
+	return fmt.Errorf("plantstore: the server at %s answered in plain HTTP, not HTTPS: %w", origin, http.ErrSchemeMismatch)
 }
 
 // sleep waits d, and says false if ctx ended first.
@@ -376,11 +427,7 @@ func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration,
 	streaming.Timeout = 0 // bounded by ctx alone (see Events)
 	resp, err := streaming.Do(req)
 	if err != nil {
-		if plainHTTP(err) {
-			origin := url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host}
-			return false, fmt.Errorf("plantstore: the server at %s answered in plain HTTP, not HTTPS: %w", origin.String(), http.ErrSchemeMismatch)
-		}
-		return false, err
+		return false, schemeMismatch(req.URL.String(), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,7 +46,7 @@ func TestEventsEndOnPermanentRefusals(t *testing.T) {
 	}{
 		{"redirect to another origin", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, elsewhere.URL+"/events", http.StatusMovedPermanently)
-		}, true, []string{"not following a redirect from http://127.0.0.1:", "/events to " + elsewhere.URL + "/events", "not sent to another origin"}},
+		}, true, []string{"not following a redirect from http://127.0.0.1:", " to " + elsewhere.URL + "/events:", "not sent to another origin"}},
 		{"redirect loop", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, r.URL.String(), http.StatusFound)
 		}, true, []string{"10 redirects"}},
@@ -70,55 +72,69 @@ func TestEventsEndOnPermanentRefusals(t *testing.T) {
 		}, false, nil},
 		{"connection refused", nil, false, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var requests atomic.Int32
-			base := refused
-			if tc.answer != nil {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					requests.Add(1)
-					tc.answer(w, r)
-				}))
-				defer srv.Close()
-				base = srv.URL
+		// Each answer as the first request gets it, the one that learns
+		// where now is, and as the stream gets it, that request answered.
+		for _, stream := range []bool{false, true} {
+			if stream && tc.answer == nil {
+				continue
 			}
-			c := newClient(t, base)
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			var errs []error
-			for _, err := range c.Events(ctx, FromNow) {
-				if err == nil {
-					t.Fatal("an event, from no stream")
+			name := tc.name + map[bool]string{false: " at first", true: " to the stream"}[stream]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				var requests atomic.Int32
+				base := refused
+				if tc.answer != nil {
+					answer := func(w http.ResponseWriter, r *http.Request) {
+						requests.Add(1)
+						tc.answer(w, r)
+					}
+					if stream {
+						answer = pagesAnswered(answer)
+					}
+					srv := httptest.NewServer(http.HandlerFunc(answer))
+					defer srv.Close()
+					base = srv.URL
 				}
-				// A second error is a reconnection: enough either way.
-				if errs = append(errs, err); len(errs) == 2 {
-					break
-				}
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("Events yielded %d errors in 20 s: %v", len(errs), errs)
-			}
-			if tc.permanent {
-				if len(errs) != 1 {
-					t.Fatalf("Events reconnected after %v; want it to end after it", errs[0])
-				}
-				if !Permanent(errs[0]) {
-					t.Errorf("Permanent(%v) = false", errs[0])
-				}
-				for _, s := range tc.says {
-					if !strings.Contains(errs[0].Error(), s) {
-						t.Errorf("error %q does not say %q", errs[0], s)
+				c := newClient(t, base)
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				defer cancel()
+				var errs []error
+				for _, err := range c.Events(ctx, FromNow) {
+					if err == nil {
+						t.Fatal("an event, from no stream")
+					}
+					// A second error is a reconnection: enough either way.
+					if errs = append(errs, err); len(errs) == 2 {
+						break
 					}
 				}
-				return
-			}
-			if len(errs) != 2 || Permanent(errs[0]) {
-				t.Fatalf("Events ended after %v (Permanent %v); want it to reconnect", errs[0], Permanent(errs[0]))
-			}
-			if tc.answer != nil && requests.Load() != 2 {
-				t.Errorf("%d requests; want 2, one a reconnection", requests.Load())
-			}
-		})
+				if ctx.Err() != nil {
+					t.Fatalf("Events yielded %d errors in 20 s: %v", len(errs), errs)
+				}
+				if tc.permanent {
+					if len(errs) != 1 {
+						t.Fatalf("Events reconnected after %v; want it to end after it", errs[0])
+					}
+					if !Permanent(errs[0]) {
+						t.Errorf("Permanent(%v) = false", errs[0])
+					}
+					for _, s := range tc.says {
+						if !strings.Contains(errs[0].Error(), s) {
+							t.Errorf("error %q does not say %q", errs[0], s)
+						}
+					}
+					return
+				}
+				if len(errs) != 2 || Permanent(errs[0]) {
+					t.Fatalf("Events ended after %v (Permanent %v); want it to reconnect", errs[0], Permanent(errs[0]))
+				}
+				// (net/http itself sends a request again, once, when the
+				// connection it reused, the page's, drops before an answer.)
+				if n := requests.Load(); tc.answer != nil && n != 2 && !(stream && tc.name == "connection dropped" && n > 2) {
+					t.Errorf("%d requests; want 2, one a reconnection", n)
+				}
+			})
+		}
 	}
 	t.Cleanup(func() {
 		if n := leaked.Load(); n != 0 {
@@ -128,12 +144,13 @@ func TestEventsEndOnPermanentRefusals(t *testing.T) {
 }
 
 // followTwice follows, with Events, a server that answers the first
-// request with first and the second with a 404, which ends the follow. It
-// returns the two errors Events yielded and the time between the requests.
+// stream request with first and the second with a 404, which ends the
+// follow (a page, asked for where now is, is answered). It returns the
+// two errors Events yielded and the time between the stream requests.
 func followTwice(t *testing.T, first http.HandlerFunc) (errs []error, gap time.Duration) {
 	t.Helper()
 	seen := make(chan time.Time, 2)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(pagesAnswered(func(w http.ResponseWriter, r *http.Request) {
 		seen <- time.Now()
 		if len(seen) == 1 {
 			first(w, r)
@@ -152,6 +169,21 @@ func followTwice(t *testing.T, first http.HandlerFunc) (errs []error, gap time.D
 	}
 	t1, t2 := <-seen, <-seen
 	return errs, t2.Sub(t1)
+}
+
+// pagesAnswered answers a request for a page of events, as Events makes
+// to learn where now is, as the service does when the feed is empty: no
+// events, Latest-Event-Id 0. It leaves streams to stream.
+func pagesAnswered(stream http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			stream(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Latest-Event-Id", "0")
+		io.WriteString(w, "[]")
+	}
 }
 
 // status answers code with an Error body, as the service does.
@@ -658,4 +690,108 @@ func endsOnFirst(t *testing.T, c *Client) error {
 		t.Fatalf("Events yielded %v; want it to end after the first, an error", errs)
 	}
 	return errs[0]
+}
+
+// A follow from now learns where now is first, from a page's
+// Latest-Event-Id, and streams after it from its first stream on: a
+// stream refused at first (429, 503, a broken connection) is asked for
+// again after the same id, so the events made in between are not
+// missed. The page itself is asked for again, as a stream is, after an
+// error that may pass; a server whose page has no Latest-Event-Id is
+// followed from now, as before.
+func TestEventsFromNowKeepsItsStart(t *testing.T) {
+	t.Parallel()
+	page := func(latest string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("limit") != "1" {
+				t.Errorf("page asked as %s; want limit=1", r.URL)
+			}
+			if latest != "" {
+				w.Header().Set("Latest-Event-Id", latest)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, "[]")
+		}
+	}
+	dropped := func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	}
+	for _, tc := range []struct {
+		name    string
+		pages   []http.HandlerFunc // in turn; the last again
+		streams []http.HandlerFunc // in turn, then a 404 that ends it
+		// The Last-Event-ID of each stream request, "" for none.
+		lastEventIDs []string
+		events       []int64
+	}{
+		{"refused, then streamed", []http.HandlerFunc{page("41")},
+			[]http.HandlerFunc{status(http.StatusTooManyRequests), status(http.StatusServiceUnavailable), dropped, stream(eventBlock(42))},
+			[]string{"41", "41", "41", "41"}, []int64{42}},
+		{"the page refused first", []http.HandlerFunc{status(http.StatusTooManyRequests), status(http.StatusServiceUnavailable), status(http.StatusBadGateway), page("7")},
+			[]http.HandlerFunc{stream(eventBlock(8))},
+			[]string{"7"}, []int64{8}},
+		{"an empty feed", []http.HandlerFunc{page("0")},
+			[]http.HandlerFunc{status(http.StatusTooManyRequests), stream(eventBlock(1))},
+			[]string{"0", "0"}, []int64{1}},
+		{"no Latest-Event-Id", []http.HandlerFunc{page("")},
+			[]http.HandlerFunc{status(http.StatusTooManyRequests), stream(": events after 5\n\n"), stream(eventBlock(6))},
+			[]string{"", "", "5"}, []int64{6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var pages, streams atomic.Int32
+			lastEventIDs := make(chan string, 100)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+					n := int(pages.Add(1))
+					tc.pages[min(n, len(tc.pages))-1](w, r)
+					return
+				}
+				lastEventIDs <- r.Header.Get("Last-Event-ID")
+				if n := int(streams.Add(1)); n <= len(tc.streams) {
+					tc.streams[n-1](w, r)
+					return
+				}
+				status(http.StatusNotFound)(w, r)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			noWait := func(context.Context, time.Duration) bool { return true }
+			var events []int64
+			var errs []error
+			for ev, err := range newClient(t, srv.URL).events(ctx, FromNow, nil, noWait) {
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					events = append(events, ev.ID)
+				}
+			}
+			if !slices.Equal(events, tc.events) {
+				t.Errorf("Events yielded events %v; want %v", events, tc.events)
+			}
+			if len(errs) == 0 || StatusCode(errs[len(errs)-1]) != http.StatusNotFound {
+				t.Fatalf("Events yielded %v; want it to end on the 404", errs)
+			}
+			for _, err := range errs[:len(errs)-1] {
+				if Permanent(err) || ReconnectPause(err) == 0 {
+					t.Errorf("Events yielded %v, which it does not reconnect after", err)
+				}
+			}
+			close(lastEventIDs)
+			var got []string
+			for id := range lastEventIDs {
+				got = append(got, id)
+			}
+			// The 404's request after the streams asked for, after the last event.
+			want := append(tc.lastEventIDs, strconv.FormatInt(tc.events[len(tc.events)-1], 10))
+			if !slices.Equal(got, want) {
+				t.Errorf("the streams were asked for with Last-Event-ID %q; want %q", got, want)
+			}
+			if n, want := int(pages.Load()), len(tc.pages); n != want {
+				t.Errorf("%d pages asked for; want %d, once where now is was learned", n, want)
+			}
+		})
+	}
 }

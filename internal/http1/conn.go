@@ -142,7 +142,7 @@ func (c *conn) serve() {
 		}
 		req, take := parseRequest(head, c.srv.take)
 		if !take {
-			handedOff = c.handOff()
+			handedOff = c.handOff(head == nil)
 			return
 		}
 		c.br.Discard(len(head))
@@ -219,9 +219,23 @@ func headEnd(buf []byte, from int) int {
 var crlfcrlf = []byte("\r\n\r\n")
 
 // handOff gives the connection, and what was read of it, to net/http.
-func (c *conn) handOff() bool {
+// partial says its head is still coming in (it is longer than the
+// buffer): Shutdown may then cut it, as it cuts a head the fast path
+// reads (replayConn).
+func (c *conn) handOff(partial bool) bool {
 	pending, _ := c.br.Peek(c.br.Buffered())
 	rc := &replayConn{Conn: c.c, pending: bytes.Clone(pending), headDeadline: c.headDeadline}
+	if partial {
+		// Set before Shutdown can see it.
+		rc.srv = c.srv
+		rc.phase.Store(phaseHead)
+		if n := len(pending); n >= 2 {
+			rc.last = [2]byte{pending[n-2], pending[n-1]}
+		}
+		if !c.srv.trackPartial(rc) {
+			rc.srv = nil
+		}
+	}
 	// net/http sets its own deadlines; clear ours.
 	c.c.SetDeadline(time.Time{})
 	c.read.at, c.write.at = time.Time{}, time.Time{}

@@ -505,3 +505,61 @@ func TestRefusalDoesNotWaitForTheBody(t *testing.T) {
 		io.Copy(io.Discard, res.Body)
 	}
 }
+
+// A head longer than the fast path's buffer goes to net/http while still
+// coming in; at shutdown it is cut at once too, not waited for up to the
+// read-header timeout, and the request it would have ended is not served.
+func TestShutdownWithALongHeadComingIn(t *testing.T) {
+	served := make(chan string, 1)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served <- r.URL.Path })
+	addr, s := listen(t, handler, true, Limits{ReadHeaderTimeout: time.Minute})
+	c, br := dial(t, addr)
+	fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\nHost: x\r\nX-Pad: "+strings.Repeat("a", 6000)+"\r\n") // no empty line yet
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with a long head coming in: %v, want nil", err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("Shutdown waited %v for a long head coming in; want it cut at once", took)
+	}
+	fmt.Fprint(c, "\r\n") // the head's end, too late
+	if !closedWithin(c, br, 5*time.Second) {
+		t.Error("the connection whose long head was coming in is still open after the shutdown")
+	}
+	select {
+	case p := <-served:
+		t.Errorf("the cut request %s was served", p)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// headEnds finds the empty line that ends a head, also split across
+// reads, with CRLF or bare LF line ends.
+func TestHeadEnds(t *testing.T) {
+	for _, tc := range []struct {
+		reads []string
+		ends  int // the read that ends it; -1: none
+	}{
+		{[]string{"a: b\r\n", "\r\n"}, 1},
+		{[]string{"a: b\r", "\n\r", "\n"}, 2},
+		{[]string{"a: b\n", "\n"}, 1},
+		{[]string{"a: b\r\nc: d\r\n"}, -1},
+		{[]string{"a\r\n\r\n"}, 0},
+		{[]string{"\r\n", "x\r\n"}, -1},
+	} {
+		rc := &replayConn{last: [2]byte{'x', 'x'}}
+		got := -1
+		for i, r := range tc.reads {
+			if rc.headEnds([]byte(r)) {
+				got = i
+				break
+			}
+		}
+		if got != tc.ends {
+			t.Errorf("%q: ended at read %d, want %d", tc.reads, got, tc.ends)
+		}
+	}
+}

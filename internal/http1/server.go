@@ -54,6 +54,7 @@ type Server struct {
 	mu       sync.Mutex
 	ln       net.Listener
 	conns    map[*conn]struct{}
+	partials map[*replayConn]struct{} // handed off with their head coming in
 	closing  atomic.Bool
 	closed   chan struct{} // closed by Shutdown
 	draining sync.WaitGroup
@@ -67,7 +68,7 @@ func New(handler http.Handler, take func(method, path string) bool, limits Limit
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{handler: handler, take: take, limits: limits, log: log, conns: map[*conn]struct{}{}, closed: make(chan struct{})}
+	s := &Server{handler: handler, take: take, limits: limits, log: log, conns: map[*conn]struct{}{}, partials: map[*replayConn]struct{}{}, closed: make(chan struct{})}
 	s.handoffs = &handoffListener{conns: make(chan net.Conn), closed: s.closed, stop: make(chan struct{})}
 	return s
 }
@@ -166,6 +167,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.wakeIfIdle()
 		}
 	}
+	// So too for the long heads net/http reads, which its own Shutdown
+	// would wait for.
+	for rc := range s.partials {
+		if rc.phase.CompareAndSwap(phaseHead, phaseCut) {
+			rc.Conn.Close()
+		}
+	}
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
@@ -253,6 +261,34 @@ type replayConn struct {
 	pending      []byte
 	headDeadline time.Time // zero: none
 	clamped      atomic.Bool
+	// For a head handed over while still coming in (srv set): phaseHead
+	// until its end has been read, which moves it on unless Shutdown has
+	// cut it first (one compare-and-swap decides); last is the two bytes
+	// read before, to find an end split across reads.
+	srv   *Server
+	phase atomic.Int32
+	last  [2]byte
+}
+
+// trackPartial has Shutdown see rc, a head handed off while still coming
+// in; false once Shutdown has begun (net/http's own then stops it).
+func (s *Server) trackPartial(rc *replayConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	s.partials[rc] = struct{}{}
+	return true
+}
+
+func (c *replayConn) Close() error {
+	if c.srv != nil {
+		c.srv.mu.Lock()
+		delete(c.srv.partials, c)
+		c.srv.mu.Unlock()
+	}
+	return c.Conn.Close()
 }
 
 func (c *replayConn) SetReadDeadline(t time.Time) error {
@@ -270,7 +306,27 @@ func (c *replayConn) Read(p []byte) (int, error) {
 		c.pending = c.pending[n:]
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if c.srv != nil && c.phase.Load() != phaseServing {
+		// The head's end is not passed on once Shutdown has cut it: the
+		// request it ends is not served.
+		if c.phase.Load() == phaseCut || c.headEnds(p[:n]) && !c.phase.CompareAndSwap(phaseHead, phaseServing) {
+			return 0, net.ErrClosed
+		}
+	}
+	return n, err
+}
+
+// headEnds says whether b, read after c.last, holds the end of the head
+// (an empty line: "\n\n" or "\n\r\n"), and keeps its last two bytes.
+func (c *replayConn) headEnds(b []byte) bool {
+	for _, x := range b {
+		if x == '\n' && (c.last[1] == '\n' || c.last[1] == '\r' && c.last[0] == '\n') {
+			return true
+		}
+		c.last = [2]byte{c.last[1], x}
+	}
+	return false
 }
 
 // The fast path's connection buffer, which must hold a whole head: a

@@ -297,7 +297,7 @@ func TestEventsFollowEndsOnRefusal(t *testing.T) {
 		name, server, token string
 		says                []string
 	}{
-		{"redirect", moved.URL, reader, []string{"not following a redirect from " + moved.URL + "/events to " + s.url + "/events",
+		{"redirect", moved.URL, reader, []string{"not following a redirect from " + moved.URL + "/events?limit=1 to " + s.url + "/events?limit=1",
 			"the token is not sent to another origin than " + moved.URL}},
 		{"bad token", s.url, "pst_unknown", []string{"(HTTP 401)"}},
 		{"no plants:read", s.url, writer, []string{"plants:read", "(HTTP 403)"}},

@@ -259,6 +259,17 @@ func TestMetricsConnectionLimitWaits(t *testing.T) {
 	if got := sample(t, scrapeMetrics(t, addr), waits); got != 1 {
 		t.Errorf("%s %v while the cap holds, want 1", waits, got)
 	}
+	// The liveness probe's way around the cap: /healthz on the metrics
+	// listener answers while the API's port holds clients back.
+	if resp, err := http.Get("http://" + addr + "/healthz"); err != nil {
+		t.Errorf("/healthz on --metrics-addr while the cap holds: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != `{"status":"ok"}` || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("/healthz on --metrics-addr: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+	}
 	first.Close()
 	third.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if resp, err := http.ReadResponse(bufio.NewReader(third), nil); err != nil || resp.StatusCode != 200 {

@@ -24,6 +24,10 @@ func (a *App) startSides() (closeAll func(), err error) {
 	if a.metrics != nil {
 		side, err := a.startSide(a.cfg.MetricsAddr, a.cfg.MetricsListener, "metrics", &a.metricsAddr, func(mux *http.ServeMux) {
 			mux.Handle("GET /metrics", a.metrics.Handler())
+			// Liveness here too: this listener has no connection cap,
+			// so a probe pointed at it is answered while the API's port
+			// holds clients back at --max-connections.
+			mux.Handle("GET /healthz", a.api)
 		})
 		if err != nil {
 			return closeAll, err

@@ -123,32 +123,27 @@ func (v *serverValue) String() string {
 }
 
 // maskPassword is raw with the password of its user information, if it
-// is a URL with one, replaced as url.URL.Redacted does.
+// is a URL with one, replaced as url.URL.Redacted does. A value that is
+// not a URL of that shape (it does not parse, or has no scheme and
+// host: a stray quote or carriage return from an env file, a missing
+// "http://") is shown in the error that says so: whatever stands before
+// its last '@', after any "//", may be credentials, and is masked whole.
 func maskPassword(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
 		if _, has := u.User.Password(); has {
 			return u.Redacted()
 		}
 		return raw
 	}
-	// A URL that does not parse is shown in the error that says so: its
-	// password is masked all the same, by where a password would be, in
-	// the authority between "://" and the last '@' before the path.
-	_, rest, ok := strings.Cut(raw, "://")
-	if !ok {
+	at := strings.LastIndexByte(raw, '@')
+	if at < 0 {
 		return raw
 	}
-	authority := rest
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority = rest[:i]
+	start := 0
+	if i := strings.Index(raw[:at], "//"); i >= 0 {
+		start = i + len("//")
 	}
-	at := strings.LastIndexByte(authority, '@')
-	colon := strings.IndexByte(authority, ':')
-	if at < 0 || colon < 0 || colon > at {
-		return raw
-	}
-	start := len(raw) - len(rest) + colon + 1
-	return raw[:start] + "xxxxx" + raw[start+at-colon-1:]
+	return raw[:start] + "xxxxx" + raw[at:]
 }
 
 func addServerFlags(fs *flagSet, tokenUsage string) serverFlags {
@@ -176,7 +171,10 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 	}
 	c, err := client.New(f.server.raw, *f.token, opts...)
 	if err != nil {
-		msg := strings.ReplaceAll(strings.TrimPrefix(err.Error(), "plantstore: "), f.server.raw, f.server.String())
+		// The client quotes the URL as %q does, escapes and all.
+		msg := strings.TrimPrefix(err.Error(), "plantstore: ")
+		msg = strings.ReplaceAll(msg, strconv.Quote(f.server.raw), strconv.Quote(f.server.String()))
+		msg = strings.ReplaceAll(msg, f.server.raw, f.server.String())
 		return nil, usageError("--server (PLANTSTORE_SERVER): " + msg)
 	}
 	return c, nil
@@ -470,7 +468,7 @@ func apiError(err error, server string) error {
 	if _, ok := errors.AsType[*url.Error](err); ok {
 		return fmt.Errorf("cannot reach the server at %s: %w", server, err)
 	}
-	return fmt.Errorf("the server at %s answered, but not as plantstore does (does --server name a plantstore server?): %w", server, err)
+	return fmt.Errorf("the server at %s answered, but not as plantstore does (does --server name a plantstore server?): %s", server, strings.TrimPrefix(err.Error(), "plantstore: "))
 }
 
 // optional is a string flag that knows whether it was given, so an

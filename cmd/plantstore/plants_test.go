@@ -394,9 +394,12 @@ func TestPlantsCLIAgainstOtherServers(t *testing.T) {
 	if r := run(emptyWithNext.URL, "list"); r.exit != 0 || strings.Contains(r.stderr, "panic") {
 		t.Errorf("plants list of an empty page with a next link: %+v", r)
 	}
-	for _, server := range []string{"http://u:sekrit@127.0.0.1:port", "http://u:sekrit@[::1"} {
+	for _, server := range []string{"http://u:sekrit@127.0.0.1:port", "http://u:sekrit@[::1",
+		// From env files: a carriage return, quotes; a missing scheme.
+		"http://u:sekrit@127.0.0.1:8080\r", `"http://u:sekrit@127.0.0.1:8080"`, "http://u:sekrit@127.0.0.1:8080\t",
+		`http://u:"sekrit"@127.0.0.1:8080`, "u:sekrit@127.0.0.1:8080", "http:/u:sekrit@127.0.0.1:8080", "http:u:sekrit@127.0.0.1:8080"} {
 		r := run(server, "list")
-		if r.exit != 2 || strings.Contains(r.stdout+r.stderr, "sekrit") || !strings.Contains(r.stderr, "u:xxxxx@") {
+		if r.exit != 2 || strings.Contains(r.stdout+r.stderr, "sekrit") || !strings.Contains(r.stderr, "xxxxx@") {
 			t.Errorf("plants list --server %q (does not parse): %+v", server, r)
 		}
 		if r := run(server, "list", "--help"); strings.Contains(r.stdout+r.stderr, "sekrit") {

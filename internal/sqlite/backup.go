@@ -177,6 +177,8 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, unwrapPath(err))
 	} else if fi.IsDir() {
 		return BackupInfo{}, fmt.Errorf("restore from %s: it is a directory; name a backup file (plantstore backup --to makes one)", from)
+	} else if fi.Size() == 0 {
+		return BackupInfo{}, fmt.Errorf("restore from %s: the file is empty, not a backup (plantstore backup --to makes one)", from)
 	}
 	// A store's main file without its log may lack commits: that is a
 	// live store or a copy of one, not a backup.

@@ -615,6 +615,15 @@ func TestRestoreReplacesOnlyAStore(t *testing.T) {
 	}
 	sameRows(t, "the store restored through a link", dumpRows(t, store), want)
 
+	// An empty file is no backup either.
+	emptyBackup := filepath.Join(t.TempDir(), "empty-backup.db")
+	if err := os.WriteFile(emptyBackup, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(ctx, emptyBackup, filepath.Join(dir, "new.db"), RestoreOptions{}); err == nil || !strings.Contains(err.Error(), "the file is empty, not a backup") {
+		t.Errorf("restore from an empty file: %v", err)
+	}
+
 	// An empty file is no store: restored over without Replace.
 	empty := filepath.Join(dir, "empty.db")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {

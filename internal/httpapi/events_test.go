@@ -737,6 +737,9 @@ type cutProxy struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	down  atomic.Int64 // bytes relayed from the service
+	// streams counts the streams the service began through it (their
+	// first comment, ": events after N", relayed).
+	streams atomic.Int64
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -762,7 +765,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 			p.mu.Unlock()
 			go func() { io.Copy(out, in); out.Close() }()
 			go func() {
-				io.Copy(countingWriter{in, &p.down}, out)
+				io.Copy(countingWriter{in, &p.down, &p.streams}, out)
 				in.Close()
 			}()
 		}
@@ -771,13 +774,16 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 }
 
 type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
+	w          io.Writer
+	n, streams *atomic.Int64
 }
 
 func (c countingWriter) Write(b []byte) (int, error) {
 	n, err := c.w.Write(b)
 	c.n.Add(int64(n))
+	if bytes.Contains(b[:n], []byte(": events after ")) {
+		c.streams.Add(1)
+	}
 	return n, err
 }
 
@@ -966,12 +972,14 @@ func TestClientFollowsEvents(t *testing.T) {
 		// first event misses nothing either.
 		ctx, cancel = context.WithCancel(t.Context())
 		defer cancel()
-		before := proxy.down.Load()
+		// Cut once its stream has begun: from FromNow the follower first
+		// reads a page for the feed's position, which a cut would only
+		// delay.
+		before := proxy.streams.Load()
 		items = follow(ctx, client.FromNow)
-		for proxy.down.Load() == before {
+		for proxy.streams.Load() == before {
 			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
 		proxy.cut()
 		e.create(`{"id":5,"name":"e"}`)
 		if ev := nextEvent(items); ev.Plant.ID != 5 {

@@ -84,22 +84,24 @@ there is none, and says so on standard error.`, getenv, stdout, stderr)
 	secret := plantstore.NewToken()
 	token := plantstore.Token{Name: *name, Scopes: scopes}
 	_, err = store.CreateToken(ctx, token, plantstore.HashToken(secret))
-	if plantstore.ErrorCode(err) == plantstore.ECONFLICT && *replace {
-		return replaceToken(ctx, store, token, secret, stdout, stderr)
-	}
-	if plantstore.ErrorCode(err) == plantstore.ECONFLICT {
-		return fmt.Errorf("an active token is already named %q: add --replace to revoke it and issue a new one, or choose another --name (plantstore token list shows the names)", *name)
-	}
-	if err != nil {
-		return cliError(err)
-	}
-	if _, werr := fmt.Fprintln(stdout, secret); werr != nil {
-		// A token no one saw is of no use, and it would stay active:
-		// revoke it at once.
-		if err := store.RevokeToken(ctx, *name, time.Now()); err != nil {
-			return fmt.Errorf("the token could not be written to standard output (%v), and revoking it failed (%v): revoke %q with plantstore token revoke", werr, cliError(err), *name)
+	switch conflict := plantstore.ErrorCode(err) == plantstore.ECONFLICT; {
+	case conflict && *replace:
+		if err := replaceToken(ctx, store, token, secret, stdout, stderr); err != nil {
+			return err
 		}
-		return fmt.Errorf("the token could not be written to standard output (%v), so it was revoked at once; run token create again with standard output where it can be written", werr)
+	case conflict:
+		return fmt.Errorf("an active token is already named %q: add --replace to revoke it and issue a new one, or choose another --name (plantstore token list shows the names)", *name)
+	case err != nil:
+		return cliError(err)
+	default:
+		if _, werr := fmt.Fprintln(stdout, secret); werr != nil {
+			// A token no one saw is of no use, and it would stay active:
+			// revoke it at once.
+			if err := store.RevokeToken(ctx, *name, time.Now()); err != nil {
+				return fmt.Errorf("the token could not be written to standard output (%v), and revoking it failed (%v): revoke %q with plantstore token revoke", werr, cliError(err), *name)
+			}
+			return fmt.Errorf("the token could not be written to standard output (%v), so it was revoked at once; run token create again with standard output where it can be written", werr)
+		}
 	}
 	fmt.Fprintf(stderr, "created token %q with scopes %s; it is shown only this once\n", *name, strings.Join(scopes, ","))
 	return nil
@@ -131,7 +133,6 @@ func replaceToken(ctx context.Context, store plantstore.TokenStore, token plants
 	if err != nil {
 		return notIssued(cliError(err))
 	}
-	fmt.Fprintf(stderr, "created token %q with scopes %s; it is shown only this once\n", token.Name, strings.Join(token.Scopes, ","))
 	return nil
 }
 

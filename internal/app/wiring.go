@@ -148,8 +148,8 @@ func (a *App) newHTTPServer() {
 	if api.BodyReadTimeout <= 0 {
 		api.BodyReadTimeout = httpapi.DefaultBodyReadTimeout
 	}
-	server := cfg.Server.WithDefaults()
-	if rt, rht := server.ReadTimeout, server.ReadHeaderTimeout; rt > 0 {
+	limits := cfg.Server.WithDefaults()
+	if rt, rht := limits.ReadTimeout, limits.ReadHeaderTimeout; rt > 0 {
 		left := rt
 		if rht > 0 && rht < rt {
 			left = rt - rht
@@ -176,7 +176,6 @@ func (a *App) newHTTPServer() {
 	// The plant operations' plain requests are answered by a leaner
 	// HTTP/1.1 server, which hands every other connection to net/http
 	// (internal/http1; BENCHMARKS.md has what it saves).
-	limits := cfg.Server.WithDefaults()
 	a.fast = http1.New(handler, httpapi.FastRoute, http1.Limits{
 		ReadHeaderTimeout: limits.ReadHeaderTimeout,
 		ReadTimeout:       limits.ReadTimeout,

@@ -60,7 +60,7 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	}
 	f.Close()
 	if emptyFile(abs) {
-		return BackupInfo{}, fmt.Errorf("%w at %s (the file there is empty)", ErrNoStore, abs)
+		return BackupInfo{}, noStoreInEmpty(abs)
 	}
 	// SQLite opens the store's log beside it, creating it if need be.
 	if real, err := resolve(abs); err == nil {

@@ -78,6 +78,12 @@ func emptyFile(abs string) bool {
 	return err != nil || wal.Size() == 0
 }
 
+// noStoreInEmpty is the refusal of the empty file at abs by a command
+// that needs a store.
+func noStoreInEmpty(abs string) error {
+	return fmt.Errorf("%w at %s (the file there is empty)", ErrNoStore, abs)
+}
+
 // unwrapPath is the cause of a file error without the path, which the
 // message around it names already.
 func unwrapPath(err error) error {

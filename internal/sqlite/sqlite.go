@@ -145,11 +145,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	empty := err == nil && !created && emptyFile(abs)
 	switch {
 	case empty && opts.MustExist:
-		err = fmt.Errorf("%w at %s (the file there is empty)", ErrNoStore, abs)
+		err = noStoreInEmpty(abs)
 	case empty:
 		// Made a store now: 0600, as a store plantstore creates.
 		err = os.Chmod(abs, 0o600)
-	case err == nil && !created && !empty:
+	case err == nil && !created:
 		err = checkIsStore(ctx, path, abs)
 	}
 	var db *DB

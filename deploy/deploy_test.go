@@ -765,34 +765,44 @@ func TestKubernetes(t *testing.T) {
 		t.Fatalf("Deployment has %d containers, want 1", len(pod.Containers))
 	}
 	c := pod.Containers[0]
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 {
-		t.Fatalf("container ports %+v, want 8080 (PLANTSTORE_ADDR)", c.Ports)
+	// Two ports: the API's (PLANTSTORE_ADDR) and the metrics listener's
+	// (PLANTSTORE_METRICS_ADDR), each listening on every interface.
+	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 8080 || c.Ports[1].ContainerPort != 9090 {
+		t.Fatalf("container ports %+v, want 8080 (PLANTSTORE_ADDR) and 9090 (PLANTSTORE_METRICS_ADDR)", c.Ports)
 	}
 	portName, port := c.Ports[0].Name, c.Ports[0].ContainerPort
+	metricsName, metricsPort := c.Ports[1].Name, c.Ports[1].ContainerPort
 	env := map[string]string{}
 	for _, e := range c.Env {
 		if e.Value != nil {
 			env[e.Name] = *e.Value
 		}
 	}
-	if addr := env["PLANTSTORE_ADDR"]; addr != "0.0.0.0:"+strconv.Itoa(port) && addr != ":"+strconv.Itoa(port) {
-		t.Errorf("PLANTSTORE_ADDR %q does not listen on the container port %d", addr, port)
+	for name, p := range map[string]int{"PLANTSTORE_ADDR": port, "PLANTSTORE_METRICS_ADDR": metricsPort} {
+		if addr := env[name]; addr != "0.0.0.0:"+strconv.Itoa(p) && addr != ":"+strconv.Itoa(p) {
+			t.Errorf("%s %q does not listen on the container port %d", name, addr, p)
+		}
 	}
 
+	// Readiness on the API's port, which serves the clients; liveness on
+	// the metrics listener, which --max-connections does not cap, so that
+	// clients holding every connection cannot fail it.
 	for _, p := range []struct {
-		name  string
-		probe *probe
-		path  string
+		name     string
+		probe    *probe
+		path     string
+		portName string
+		port     int
 	}{
-		{"readinessProbe", c.ReadinessProbe, "/readyz"},
-		{"livenessProbe", c.LivenessProbe, "/healthz"},
+		{"readinessProbe", c.ReadinessProbe, "/readyz", portName, port},
+		{"livenessProbe", c.LivenessProbe, "/healthz", metricsName, metricsPort},
 	} {
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.Errorf("no %s with httpGet", p.name)
 			continue
 		}
-		if p.probe.HTTPGet.Path != p.path || !portMatches(p.probe.HTTPGet.Port, portName, port) {
-			t.Errorf("%s asks %s on port %q, want %s on the container port", p.name, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.Value, p.path)
+		if p.probe.HTTPGet.Path != p.path || !portMatches(p.probe.HTTPGet.Port, p.portName, p.port) {
+			t.Errorf("%s asks %s on port %q, want %s on the container port %s (%d)", p.name, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.Value, p.path, p.portName, p.port)
 		}
 	}
 

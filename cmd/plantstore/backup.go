@@ -27,6 +27,9 @@ For PostgreSQL, use pg_dump (see docs/operations.md, Backups).`, getenv, stdout,
 	} else if len(rest) > 0 {
 		return usageError(fmt.Sprintf("backup takes no arguments, got %q; use --to", rest))
 	}
+	if err := db.check(); err != nil {
+		return err
+	}
 	if postgres.IsURL(db.db.raw) {
 		return usageError("backup copies a SQLite store; for PostgreSQL, use pg_dump --format=custom (see docs/operations.md, Backups)")
 	}
@@ -64,6 +67,9 @@ section).`, getenv, stdout, stderr)
 		return err
 	} else if len(rest) > 0 {
 		return usageError(fmt.Sprintf("restore takes no arguments, got %q; use --from", rest))
+	}
+	if err := db.check(); err != nil {
+		return err
 	}
 	if postgres.IsURL(db.db.raw) {
 		return usageError("restore writes a SQLite store; for PostgreSQL, use pg_restore (or psql for a plain dump) into an empty database (see docs/operations.md, Backups)")

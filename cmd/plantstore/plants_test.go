@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -303,6 +305,52 @@ func TestDatabasePasswordIsNeverShown(t *testing.T) {
 		}
 		if args[len(args)-1] == "--help" && !strings.Contains(r.stdout, "postgres://plant:xxxxx@127.0.0.1:1/db") {
 			t.Errorf("%q does not show the masked URL as the default:\n%s", args, r.stdout)
+		}
+	}
+}
+
+// A --db that would become a SQLite file named after a connection string,
+// password and all (a libpq keyword/value string, a URL with a space or a
+// line break around it), is refused by every command, from the flag, the
+// variable or its file, without showing the value: no store is made, no
+// such name is logged, and --help does not show it as the default.
+func TestDatabaseStringThatIsNoStoreIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "db-url")
+	if err := os.WriteFile(file, []byte("host=127.0.0.1 user=plant password=sekrit dbname=db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range [][]string{
+		{"PLANTSTORE_DB=host=127.0.0.1 user=plant password=sekrit dbname=db"},
+		{"PLANTSTORE_DB=dbname=db password = sekrit"},
+		{"PLANTSTORE_DB= postgres://plant:sekrit@127.0.0.1:1/db"},
+		{"PLANTSTORE_DB=postgres://plant:sekrit@127.0.0.1:1/db\r"},
+		{"PLANTSTORE_DB=./sekrit.db "},
+		{"PLANTSTORE_DB_FILE=" + file},
+	} {
+		for _, args := range [][]string{
+			{"serve", "--addr", "127.0.0.1:0"}, {"token", "create", "--name", "x"}, {"token", "list"},
+			{"webhook", "list"}, {"backup", "--to", "b.db"}, {"restore", "--from", "b.db"},
+		} {
+			r := cli(t, dir, env, args...)
+			if r.exit != 2 || strings.Contains(r.stdout+r.stderr, "sekrit") || !strings.Contains(r.stderr, "--db (PLANTSTORE_DB) ") {
+				t.Errorf("%q with %q: %+v; want exit 2, a message about --db that does not show the value", args, env, r)
+			}
+		}
+		if r := cli(t, dir, env, "serve", "--help"); strings.Contains(r.stdout, "sekrit") {
+			t.Errorf("serve --help with %q shows it:\n%s", env, r.stdout)
+		}
+	}
+	// On the command line too.
+	r := cli(t, dir, nil, "token", "list", "--db", "host=db password=sekrit")
+	if r.exit != 2 || strings.Contains(r.stderr, "sekrit") || !strings.Contains(r.stderr, "keyword/value") {
+		t.Errorf("token list --db with a keyword/value string: %+v", r)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "db-url" {
+			t.Errorf("a refused --db made %s", e.Name())
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -47,21 +49,43 @@ func addServeDBFlags(fs *flagSet) dbFlags {
 // dbValue is the --db flag. It may be a URL holding a password, so it
 // shows itself with the password masked: in the usage text (where a value
 // from PLANTSTORE_DB would appear as the default) and in logs.
-type dbValue struct{ raw string }
+type dbValue struct {
+	raw string
+	// mistake, when set, is why raw names no store; check reports it.
+	// Set does not return it, because the flag package would quote the
+	// value, password and all, in its error.
+	mistake string
+}
+
+// dsnKeyword finds a libpq keyword/value connection string ("host=db
+// user=app password=…"), which plantstore does not take: as a file name
+// it would make a SQLite store named after it, password and all, and log
+// that name.
+var dsnKeyword = regexp.MustCompile(`(?i)(^|\s)(host|hostaddr|port|dbname|user|password|passfile|sslmode|service|connect_timeout|options|target_session_attrs)\s*=`)
 
 func (v *dbValue) Set(s string) error {
 	if s == "" {
 		// Else SQLite's error about the current directory, which is no file.
 		return errors.New("empty: name the store's file or a postgres:// URL (left out, it is ./plantstore.db)")
 	}
-	v.raw = s
+	v.raw, v.mistake = s, ""
+	switch {
+	case strings.TrimSpace(s) != s:
+		// A stray space or a carriage return from an env file would make
+		// a URL a file name, or name another file.
+		v.mistake = "--db (PLANTSTORE_DB) begins or ends with a space or a line break; remove it"
+	case !postgres.IsURL(s) && dsnKeyword.MatchString(s):
+		v.mistake = "--db (PLANTSTORE_DB) looks like a PostgreSQL keyword/value string (host=… user=… password=…); plantstore takes a URL: postgres://user:password@host:5432/dbname (docs/postgres.md)"
+	}
 	return nil
 }
 func (v *dbValue) String() string {
-	if v == nil {
+	switch {
+	case v == nil:
 		return ""
-	}
-	if postgres.IsURL(v.raw) {
+	case v.mistake != "":
+		return "(not shown: it names no store)"
+	case postgres.IsURL(v.raw):
 		return postgres.RedactURL(v.raw)
 	}
 	return v.raw
@@ -81,6 +105,9 @@ func (f dbFlags) storeConfig() app.StoreConfig {
 
 // check refuses flag values no store accepts.
 func (f dbFlags) check() error {
+	if f.db.mistake != "" {
+		return usageError(f.db.mistake)
+	}
 	if f.maxConns != nil && (*f.maxConns < 0 || *f.maxConns > 1<<16) {
 		return usageError("--db-max-conns must be between 0 and 65536")
 	}

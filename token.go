@@ -123,9 +123,16 @@ func WellFormedToken(s string) bool {
 }
 
 // ValidateTokenName checks a token's name: 1 to 100 characters, no control
-// characters.
+// characters, and no white space at either end, which would make it look
+// like another name in token list ("alice " beside "alice") or blank.
 func ValidateTokenName(name string) error {
-	return validateText("token name", name, 1, MaxTokenNameLen)
+	if err := validateText("token name", name, 1, MaxTokenNameLen); err != nil {
+		return err
+	}
+	if strings.TrimSpace(name) != name {
+		return Errorf(EINVALID, "token name must not begin or end with white space")
+	}
+	return nil
 }
 
 // ParseScopes splits a comma-separated scope list and checks every entry.

@@ -395,10 +395,22 @@ func TestTokenCLI(t *testing.T) {
 		t.Errorf("token list --all:\n%s", r.stdout)
 	}
 	mustToken(t, dir, "--name", "deploy") // a revoked name can be issued again
+	// A name that would reorder or hide part of the table's row on a
+	// terminal (a bidi override, a zero-width space) is quoted there, as
+	// the plant tables quote such text.
+	mustToken(t, dir, "--name", "\u202eecila")
+	mustToken(t, dir, "--name", "ali\u200bce")
+	if r := cli(t, dir, nil, "token", "list"); !strings.Contains(r.stdout, `"\u202eecila"`) || !strings.Contains(r.stdout, `"ali\u200bce"`) || strings.ContainsAny(r.stdout, "\u202e\u200b") {
+		t.Errorf("token list shows invisible characters as they are:\n%s", r.stdout)
+	}
 	for _, args := range [][]string{
 		{"token", "create"},
 		{"token", "create", "--name", "x", "--scope", "plants:admin"},
 		{"token", "create", "--name", ""},
+		// White space at an end would pass for another name, or none.
+		{"token", "create", "--name", "  "},
+		{"token", "create", "--name", "deploy "},
+		{"token", "create", "--name", "\u00a0deploy"},
 		{"token", "revoke"},
 		{"token", "frobnicate"},
 		{"token"},

@@ -184,7 +184,7 @@ Shows each token's name, scopes, creation and last use; never a secret.`, getenv
 	}
 	fmt.Fprintln(tw, header)
 	for _, t := range tokens {
-		line := fmt.Sprintf("%s\t%s\t%s\t%s", t.Name, strings.Join(t.Scopes, ","), timeOrNever(t.CreatedAt), timeOrNever(t.LastUsedAt))
+		line := fmt.Sprintf("%s\t%s\t%s\t%s", tableCell(t.Name), strings.Join(t.Scopes, ","), timeOrNever(t.CreatedAt), timeOrNever(t.LastUsedAt))
 		if *all {
 			line += "\t" + timeOrNever(t.RevokedAt)
 		}

@@ -324,3 +324,26 @@ func TestRequestIDsToldApart(t *testing.T) {
 		}
 	})
 }
+
+// A token sent in the path by mistake, where an id or a route belongs,
+// is masked in the access log; the rest of the path is kept.
+func TestTokenInPathNotLogged(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		secret := strings.TrimPrefix(e.readToken, "pst_")
+		for _, path := range []string{"/plants/" + e.readToken, "/x" + e.readToken + "/y", "/plants/" + e.readToken + e.readToken, "/plants/pst_" + e.readToken} {
+			if resp, _ := e.do("GET", path, map[string]string{"Authorization": "Bearer " + e.writeToken}, nil); resp.StatusCode/100 != 4 {
+				t.Errorf("GET %s: %d", path, resp.StatusCode)
+			}
+		}
+		logs := e.logs.String()
+		if strings.Contains(logs, secret) {
+			t.Errorf("a token sent in the path is in the log:\n%s", logs)
+		}
+		for _, want := range []string{`"path":"/plants/pst_xxxxx"`, `"path":"/xpst_xxxxx/y"`, `"path":"/plants/pst_xxxxx"`} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("the log has no %s:\n%s", want, logs)
+			}
+		}
+	})
+}

@@ -123,7 +123,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.RequestDone(info.route, r.Method, rec.status, took)
 		}
-		s.logRequest(ctx, &accessEntry{start: start, method: r.Method, path: r.URL.Path, status: rec.status,
+		s.logRequest(ctx, &accessEntry{start: start, method: r.Method, path: loggedPath(r.URL.Path), status: rec.status,
 			duration: took, bytes: rec.bytes, info: info, remote: r.RemoteAddr})
 	})
 }
@@ -141,6 +141,38 @@ func incomingRequestID(id string) string {
 		return id
 	}
 	return newRequestID()
+}
+
+// loggedPath is a request's path as the access log shows it: with what
+// follows each "pst_", a token's prefix, masked, so a token sent in the
+// path by mistake (GET /plants/pst_…) is not logged. The answer may still
+// quote it: it goes back to the client that sent it.
+func loggedPath(path string) string {
+	i := strings.Index(path, plantstore.TokenPrefix)
+	if i < 0 {
+		return path
+	}
+	var b strings.Builder
+	for ; i >= 0; i = strings.Index(path, plantstore.TokenPrefix) {
+		b.WriteString(path[:i+len(plantstore.TokenPrefix)])
+		path = path[i+len(plantstore.TokenPrefix):]
+		n := 0
+		for n < len(path) && isTokenByte(path[n]) {
+			n++
+		}
+		if n > 0 {
+			b.WriteString("xxxxx")
+		}
+		path = path[n:]
+	}
+	b.WriteString(path)
+	return b.String()
+}
+
+// isTokenByte says whether c may be part of a token after its prefix:
+// base62, and '_', so "pst_pst_…" is masked whole.
+func isTokenByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
 }
 
 // Request ids need to be unique, not secret: a random part per process

@@ -176,4 +176,7 @@ type TokenStore interface {
 	// RecordTokenUse sets the last-use time of each token id given, keeping a
 	// later time already stored.
 	RecordTokenUse(ctx context.Context, lastUse map[int64]time.Time) error
+	// ActiveTokenHashes returns the hashes of the active tokens, at most
+	// max of them, the newest first.
+	ActiveTokenHashes(ctx context.Context, max int) ([]TokenHash, error)
 }

@@ -55,6 +55,10 @@ type Config struct {
 	// TokenCacheTTL bounds how long a checked token is trusted without
 	// asking the store again (auth.Options.CacheTTL); 0 for its default.
 	TokenCacheTTL time.Duration
+	// TokenRosterInterval is how often the hashes of the active tokens are
+	// read for the failed-authentication throttle
+	// (auth.Options.RosterInterval); 0 for its default.
+	TokenRosterInterval time.Duration
 	// WrapStore, when set, stands between the store and everything that
 	// uses it: tests inject faults with it.
 	WrapStore func(plantstore.Store) plantstore.Store

@@ -111,7 +111,7 @@ func (a *App) newDispatcher() (err error) {
 
 // newAuthenticator builds the token check, in front of the store.
 func (a *App) newAuthenticator() {
-	a.authn = auth.New(a.store, auth.Options{Logger: a.log, CacheTTL: a.cfg.TokenCacheTTL})
+	a.authn = auth.New(a.store, auth.Options{Logger: a.log, CacheTTL: a.cfg.TokenCacheTTL, RosterInterval: a.cfg.TokenRosterInterval})
 }
 
 // watch lets the metrics read the token cache, the dispatcher and the API

@@ -24,8 +24,13 @@ type Options struct {
 	CacheSize int
 	// FlushInterval is how often last-use times are written. Default 5 s.
 	FlushInterval time.Duration
-	Now           func() time.Time
-	Logger        *slog.Logger
+	// RosterInterval is how often the roster of active tokens' hashes
+	// (Known) is read again. Default 5 s.
+	RosterInterval time.Duration
+	// RosterSize bounds the hashes in the roster. Default 100,000.
+	RosterSize int
+	Now        func() time.Time
+	Logger     *slog.Logger
 }
 
 // Authenticator turns a presented token into the token record it stands for.
@@ -36,6 +41,10 @@ type Authenticator struct {
 	mu    sync.Mutex
 	cache map[plantstore.TokenHash]cached
 	used  map[int64]time.Time
+
+	// roster holds the hashes of the active tokens as of its last reading
+	// (RefreshRoster): nil until the first.
+	roster atomic.Pointer[map[plantstore.TokenHash]struct{}]
 
 	hits, misses atomic.Int64
 }
@@ -65,6 +74,12 @@ func New(store plantstore.TokenStore, opts Options) *Authenticator {
 	}
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = 5 * time.Second
+	}
+	if opts.RosterInterval <= 0 {
+		opts.RosterInterval = 5 * time.Second
+	}
+	if opts.RosterSize <= 0 {
+		opts.RosterSize = 100_000
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -164,20 +179,45 @@ func (a *Authenticator) cached(hash plantstore.TokenHash, now time.Time) (plants
 }
 
 // Known reports whether the token of hash, from Hash, is one this
-// process has found valid and still remembers: in the cache, fresh or
-// stale. It is no authentication (the token may have been revoked since;
-// Lookup decides), only a reason to let its lookup through while the
-// client's address is throttled for failed authentications: a stranger's
-// guesses are never known, so the throttle still answers them without a
-// lookup.
+// process knows to be valid, or to have been: on the roster of active
+// tokens as last read (RefreshRoster), or in the cache, fresh or stale.
+// It is no authentication (the token may have been revoked since; Lookup
+// decides), only a reason to let its lookup through while the client's
+// address is throttled for failed authentications: a stranger's guesses
+// are never known, so the throttle still answers them without a lookup,
+// while a valid token new to this process waits at most for the roster's
+// next reading, however fast the guesses come.
 func (a *Authenticator) Known(hash plantstore.TokenHash) bool {
 	if hash == (plantstore.TokenHash{}) {
 		return false
+	}
+	if roster := a.roster.Load(); roster != nil {
+		// A map finds the hash by its bytes; being SHA-256 digests, their
+		// timing tells nothing of a secret.
+		if _, ok := (*roster)[hash]; ok {
+			return true
+		}
 	}
 	a.mu.Lock()
 	entry, ok := a.cache[hash]
 	a.mu.Unlock()
 	return ok && subtle.ConstantTimeCompare(entry.hash[:], hash[:]) == 1
+}
+
+// RefreshRoster reads the hashes of the active tokens (RosterSize of them
+// at most, the newest first) for Known. On an error the roster read last
+// stays.
+func (a *Authenticator) RefreshRoster(ctx context.Context) error {
+	hashes, err := a.store.ActiveTokenHashes(ctx, a.opts.RosterSize)
+	if err != nil {
+		return err
+	}
+	roster := make(map[plantstore.TokenHash]struct{}, len(hashes))
+	for _, h := range hashes {
+		roster[h] = struct{}{}
+	}
+	a.roster.Store(&roster)
+	return nil
 }
 
 // evictLocked drops expired entries, and if none were, an arbitrary one.
@@ -220,13 +260,23 @@ func (a *Authenticator) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Run flushes last-use times every FlushInterval until ctx ends, then once
+// Run reads the roster of active tokens at once and every RosterInterval,
+// and flushes last-use times every FlushInterval until ctx ends, then once
 // more, so a graceful shutdown loses none.
 func (a *Authenticator) Run(ctx context.Context) {
+	if err := a.RefreshRoster(ctx); err != nil && ctx.Err() == nil {
+		a.opts.Logger.Warn("read the roster of active tokens", "err", err)
+	}
 	ticker := time.NewTicker(a.opts.FlushInterval)
 	defer ticker.Stop()
+	rosterTicker := time.NewTicker(a.opts.RosterInterval)
+	defer rosterTicker.Stop()
 	for {
 		select {
+		case <-rosterTicker.C:
+			if err := a.RefreshRoster(ctx); err != nil && ctx.Err() == nil {
+				a.opts.Logger.Warn("read the roster of active tokens", "err", err)
+			}
 		case <-ticker.C:
 			if err := a.Flush(ctx); err != nil {
 				a.opts.Logger.Warn("record token use", "err", err)

@@ -207,3 +207,34 @@ func TestHashServesEveryStep(t *testing.T) {
 		t.Errorf("a malformed token was looked for: %+v, then %+v", before, a.Stats())
 	}
 }
+
+// Known takes the roster of active tokens as last read: a token never
+// looked up is known once the roster is read after it was made, and a
+// revoked one is no longer known once the roster is read again.
+func TestKnownFromRoster(t *testing.T) {
+	a, db, c := setup(t)
+	ctx := context.Background()
+	secret := issue(t, db, "carol")
+	hash := a.Hash(secret)
+	if a.Known(hash) {
+		t.Fatal("known before the roster was read or the token looked up")
+	}
+	if err := a.RefreshRoster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Known(hash) {
+		t.Error("an active token is not known after the roster was read")
+	}
+	if a.Known(a.Hash(plantstore.NewToken())) || a.Known(plantstore.TokenHash{}) {
+		t.Error("a guess, or a malformed token, is known")
+	}
+	if err := db.RevokeToken(ctx, "carol", c.now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RefreshRoster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Known(hash) {
+		t.Error("a revoked token, never looked up, is still known after the roster was read again")
+	}
+}

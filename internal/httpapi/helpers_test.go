@@ -141,6 +141,9 @@ type options struct {
 	sqlite  sqlite.Options
 	wrap    func(plantstore.Store) plantstore.Store
 	authTTL time.Duration
+	// rosterInterval is how often the active tokens' hashes are read
+	// (app.Config.TokenRosterInterval).
+	rosterInterval time.Duration
 	// dbURL, under a "postgres" subtest, is the database to serve instead
 	// of a fresh one: another instance's.
 	dbURL string
@@ -173,15 +176,16 @@ func start(t *testing.T, opts options) *env {
 	t.Helper()
 	logs := &apitest.Buffer{}
 	cfg := app.Config{
-		Store:           app.StoreConfig{BusyTimeout: opts.sqlite.BusyTimeout, MaxDBBytes: opts.sqlite.MaxBytes},
-		API:             opts.cfg,
-		Server:          opts.limits,
-		Logger:          slog.New(slog.NewJSONHandler(logs, nil)),
-		AccessLog:       logs, // as serve writes it
-		TokenCacheTTL:   opts.authTTL,
-		WrapStore:       opts.wrap,
-		ShutdownTimeout: cmp.Or(opts.shutdownTimeout, 100*time.Millisecond), // a test's slow clients need not be waited for
-		EventRetention:  opts.eventRetention,
+		Store:               app.StoreConfig{BusyTimeout: opts.sqlite.BusyTimeout, MaxDBBytes: opts.sqlite.MaxBytes},
+		API:                 opts.cfg,
+		Server:              opts.limits,
+		Logger:              slog.New(slog.NewJSONHandler(logs, nil)),
+		AccessLog:           logs, // as serve writes it
+		TokenCacheTTL:       opts.authTTL,
+		TokenRosterInterval: opts.rosterInterval,
+		WrapStore:           opts.wrap,
+		ShutdownTimeout:     cmp.Or(opts.shutdownTimeout, 100*time.Millisecond), // a test's slow clients need not be waited for
+		EventRetention:      opts.eventRetention,
 	}
 	var dbPath, dbURL string
 	if engineOf(t) == onPostgres {

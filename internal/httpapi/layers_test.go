@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -174,6 +176,9 @@ func (m *memTokens) TokenByHash(_ context.Context, h plantstore.TokenHash) (plan
 func (m *memTokens) ListTokens(context.Context, bool) ([]plantstore.Token, error) { panic("unused") }
 func (m *memTokens) RevokeToken(context.Context, string, time.Time) error         { panic("unused") }
 func (m *memTokens) RecordTokenUse(context.Context, map[int64]time.Time) error    { return nil }
+func (m *memTokens) ActiveTokenHashes(context.Context, int) ([]plantstore.TokenHash, error) {
+	return slices.Collect(maps.Keys(m.tokens)), nil
+}
 
 // BenchmarkLayer measures each piece of the request path alone, for the
 // per-layer table in BENCHMARKS.md (the whole-stack variants above are

@@ -133,15 +133,15 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 
 // reserveLookup answers 429, without looking the token up, when the
 // client's address has failed authentication too often and the token of
-// hash (Authenticator.Hash) is not one this process has found valid
-// before. So a guesser gets no answer about its guesses and costs no
-// lookup, while the valid tokens of others behind the same address (a
-// proxy, a load balancer, a NAT) are still served: one stranger's bad
-// tokens cannot lock them out. A valid token this process has never
-// seen waits, like a guess, until the address has an attempt again:
-// telling it from a guess would take the lookup the throttle is there to
-// spare. (The alternative, looking up every token and refusing only the
-// unknown ones, would answer each guess.)
+// hash (Authenticator.Hash) is not one this process knows to be valid
+// (Authenticator.Known: in its cache, or on the roster of active tokens
+// it reads every few seconds). So a guesser gets no answer about its
+// guesses and costs no lookup, while the valid tokens of others behind
+// the same address (a proxy, a load balancer, a NAT) are still served:
+// one stranger's bad tokens cannot lock them out. A valid token made
+// since the roster's last reading waits for the next one, or for an
+// attempt the address regains. (The alternative, looking up every token
+// and refusing only the unknown ones, would answer each guess.)
 //
 // Otherwise the lookup goes ahead when fewer lookups from the address
 // are in flight than the attempts it has left, and else waits for one to

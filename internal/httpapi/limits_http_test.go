@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -88,10 +89,16 @@ func (s countingLookups) TokenByHash(ctx context.Context, hash plantstore.TokenH
 func TestAuthFailuresThrottleAddress(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		const allowed = 3
-		var lookups atomic.Int64
+		var lookups, rosterReads atomic.Int64
 		e := start(t, options{
-			cfg:  httpapi.Config{AuthFailures: allowed, AuthFailureWindow: 6 * time.Second},
-			wrap: func(s plantstore.Store) plantstore.Store { return countingLookups{s, &lookups} },
+			cfg: httpapi.Config{AuthFailures: allowed, AuthFailureWindow: 6 * time.Second},
+			wrap: func(s plantstore.Store) plantstore.Store {
+				return countingRosterReads{countingLookups{s, &lookups}, &rosterReads}
+			},
+			// The roster of active tokens is read as the server starts,
+			// and not again here: TestAuthFailuresThrottleSparesRosterTokens
+			// has it.
+			rosterInterval: time.Hour,
 		})
 		guess := func() (*http.Response, []byte) {
 			return e.do("GET", "/plants/1", map[string]string{"Authorization": "Bearer " + plantstore.NewToken()}, nil)
@@ -127,8 +134,13 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 				t.Errorf("%s %s with a known valid token from a throttled address: %d %s", op.method, op.path, resp.StatusCode, body)
 			}
 		}
-		resp, body := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
-		wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications") // valid, but never seen
+		// A valid token made after the roster was read, never seen.
+		for rosterReads.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		fresh := e.issue("fresh", plantstore.ScopePlantsRead)
+		resp, body := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + fresh}, nil)
+		wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
 		for _, path := range []string{"/readyz", "/openapi.json", "/docs"} {
 			resp, body := e.do("GET", path, nil, nil)
 			wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
@@ -145,7 +157,7 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 		}
 
 		time.Sleep(wait)
-		if resp, body := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + e.readToken}, nil); resp.StatusCode != 200 {
+		if resp, body := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + fresh}, nil); resp.StatusCode != 200 {
 			t.Errorf("a valid token never seen, after Retry-After: %d %s", resp.StatusCode, body)
 		}
 		// One attempt came back, and one only.
@@ -156,6 +168,61 @@ func TestAuthFailuresThrottleAddress(t *testing.T) {
 		wantRetryAfter(t, resp, body, http.StatusTooManyRequests)
 		if n := lookups.Load() - before; n != 1 {
 			t.Errorf("%d guesses checked after Retry-After, want 1", n)
+		}
+	})
+}
+
+// A valid token that this server has not seen yet, from an address a
+// guesser keeps throttled, is served once the roster of active tokens
+// has been read again, however fast the guesses come: they would take
+// every attempt the address regains. The guesses still reach the store
+// only as attempts come back.
+func TestAuthFailuresThrottleSparesRosterTokens(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		const allowed = 3
+		var lookups atomic.Int64
+		e := start(t, options{
+			cfg:            httpapi.Config{AuthFailures: allowed, AuthFailureWindow: 6 * time.Second}, // one back every 2 s
+			wrap:           func(s plantstore.Store) plantstore.Store { return countingLookups{s, &lookups} },
+			rosterInterval: 200 * time.Millisecond,
+		})
+		ctx, stop := context.WithCancel(context.Background())
+		var guesser sync.WaitGroup
+		guesser.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/plants/1", nil)
+				req.Header.Set("Authorization", "Bearer "+plantstore.NewToken())
+				if resp, err := e.client.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+		defer func() { stop(); guesser.Wait() }()
+		for lookups.Load() < allowed {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // throttled now
+		late := e.issue("late", plantstore.ScopePlantsRead)
+		began := time.Now()
+		for {
+			resp, body := e.do("GET", "/plants", map[string]string{"Authorization": "Bearer " + late}, nil)
+			if resp.StatusCode == 200 {
+				break
+			}
+			wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
+			if time.Since(began) > 5*time.Second {
+				t.Fatalf("a valid token new to the server, from an address a guesser keeps throttled: still 429 after %v", time.Since(began).Round(time.Millisecond))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if took := time.Since(began); took > 2*time.Second {
+			t.Errorf("served after %v; the roster is read every 200 ms", took.Round(time.Millisecond))
+		}
+		// The guesses were answered without a lookup, but for the
+		// attempts the address regained meanwhile (one every 2 s).
+		if n, most := lookups.Load(), int64(allowed+1+time.Since(began)/(2*time.Second)+1); n > most {
+			t.Errorf("%d token lookups, at most %d expected: guesses were checked", n, most)
 		}
 	})
 }
@@ -221,6 +288,17 @@ func TestValidTokenSentTogetherIsNotThrottled(t *testing.T) {
 	if n := notOK.Load(); n > 0 {
 		t.Errorf("%d of 64 requests with one valid token were refused", n)
 	}
+}
+
+// countingRosterReads counts the readings of the active tokens' hashes.
+type countingRosterReads struct {
+	plantstore.Store
+	n *atomic.Int64
+}
+
+func (s countingRosterReads) ActiveTokenHashes(ctx context.Context, max int) ([]plantstore.TokenHash, error) {
+	s.n.Add(1)
+	return s.Store.ActiveTokenHashes(ctx, max)
 }
 
 // slowLookups makes each token lookup take a while, as a busy store's

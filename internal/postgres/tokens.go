@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -69,6 +70,28 @@ func (db *DB) TokenByHash(ctx context.Context, hash plantstore.TokenHash) (plant
 		return plantstore.Token{}, db.storeError("look up token", err)
 	}
 	return t, nil
+}
+
+func (db *DB) ActiveTokenHashes(ctx context.Context, max int) ([]plantstore.TokenHash, error) {
+	rows, err := db.pool.Query(ctx, `SELECT hash FROM tokens WHERE revoked_at IS NULL ORDER BY id DESC LIMIT $1`, max)
+	if err != nil {
+		return nil, db.storeError("list token hashes", err)
+	}
+	hashes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (plantstore.TokenHash, error) {
+		var b []byte
+		if err := row.Scan(&b); err != nil {
+			return plantstore.TokenHash{}, err
+		}
+		var h plantstore.TokenHash
+		if len(b) != len(h) {
+			return h, fmt.Errorf("a stored hash of %d bytes", len(b))
+		}
+		return plantstore.TokenHash(b), nil
+	})
+	if err != nil {
+		return nil, db.storeError("list token hashes", err)
+	}
+	return hashes, nil
 }
 
 func (db *DB) ListTokens(ctx context.Context, includeRevoked bool) ([]plantstore.Token, error) {

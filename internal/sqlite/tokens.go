@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -52,6 +53,27 @@ func (db *DB) TokenByHash(ctx context.Context, hash plantstore.TokenHash) (plant
 		return plantstore.Token{}, storeError("look up token", err)
 	}
 	return t, nil
+}
+
+func (db *DB) ActiveTokenHashes(ctx context.Context, max int) ([]plantstore.TokenHash, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT hash FROM tokens WHERE revoked_at IS NULL ORDER BY id DESC LIMIT ?`, max)
+	if err != nil {
+		return nil, storeError("list token hashes", err)
+	}
+	defer rows.Close()
+	var hashes []plantstore.TokenHash
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, storeError("list token hashes", err)
+		}
+		var h plantstore.TokenHash
+		if len(b) != len(h) {
+			return nil, storeError("list token hashes", fmt.Errorf("a stored hash of %d bytes", len(b)))
+		}
+		hashes = append(hashes, plantstore.TokenHash(b))
+	}
+	return hashes, storeError("list token hashes", rows.Err())
 }
 
 func (db *DB) ListTokens(ctx context.Context, includeRevoked bool) ([]plantstore.Token, error) {

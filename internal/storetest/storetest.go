@@ -5,6 +5,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("Tokens", func(t *testing.T) { testTokens(t, open(t)) })
 	t.Run("TokenRevocation", func(t *testing.T) { testTokenRevocation(t, open(t)) })
 	t.Run("TokenUse", func(t *testing.T) { testTokenUse(t, open(t)) })
+	t.Run("ActiveTokenHashes", func(t *testing.T) { testActiveTokenHashes(t, open(t)) })
 	runWebhooks(t, open)
 	runEvents(t, open)
 	t.Run("Ping", func(t *testing.T) {
@@ -299,6 +301,31 @@ func testTokenRevocation(t *testing.T, s plantstore.Store) {
 		if tok.RevokedAt.IsZero() == (tok.ID != active[0].ID) {
 			t.Errorf("token %d: RevokedAt %v", tok.ID, tok.RevokedAt)
 		}
+	}
+}
+
+// ActiveTokenHashes lists the active tokens' hashes, newest first, up to
+// its bound; never a revoked token's.
+func testActiveTokenHashes(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	var hashes []plantstore.TokenHash
+	for _, name := range []string{"a", "b", "c", "d"} {
+		h := plantstore.HashToken(plantstore.NewToken())
+		if _, err := s.CreateToken(ctx, plantstore.Token{Name: name, Scopes: plantstore.KnownScopes}, h); err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, h)
+	}
+	if err := s.RevokeToken(ctx, "c", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ActiveTokenHashes(ctx, 10)
+	if want := []plantstore.TokenHash{hashes[3], hashes[1], hashes[0]}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ActiveTokenHashes(10) = %x, %v; want %x", got, err, want)
+	}
+	got, err = s.ActiveTokenHashes(ctx, 2)
+	if want := []plantstore.TokenHash{hashes[3], hashes[1]}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ActiveTokenHashes(2) = %x, %v; want %x", got, err, want)
 	}
 }
 

@@ -56,7 +56,8 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 // A path that is not in canonical form gets 307 to the canonical one, its
 // query kept, whether its dot segments are written plainly or escaped
 // (RFC 3986, section 6.2.2.2: "%2e" is "."); other escapes are matched
-// decoded, as ever.
+// decoded, as ever, and kept as they came in the Location, not escaped
+// again ("%31" is not "%2531"), so following it reaches the resource.
 func TestNonCanonicalPathsRedirect(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{})
@@ -68,6 +69,13 @@ func TestNonCanonicalPathsRedirect(t *testing.T) {
 			"/plants/%2E%2e/plants?limit=5": "/plants?limit=5",
 			"/%2e%2e/plants/1":              "/plants/1",
 			"/plants/.%2e/healthz":          "/healthz",
+			"//plants/%31":                  "/plants/%31",
+			"/plants//%31":                  "/plants/%31",
+			"/./plants/%31?x=%2F":           "/plants/%31?x=%2F",
+			"//plants/1%2F":                 "/plants/1%2F",
+			"//plants/%20":                  "/plants/%20",
+			"/plants/%2e%2e/plants/%2D5":    "/plants/%2D5",
+			"//plants/":                     "/plants/",
 		} {
 			resp, body := e.raw("GET " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 			wantError(t, resp, body, http.StatusTemporaryRedirect, "canonical")
@@ -77,6 +85,19 @@ func TestNonCanonicalPathsRedirect(t *testing.T) {
 		}
 		resp, body := e.raw("GET /plants%2e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 		wantError(t, resp, body, http.StatusNotFound)
+		// Followed, the Location names the plant the path named.
+		e.create(`{"id":1,"name":"Fern"}`)
+		resp, body = e.raw("GET //plants/%31 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		wantError(t, resp, body, http.StatusTemporaryRedirect, "canonical")
+		resp, body = e.do("GET", resp.Header.Get("Location"), map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "Fern") {
+			t.Errorf("GET the Location of //plants/%%31: %d %s", resp.StatusCode, body)
+		}
+		// Canonical paths with escapes are served, not redirected.
+		resp, body = e.do("GET", "/plants/%31", map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
+		if resp.StatusCode != 200 {
+			t.Errorf("GET /plants/%%31: %d %s", resp.StatusCode, body)
+		}
 	})
 }
 

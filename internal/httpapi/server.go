@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,44 +242,51 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	s.routes(mux)
-	s.handler = s.observe(s.recoverPanics(escapedDotsRedirect(mux)))
+	s.handler = s.observe(s.recoverPanics(canonicalPathRedirect(mux)))
 	return s
 }
 
-// escapedDotsRedirect answers 307 to the canonical path when a segment of
-// the path is a dot segment written escaped ("/%2e/plants",
-// "/plants/%2E%2e/plants"), as the mux answers it written plainly: the
-// mux cleans the path as sent, where "%2e" is no dot, and would then
-// match the decoded segment, "." or "..", against the routes and answer
-// 404. http.Redirect cleans the path it is given, keeping a trailing
-// slash and the query; other escapes are left as they came.
-func escapedDotsRedirect(next http.Handler) http.Handler {
+// canonicalPathRedirect answers 307 to the canonical path when the path
+// as sent is not in canonical form: an empty segment ("//plants"), a dot
+// segment ("/./plants", "/plants/.."), written plainly or escaped ("/%2e/plants":
+// RFC 3986, section 6.2.2.2, "%2e" is "."). The mux would answer the
+// plain forms itself, but it builds its Location by escaping the path
+// again, so "//plants/%31" went to "/plants/%2531", another resource; and
+// it cleans the path as sent, where "%2e" is no dot, then matches the
+// decoded "." or ".." against the routes and answers 404. Here the
+// Location keeps the path's escapes as they came, a trailing slash and
+// the query. A path that holds neither "//" nor "/." nor an escape,
+// nearly every path, costs two searches.
+func canonicalPathRedirect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A path with escapes Path alone would not give back has RawPath;
-		// one without them, nearly every path, costs a comparison.
-		if r.URL.RawPath == "" {
+		escaped := r.URL.EscapedPath()
+		if !strings.HasPrefix(escaped, "/") || !strings.Contains(escaped, "//") && !strings.Contains(escaped, "/.") && !strings.Contains(escaped, "%") {
 			next.ServeHTTP(w, r)
 			return
 		}
-		segments := strings.Split(r.URL.EscapedPath(), "/")
-		dots := false
+		segments := strings.Split(escaped, "/")
 		for i, seg := range segments {
 			switch strings.ToLower(seg) {
 			case "%2e":
-				segments[i], dots = ".", true
+				segments[i] = "."
 			case "%2e%2e", ".%2e", "%2e.":
-				segments[i], dots = "..", true
+				segments[i] = ".."
 			}
 		}
-		if !dots {
+		canonical := path.Clean(strings.Join(segments, "/"))
+		if strings.HasSuffix(escaped, "/") && canonical != "/" {
+			canonical += "/"
+		}
+		if canonical == escaped {
 			next.ServeHTTP(w, r)
 			return
 		}
-		target := strings.Join(segments, "/")
 		if r.URL.RawQuery != "" {
-			target += "?" + r.URL.RawQuery
+			canonical += "?" + r.URL.RawQuery
 		}
-		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+		// http.Redirect cleans a path, as path.Clean did, and escapes
+		// nothing.
+		http.Redirect(w, r, canonical, http.StatusTemporaryRedirect)
 	})
 }
 

@@ -114,8 +114,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		infoFrom(r.Context()).limit = e.limit
 	}
 	// A refusal by a limit is no fault of the service: the access log line
-	// names it, and a flood of them must not flood the error log too.
-	if status >= 500 && !refused {
+	// names it, and a flood of them must not flood the error log too. Nor
+	// is a refusal of the request's protocol (HTTP/2's preface, a
+	// transfer coding not implemented), though its status is a 5xx.
+	protocol := status == http.StatusHTTPVersionNotSupported || status == http.StatusNotImplemented
+	if status >= 500 && !refused && !protocol {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("request_id", requestID(r.Context())), slog.Int("status", status), slog.Any("err", err))
 	}

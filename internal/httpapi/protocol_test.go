@@ -288,6 +288,10 @@ func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 		if !resp.Close {
 			t.Error("the connection stays open after HTTP/2's preface")
 		}
+		// The client's protocol is no fault of the service: no error logged.
+		if logs := e.logs.String(); strings.Contains(logs, `"level":"ERROR"`) {
+			t.Errorf("a refused protocol is logged as an error:\n%s", logs)
+		}
 		// (OPTIONS *: TestOptionsAsterisk.)
 	})
 }

@@ -179,9 +179,24 @@ func TestHostChecked(t *testing.T) {
 				t.Errorf("Host %q: %d %s, Link %q, want %q", host, resp.StatusCode, body, resp.Header.Get("Link"), want)
 			}
 		}
+		// An absolute-form target names the host instead (Go takes it
+		// over the header): one with no host or with user information is
+		// refused (RFC 9110, sections 4.2.1 and 4.2.4); one with a host
+		// begins the links.
+		for _, target := range []string{"http:///plants?limit=1", "http://u@api.example/plants?limit=1", "http://u:p@api.example/plants?limit=1"} {
+			resp, body := e.raw("GET " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.readToken + "\r\n\r\n")
+			wantError(t, resp, body, http.StatusBadRequest, "names no host, or names user information")
+			if !resp.Close {
+				t.Errorf("GET %s: the connection stays open after the 400", target)
+			}
+		}
+		resp, body := e.raw("GET http://api.example/plants?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.readToken + "\r\n\r\n")
+		if want := `<http://api.example/plants?after=1&limit=1>; rel="next"`; resp.StatusCode != 200 || resp.Header.Get("Link") != want {
+			t.Errorf("an absolute-form target: %d %s, Link %q, want %q", resp.StatusCode, body, resp.Header.Get("Link"), want)
+		}
 		// A CORS preflight is no way around it.
 		cors := start(t, options{cfg: httpapi.Config{CORSOrigins: []string{"https://app.example"}}})
-		resp, body := cors.raw("OPTIONS /plants HTTP/1.1\r\nHost: x:abc\r\nOrigin: https://app.example\r\nAccess-Control-Request-Method: POST\r\n\r\n")
+		resp, body = cors.raw("OPTIONS /plants HTTP/1.1\r\nHost: x:abc\r\nOrigin: https://app.example\r\nAccess-Control-Request-Method: POST\r\n\r\n")
 		wantError(t, resp, body, http.StatusBadRequest, "Host")
 		resp, body = get("HTTP/1.0", "none")
 		if want := `<` + e.url + `/plants?after=1&limit=1>; rel="next"`; resp.StatusCode != 200 || resp.Header.Get("Link") != want {

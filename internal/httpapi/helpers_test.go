@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -345,6 +346,9 @@ func readRaw(t *testing.T, conn net.Conn, request string) (*http.Response, []byt
 	}
 	method, rest, _ := strings.Cut(request, " ")
 	path, _, _ := strings.Cut(rest, " ")
+	if u, err := url.Parse(path); err == nil && u.Scheme != "" && u.Host != "" {
+		path = u.RequestURI() // an absolute-form target
+	}
 	if !strings.HasPrefix(path, "/") {
 		path = "/"
 	}

@@ -385,13 +385,20 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 	if r.Host == "" && !r.ProtoAtLeast(1, 1) {
 		r.Host = reachedHost(reached)
 	}
-	if r.ProtoMajor == 1 && validHost(r.Host) {
+	// An absolute-form target ("GET http://host/plants") names the host
+	// itself, and Go takes it over the Host header; one with no host, or
+	// with user information, is refused as such a Host header would be
+	// (RFC 9110, sections 4.2.1 and 4.2.4).
+	badAuthority := r.URL.Scheme != "" && (r.URL.Host == "" || r.URL.User != nil)
+	if r.ProtoMajor == 1 && validHost(r.Host) && !badAuthority {
 		return false
 	}
 	w.Header().Set("Connection", "close")
 	switch {
 	case r.ProtoMajor != 1:
 		s.writeError(w, r, errorStatus(http.StatusHTTPVersionNotSupported, "%s is not served: this service speaks HTTP/1.1", r.Proto))
+	case badAuthority:
+		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the request target names no host, or names user information: send the path alone, with the Host header"))
 	case r.Host == "":
 		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the Host header is empty: name the host and port the request is sent to"))
 	default:

@@ -239,9 +239,23 @@ func (db *DB) Close() error {
 		db.stopListening()
 		db.listening.Wait()
 	}
-	db.pool.Close()
+	// The pool says goodbye to the server on each connection, and waits
+	// up to 15 s for one that does not answer (pgx's asyncClose): a hung
+	// server would hold a shutdown that long past --shutdown-timeout.
+	// Past closeWait the process goes on without it; the kernel closes
+	// the sockets when it exits.
+	closed := make(chan struct{})
+	go func() { db.pool.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(closeWait):
+	}
 	return nil
 }
+
+// closeWait bounds how long Close waits for the pool's connections to
+// close.
+const closeWait = 2 * time.Second
 
 // Ping runs an empty statement on a pooled connection, opening one if need
 // be, so it fails when the server does not answer.

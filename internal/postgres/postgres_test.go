@@ -551,3 +551,95 @@ func TestRestoredFeedCarriedOnByHand(t *testing.T) {
 		t.Errorf("after the pruning, events after %d: %v, want EGONE", gone, err)
 	}
 }
+
+// freezingProxy relays TCP to addr until freeze is called; from then on
+// it relays nothing and keeps every connection open, as a database server
+// that hangs (SIGSTOP, a dead host behind a live load balancer) would.
+func freezingProxy(t *testing.T, addr string) (proxyAddr string, freeze func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var conns []net.Conn
+	relay := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			select {
+			case <-frozen:
+				return // swallowed, as a hung server would
+			default:
+			}
+			if n > 0 {
+				dst.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			go relay(s, c)
+			go relay(c, s)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String(), func() { once.Do(func() { close(frozen) }) }
+}
+
+// With the server hung, Close does not wait out pgx's 15 s goodbye on
+// each connection: a shutdown stays near --shutdown-timeout.
+func TestCloseWithServerHung(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, freeze := freezingProxy(t, u.Host)
+	u.Host = proxy
+	db, err := postgres.Open(context.Background(), u.String(), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	freeze()
+	// A statement the hang outlasts, as the last flush of token use at
+	// shutdown: pgx then cancels it on a connection of its own, which
+	// waits for an answer too.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := db.Ping(ctx); err == nil {
+		t.Fatal("Ping of a hung server succeeded")
+	}
+	start := time.Now()
+	db.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close with the server hung took %v", took.Round(time.Millisecond))
+	}
+}

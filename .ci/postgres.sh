@@ -79,11 +79,17 @@ stop() {
 }
 
 # free_port prints a TCP port on 127.0.0.1 that nothing listens on now. The
-# server may still lose a race for it; start retries with another.
+# server may still lose a race for it; start retries with another. The
+# port lies below the kernel's range for outgoing connections (from 32768
+# by default): one in it can be taken by a client's socket, and a client
+# reconnecting to a stopped server can even connect to itself there,
+# keeping the server from binding its port again for a minute.
 free_port() {
-	local port i
+	local port i low
+	low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	[ "$low" -gt 10000 ] || low=32768
 	for i in $(seq 1 50); do
-		port=$((20000 + RANDOM % 30000))
+		port=$((10000 + RANDOM % (low - 10000)))
 		if ! (exec 9<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
 			return 0

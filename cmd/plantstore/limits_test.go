@@ -335,8 +335,9 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
-// By default an address gets 10 refused tokens a minute; the 11th guess,
-// and then even a valid token, get 429 without being checked.
+// By default an address gets 10 refused tokens a minute; the 11th guess
+// gets 429 without being checked, while a valid token made before the
+// server started (on its roster of active tokens) is served.
 func TestAuthFailureLimitByDefault(t *testing.T) {
 	dir := t.TempDir()
 	token := mustToken(t, dir, "--name", "valid")
@@ -357,8 +358,9 @@ func TestAuthFailureLimitByDefault(t *testing.T) {
 	if got := resp.Header.Get("Retry-After"); got != "6" {
 		t.Errorf("Retry-After %s, want 6 (one attempt back every 60s/10)", got)
 	}
-	resp, body = limRequest(t, client, "GET", s.url+"/plants", token, "")
-	limWantError(t, resp, body, http.StatusTooManyRequests)
+	if resp, body := limRequest(t, client, "GET", s.url+"/plants", token, ""); resp.StatusCode != 200 {
+		t.Errorf("a valid token from the throttled address: %d %s", resp.StatusCode, body)
+	}
 	if resp, body := limRequest(t, client, "GET", s.url+"/healthz", "", ""); resp.StatusCode != 200 {
 		t.Errorf("/healthz: %d %s", resp.StatusCode, body)
 	}

@@ -98,6 +98,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	// The failed-authentication throttle knows the tokens on the roster
+	// from the first request on (authn.Run reads it again from then on).
+	if err := a.authn.RefreshRoster(ctx); err != nil {
+		a.log.Warn("read the roster of active tokens", "err", err)
+	}
 	// Said once every listener serves: a side listener that fails stops
 	// the start before anyone is told it is up.
 	a.log.Info("listening", "addr", ln.Addr().String(), "scheme", scheme, "db", storeName(a.cfg.Store.DB),

@@ -260,13 +260,11 @@ func (a *Authenticator) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Run reads the roster of active tokens at once and every RosterInterval,
-// and flushes last-use times every FlushInterval until ctx ends, then once
-// more, so a graceful shutdown loses none.
+// Run reads the roster of active tokens every RosterInterval (read it
+// first with RefreshRoster), and flushes last-use times every
+// FlushInterval until ctx ends, then once more, so a graceful shutdown
+// loses none.
 func (a *Authenticator) Run(ctx context.Context) {
-	if err := a.RefreshRoster(ctx); err != nil && ctx.Err() == nil {
-		a.opts.Logger.Warn("read the roster of active tokens", "err", err)
-	}
 	ticker := time.NewTicker(a.opts.FlushInterval)
 	defer ticker.Stop()
 	rosterTicker := time.NewTicker(a.opts.RosterInterval)

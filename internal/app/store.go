@@ -65,6 +65,7 @@ func OpenStore(ctx context.Context, cfg StoreConfig, soleServer bool, hooks Stor
 		Enqueued:      hooks.Enqueued,
 		ObserveBatch:  hooks.ObserveBatch,
 		EventsWritten: hooks.EventsWritten,
+		Logger:        hooks.Logger,
 	})
 }
 

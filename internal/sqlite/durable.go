@@ -69,8 +69,9 @@ type durability struct {
 	// advanced is closed, and replaced, each time synced advances or the
 	// store faults.
 	advanced atomic.Pointer[chan struct{}]
-	// fault is the first failed sync; after it no write is acknowledged
-	// and no read from SQLite answered (see settle).
+	// fault is the first failed sync, or the store's file found deleted
+	// or replaced (identity.go); after it no write is acknowledged and no
+	// read from SQLite that waits for a sync answered (awaitSynced).
 	fault atomic.Pointer[error]
 }
 
@@ -109,12 +110,15 @@ func (d *durability) close() {
 }
 
 // makeDurable syncs the WAL after job's batch committed, unless its
-// COMMIT synced it, and wakes the readers waiting for it. Its error is a
-// failed sync: then job's writes may not be durable.
+// COMMIT synced it, and wakes the readers waiting for it. Its error is
+// the store's fault: a failed sync, after which job's writes may not be
+// durable, or the store's file found deleted or replaced (identity.go)
+// by the time the sync returned, which a good sync does not mend: it
+// went to a file no name reaches.
 func (db *DB) makeDurable(job *pendingBatch) error {
 	d := &db.durable
 	if !d.syncsWAL() {
-		return nil
+		return d.faulted()
 	}
 	err := d.faulted()
 	if err == nil {
@@ -127,13 +131,14 @@ func (db *DB) makeDurable(job *pendingBatch) error {
 			err = plantstore.WrapError(plantstore.EUNAVAILABLE,
 				"the store's disk failed to save a write; restart the server",
 				fmt.Errorf("sqlite: sync %s: %w", d.wal.Name(), err))
-			d.fault.CompareAndSwap(nil, &err)
-		} else {
+			d.stop(err)
+			return d.faulted()
+		}
+		if err = d.faulted(); err == nil {
 			d.synced.Store(job.seq)
 		}
 	}
-	ch := make(chan struct{})
-	close(*d.advanced.Swap(&ch))
+	d.wake()
 	return err
 }
 
@@ -162,7 +167,28 @@ func (d *durability) awaitSynced(ctx context.Context, mark uint64) error {
 	}
 }
 
-// faulted returns the error of a failed WAL sync, if one failed.
+// stop makes err the store's fault, unless it has one already, and says
+// whether it did: from then on no write is acknowledged and no read
+// waiting for a sync answers (awaitSynced).
+func (d *durability) stop(err error) bool {
+	first := d.fault.CompareAndSwap(nil, &err)
+	if first {
+		d.wake()
+	}
+	return first
+}
+
+// wake wakes the readers waiting for synced to advance or for a fault.
+func (d *durability) wake() {
+	if !d.syncsWAL() {
+		return // no reader waits: each COMMIT synced
+	}
+	ch := make(chan struct{})
+	close(*d.advanced.Swap(&ch))
+}
+
+// faulted returns the store's fault, a failed WAL sync or a file deleted
+// or replaced while open (identity.go), if it has one.
 func (d *durability) faulted() error {
 	if f := d.fault.Load(); f != nil {
 		return *f

@@ -113,3 +113,8 @@ func hardLinks(fi fs.FileInfo) uint64 {
 	}
 	return 1
 }
+
+// checksFiles says whether a store can tell the file at a name from the
+// one it opened (device and inode), to check that its names still name
+// its files (identity.go).
+const checksFiles = true

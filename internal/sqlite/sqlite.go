@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -60,6 +61,9 @@ type Options struct {
 	// events, so followers of the feed can read them at once. It must not
 	// block.
 	EventsWritten func()
+	// Logger receives what the store finds wrong in the background: its
+	// file deleted or replaced while open (identity.go). Default: none.
+	Logger *slog.Logger
 }
 
 // cachedPlants bounds the plant cache: about 10 MB at most.
@@ -111,6 +115,12 @@ type DB struct {
 	// loaded is closed when the replica's loader has returned.
 	loaded   chan struct{}
 	soleLock *os.File
+	// files are the store's files as it opened them, which it checks
+	// its names still name (identity.go); watchDone is closed when the
+	// goroutine that checks them has returned.
+	files     openFiles
+	watchDone chan struct{}
+	log       *slog.Logger
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -125,6 +135,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	abs, err := resolve(path)
 	if err != nil {
@@ -170,6 +183,14 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	}
 	if (created || empty) && opts.Created != nil {
 		opts.Created(abs)
+	}
+	db.log = opts.Logger
+	db.files = captureFiles(abs)
+	db.watchDone = make(chan struct{})
+	if db.files.watched() {
+		go db.watchFiles()
+	} else {
+		close(db.watchDone)
 	}
 	if soleLock != nil {
 		db.soleLock = soleLock
@@ -316,6 +337,8 @@ func (db *DB) Close() error {
 	<-db.writerDone
 	db.durable.close()
 	db.stopLife()
+	// Before SQLite closes, and so removes its log: that is no fault.
+	<-db.watchDone
 	if db.loaded != nil {
 		<-db.loaded
 	}
@@ -349,10 +372,15 @@ func (db *DB) closeWriterStmts() {
 	})
 }
 
-// Ping reads from the file through the read pool.
+// Ping checks that the store's names still name its files (identity.go)
+// and reads from the file through the read pool.
 func (db *DB) Ping(ctx context.Context) error {
 	db.closeMu.RLock()
 	closed := db.closed
+	if !closed {
+		// Under closeMu: once Close begins, SQLite may remove its log.
+		db.checkFiles()
+	}
 	db.closeMu.RUnlock()
 	if closed {
 		return plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")

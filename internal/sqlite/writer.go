@@ -112,7 +112,7 @@ func (db *DB) submit(ctx context.Context, w writeRequest) writeResult {
 		defer db.directMu.Unlock()
 		job := db.commit([]*writeRequest{&w})
 		db.releaseWriteConn()
-		return db.finish(job, nil)[0]
+		return db.finish(job, db.makeDurable(job))[0]
 	}
 	if err := ctx.Err(); err != nil {
 		return writeResult{err: storeError(w.op(), err)}

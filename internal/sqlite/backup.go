@@ -172,6 +172,12 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 		if err := replaceable(ctx, to, abs); err != nil {
 			return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 		}
+	} else if !opts.Replace {
+		// The log of a store whose file is gone is removed below: only
+		// when told to replace, as the store would be.
+		if err := noLeftovers(abs); err != nil {
+			return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
+		}
 	}
 	if fi, err := os.Stat(from); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, unwrapPath(err))

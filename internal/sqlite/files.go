@@ -105,6 +105,8 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
 	if mustExist {
 		flags = os.O_RDWR
+	} else if err := noLeftovers(abs); err != nil {
+		return false, err
 	}
 	f, err := os.OpenFile(abs, flags, 0o600)
 	switch {
@@ -149,6 +151,47 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 	}
 	return created, nil
 }
+
+// leftovers lists the files SQLite keeps beside a store (sidecars) that
+// are at abs when the store's own file is not: the log of a store whose
+// file was deleted or moved, say while a server had it open (identity.go),
+// and the server then killed. Its log may hold writes that were
+// acknowledged; a new store made at abs would take it as its own (SQLite
+// would replay it onto the new file, or remove it), so they are never
+// passed over in silence.
+func leftovers(abs string) []string {
+	if _, err := os.Lstat(abs); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var found []string
+	for _, suffix := range sidecars {
+		// A symbolic link is no store's: prepareFiles refuses it.
+		if fi, err := os.Lstat(abs + suffix); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+			found = append(found, abs+suffix)
+		}
+	}
+	return found
+}
+
+// noLeftovers refuses to make a new store at abs beside the leftovers of
+// another (see leftovers).
+func noLeftovers(abs string) error {
+	found := leftovers(abs)
+	if len(found) == 0 {
+		return nil
+	}
+	are, they, them := "are", "they", "them"
+	if len(found) == 1 {
+		are, they, them = "is", "it", "it"
+	}
+	return fmt.Errorf("%w at %s: %s %s there without the store's file, which was deleted or moved; %s may hold acknowledged writes, which a new store would discard: put the store's file back, or restore a backup (plantstore restore --force); to start a new store, move %s aside first",
+		ErrLeftovers, abs, strings.Join(found, " and "), are, they, them)
+}
+
+// ErrLeftovers is the error of Open, where it may make a store, and of
+// Restore without RestoreOptions.Replace, when the store's file is missing
+// but files SQLite keeps beside it are there (leftovers).
+var ErrLeftovers = errors.New("refusing to make a new store")
 
 // closeOneName closes f, the store's file at abs, and refuses it if it
 // has other names (hard links): SQLite keeps a log (-wal) per name, so

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/plantstore/plantstore"
 )
 
 // MustExist opens only a store that is there, and makes nothing when it
@@ -195,4 +197,74 @@ func filesOfOthers(t *testing.T, dir string) (text, other string) {
 		t.Fatal(err)
 	}
 	return text, other
+}
+
+// A store's log without its file (left by a server killed after its file
+// was deleted) is never passed over: Open, where it would make a new
+// store, refuses, and makes nothing; Restore refuses unless told to
+// replace.
+func TestNoNewStoreBesideLeftovers(t *testing.T) {
+	ctx := context.Background()
+	for _, left := range [][]string{{"-wal", "-shm"}, {"-wal"}, {"-shm"}} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "plants.db")
+		for _, suffix := range left {
+			if err := os.WriteFile(path+suffix, []byte("what a killed server left"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db, err := Open(ctx, path, Options{SoleServer: true})
+		if err == nil {
+			db.Close()
+			t.Fatalf("%v left: Open made a new store", left)
+		}
+		if !errors.Is(err, ErrLeftovers) || !strings.Contains(err.Error(), path+left[0]) || !strings.Contains(err.Error(), "acknowledged writes") {
+			t.Errorf("%v left: %v; want ErrLeftovers naming %s", left, err, path+left[0])
+		}
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%v left: the refused Open made %s: %v", left, path, err)
+		}
+		for _, suffix := range left {
+			if b, err := os.ReadFile(path + suffix); err != nil || string(b) != "what a killed server left" {
+				t.Errorf("%v left: %s after the refusal: %q, %v", left, suffix, b, err)
+			}
+		}
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != len(left) {
+			t.Errorf("%v left: %d files in the directory after the refusal, want %d", left, len(entries), len(left))
+		}
+		// A command that needs a store says there is none, as before.
+		if _, err := Open(ctx, path, Options{MustExist: true}); !errors.Is(err, ErrNoStore) {
+			t.Errorf("%v left: Open with MustExist: %v, want ErrNoStore", left, err)
+		}
+	}
+
+	// Restore: refused without Replace, done with it (the leftovers go).
+	src, srcPath := openTest(t, Options{})
+	if _, err := src.CreatePlant(ctx, plantstore.Plant{ID: 7, Name: "backed up"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	backup := filepath.Join(dir, "backup.db")
+	if _, err := Backup(ctx, srcPath, backup, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "plants.db")
+	if err := os.WriteFile(path+"-wal", []byte("left"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(ctx, backup, path, RestoreOptions{}); !errors.Is(err, ErrLeftovers) {
+		t.Fatalf("restore beside leftovers: %v, want ErrLeftovers", err)
+	}
+	if _, err := Restore(ctx, backup, path, RestoreOptions{Replace: true}); err != nil {
+		t.Fatalf("restore --force beside leftovers: %v", err)
+	}
+	db, err := Open(ctx, path, Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if p, err := db.GetPlant(ctx, 7); err != nil || p.Name != "backed up" {
+		t.Errorf("the restored store's plant 7: %v, %v", p, err)
+	}
 }

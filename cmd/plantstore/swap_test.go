@@ -1,0 +1,83 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore/internal/apitest"
+)
+
+// The audit's case, against the binary: the store's file deleted while
+// serve runs. Creates stop answering 200 within a second, with a 503
+// saying why; /readyz fails; the log says so once, at ERROR. Killed, the
+// server leaves the store's log without its file, and a new serve
+// refuses to make a new store beside it, where it used to make one and
+// discard the log.
+func TestDeletedStoreStopsServing(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "swap")
+	s := serveProcess(t, dir)
+	client := apitest.Client(t)
+	if status, body := create(t, client, s.url, token, `{"id":1,"name":"before"}`); status != 200 {
+		t.Fatalf("create before: %d %s", status, body)
+	}
+	path := filepath.Join(dir, "plantstore.db")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	acked := 0
+	for id := 2; ; id++ {
+		status, body := create(t, client, s.url, token, fmt.Sprintf(`{"id":%d,"name":"after"}`, id))
+		if status == 200 {
+			if acked++; time.Since(removed) > 5*time.Second {
+				t.Fatalf("%d creates answered 200 for 5 s after the store's file was deleted", acked)
+			}
+			continue
+		}
+		if status != 503 || !strings.Contains(body, "deleted or replaced while serving") {
+			t.Fatalf("create %d after the deletion: %d %s; want 503 saying the file was deleted or replaced", id, status, body)
+		}
+		break
+	}
+	t.Logf("%d creates answered 200 in the %v before the deletion was found", acked, time.Since(removed).Round(time.Millisecond))
+	if status, body := create(t, client, s.url, token, `{"id":1000000,"name":"later"}`); status != 503 {
+		t.Errorf("a later create: %d %s, want 503", status, body)
+	}
+	resp, err := client.Get(s.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after the deletion: %d, want 503", resp.StatusCode)
+	}
+	time.Sleep(600 * time.Millisecond) // the log is written every 200 ms
+	if n := strings.Count(s.logs.String(), `"level":"ERROR","msg":"the store's file was deleted or replaced while serving; restart the server"`); n != 1 {
+		t.Errorf("%d ERROR lines saying the file went, want 1; the log:\n%s", n, s.logs)
+	}
+
+	s.kill(t)
+	if _, err := os.Stat(path + "-wal"); err != nil {
+		t.Fatalf("the killed server's log: %v", err)
+	}
+	r := cli(t, dir, nil, "serve", "--addr", "127.0.0.1:0")
+	if r.exit != 1 || !strings.Contains(r.stderr, "refusing to make a new store") || !strings.Contains(r.stderr, path+"-wal") {
+		t.Errorf("serve beside the leftover log: exit %d, stderr %q; want exit 1, refusing and naming %s-wal", r.exit, r.stderr, path)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Errorf("serve made a new store at %s beside the leftover log", path)
+	}
+	// token create may make a store too: the same refusal.
+	r = cli(t, dir, nil, "token", "create", "--name", "new")
+	if r.exit != 1 || !strings.Contains(r.stderr, "refusing to make a new store") {
+		t.Errorf("token create beside the leftover log: exit %d, stderr %q; want exit 1, refusing", r.exit, r.stderr)
+	}
+}

@@ -37,11 +37,18 @@ shown beside it.`, env.getenv, stdout, stderr)
 		return err
 	}
 	logs := newBufferedLog(stderr)
-	defer logs.Flush()
+	defer logs.FlushWithin(lastFlushWait)
 	log, err := newLogger(logs, *flags.logFormat, *flags.logLevel)
 	if err != nil {
 		return err
 	}
+	logs.onDropped = func(lines int64) {
+		log.Warn("log lines dropped: standard error was not read in time", "lines", lines)
+	}
+	// A log whose reader has gone (a closed pipe) fails its writes, and
+	// the lines are lost; the service goes on, where SIGPIPE would end it
+	// without a word.
+	brokenPipeFails()
 	for _, w := range warnings {
 		log.Warn(w)
 	}
@@ -174,7 +181,7 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		MetricsAddr:     *f.metricsAddr,
 		PprofAddr:       *f.pprofAddr,
 		Logger:          log,
-		OnListening:     func() { logs.Flush() }, // scripts wait for the "listening" line
+		OnListening:     logs.wake, // scripts wait for the "listening" line
 	}
 	if *f.logFormat == "json" && log.Enabled(ctx, slog.LevelInfo) {
 		cfg.AccessLog = logs

@@ -266,6 +266,7 @@ func canShowSecret(stdout io.Writer) error {
 // brokenPipeFails makes a write to a pipe whose reader is gone fail with
 // EPIPE, for the rest of the process, rather than raise SIGPIPE, which
 // kills a Go program writing to its standard output before it can act on
-// the failure. Only the commands that print a secret ask for it: the
-// others, piped into head, should end quietly as filters do.
+// the failure. Only the commands that print a secret ask for it, and
+// serve, whose log may outlive its reader: the others, piped into head,
+// should end quietly as filters do.
 func brokenPipeFails() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }

@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -378,11 +380,18 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 		rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout))
-		if _, err := w.Write(buf); err != nil {
-			return false
+		_, err := w.Write(buf)
+		if err == nil {
+			buf = buf[:0]
+			err = rc.Flush()
 		}
-		buf = buf[:0]
-		return rc.Flush() == nil
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A client that went away needs no word; one too slow to
+			// take the stream would otherwise leave only an access line
+			// that looks like an ordinary end.
+			s.log.Info("event stream ended: the client did not take a write within the request timeout", "request_id", infoFrom(r.Context()).id)
+		}
+		return err == nil
 	}
 	keepAlive := time.NewTicker(s.cfg.StreamKeepAlive)
 	defer keepAlive.Stop()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/httpapi"
 )
 
 // A stream catching up a backlog ends at shutdown too, though each of its
@@ -77,4 +78,43 @@ func TestEventStreamCatchingUpEndsOnShutdown(t *testing.T) {
 	}
 	resp.Body.Close()
 	<-ended
+}
+
+// A stream whose client stops reading ends once a write is not taken
+// within the request timeout, and says so in the log: its access line
+// alone would look like an ordinary end.
+func TestEventStreamEndsForAStalledClient(t *testing.T) {
+	e := start(t, options{cfg: httpapi.Config{RequestTimeout: 300 * time.Millisecond}})
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
+		return err
+	}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	req, err := http.NewRequest("GET", e.url+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+e.readToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() // never read: the client has stalled
+	name := strings.Repeat("n", plantstore.MaxNameLength)
+	for i := range 20000 {
+		if _, err := e.db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i + 1), Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		if i%500 == 0 && strings.Contains(e.logs.String(), "event stream ended: the client did not take a write") {
+			return
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(e.logs.String(), "event stream ended: the client did not take a write") {
+			return
+		}
+	}
+	t.Errorf("no log line says why the stalled client's stream ended:\n%s", e.logs)
 }

@@ -40,22 +40,7 @@ func TestEventStreamCatchingUpEndsOnShutdown(t *testing.T) {
 	wg.Wait()
 	// A small receive buffer, so that the kernel does not take the whole
 	// backlog off the server's hands at once.
-	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var err error
-		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
-		return err
-	}}
-	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
-	req, err := http.NewRequest("GET", e.url+"/events?after=0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+e.readToken)
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.streamWithReceiveBuffer(t, "?after=0", 16<<10)
 	defer resp.Body.Close()
 	ended := make(chan struct{})
 	go func() {
@@ -85,22 +70,7 @@ func TestEventStreamCatchingUpEndsOnShutdown(t *testing.T) {
 // alone would look like an ordinary end.
 func TestEventStreamEndsForAStalledClient(t *testing.T) {
 	e := start(t, options{cfg: httpapi.Config{RequestTimeout: 300 * time.Millisecond}})
-	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var err error
-		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
-		return err
-	}}
-	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
-	req, err := http.NewRequest("GET", e.url+"/events", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+e.readToken)
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.streamWithReceiveBuffer(t, "", 4<<10)
 	defer resp.Body.Close() // never read: the client has stalled
 	name := strings.Repeat("n", plantstore.MaxNameLength)
 	for i := range 20000 {
@@ -117,4 +87,28 @@ func TestEventStreamEndsForAStalledClient(t *testing.T) {
 		}
 	}
 	t.Errorf("no log line says why the stalled client's stream ended:\n%s", e.logs)
+}
+
+// streamWithReceiveBuffer opens an event stream (query: "?after=0", or
+// "") with the read token, over a connection whose receive buffer is
+// rcvbuf bytes: a client the kernel cannot take much on behalf of.
+func (e *env) streamWithReceiveBuffer(t *testing.T, query string, rcvbuf int) *http.Response {
+	t.Helper()
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf) })
+		return err
+	}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	req, err := http.NewRequest("GET", e.url+"/events"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+e.readToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -157,6 +156,6 @@ func TestServeWithStalledLog(t *testing.T) {
 			t.Errorf("serve with the log stalled: %v", err)
 		}
 	case <-time.After(3*lastFlushWait + 5*time.Second):
-		t.Fatal(fmt.Sprintf("serve did not stop within %v with its log stalled", 3*lastFlushWait+5*time.Second))
+		t.Fatalf("serve did not stop within %v with its log stalled", 3*lastFlushWait+5*time.Second)
 	}
 }

@@ -199,6 +199,8 @@ func start(t *testing.T, opts options) *env {
 		dbPath = filepath.Join(t.TempDir(), "plants.db")
 		cfg.Store.DB = dbPath
 	}
+	listening := make(chan struct{})
+	cfg.OnListening = func() { close(listening) }
 	a, err := app.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +213,16 @@ func start(t *testing.T, opts options) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx, ln) }()
+	// The tokens below are made once the server has read its roster of
+	// active tokens (before it says it listens), so they are not on it
+	// until its next reading (options.rosterInterval): to the
+	// failed-authentication throttle, tokens it has never seen.
+	select {
+	case <-listening:
+	case err := <-served:
+		a.Close()
+		t.Fatalf("Serve: %v", err)
+	}
 	var stopOnce sync.Once
 	stop := func() {
 		stopOnce.Do(func() {

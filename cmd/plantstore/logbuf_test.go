@@ -81,10 +81,11 @@ func TestBufferedLogNeverWaitsForItsReader(t *testing.T) {
 	cancel()
 	flusher.Wait()
 	// Kept: maxPending's worth, and the lines of the write the stall
-	// caught, taken out of memory before it.
+	// caught, taken out of memory before it (as many as came before the
+	// flusher ran); the rest dropped, and counted.
 	written := strings.Count(w.String(), "\n")
-	if kept := maxPending / len(line); written < kept || written > kept+2*flushAt/len(line) {
-		t.Errorf("%d lines written, want about the %d kept", written, kept)
+	if kept := maxPending / len(line); written < kept || written >= lines {
+		t.Errorf("%d lines written of %d, want at least the %d kept, and some dropped", written, lines, kept)
 	}
 	if got := dropped.Load(); got != int64(lines-written) {
 		t.Errorf("%d lines reported dropped, want %d (%d written of %d)", got, lines-written, written, lines)
@@ -145,9 +146,14 @@ func TestServeWithStalledLog(t *testing.T) {
 		}
 	}
 
-	// Stalled at shutdown: serve still stops, and in time.
+	// Stalled at shutdown, a flush caught in its write: serve still
+	// stops, and in time.
 	stderr.stall()
 	defer stderr.resume()
+	if resp, err := client.Get(url + "/healthz"); err == nil {
+		resp.Body.Close()
+	}
+	time.Sleep(2 * flushEvery) // the line's flush is waiting on the reader
 	cancel()
 	select {
 	case err := <-done:
@@ -155,7 +161,7 @@ func TestServeWithStalledLog(t *testing.T) {
 		if err != nil {
 			t.Errorf("serve with the log stalled: %v", err)
 		}
-	case <-time.After(3*lastFlushWait + 5*time.Second):
-		t.Fatalf("serve did not stop within %v with its log stalled", 3*lastFlushWait+5*time.Second)
+	case <-time.After(2*lastFlushWait + 3*time.Second):
+		t.Fatalf("serve did not stop within %v with its log stalled", 2*lastFlushWait+3*time.Second)
 	}
 }

@@ -76,7 +76,17 @@ shown beside it.`, env.getenv, stdout, stderr)
 	var flushing sync.WaitGroup
 	flushCtx, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
 	flushing.Go(func() { logs.run(flushCtx) })
-	defer func() { stopFlushing(); flushing.Wait() }()
+	defer func() {
+		stopFlushing()
+		// A flush caught in a write to a stalled reader would hold the
+		// flusher, and the exit, until the reader is back.
+		stopped := make(chan struct{})
+		go func() { flushing.Wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(lastFlushWait):
+		}
+	}()
 	return a.Serve(ctx, ln)
 }
 

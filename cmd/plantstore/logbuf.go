@@ -100,10 +100,14 @@ func (b *bufferedLog) Flush() error {
 
 // FlushWithin flushes, waiting at most d for the write: at shutdown, a
 // stalled reader loses the last lines rather than hold the process.
-func (b *bufferedLog) FlushWithin(d time.Duration) {
+func (b *bufferedLog) FlushWithin(d time.Duration) { within(d, func() { b.Flush() }) }
+
+// within runs f, and returns when it does or after d, whichever is first;
+// f may go on after that.
+func within(d time.Duration, f func()) {
 	done := make(chan struct{})
 	go func() {
-		b.Flush()
+		f()
 		close(done)
 	}()
 	select {

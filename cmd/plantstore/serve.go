@@ -80,12 +80,7 @@ shown beside it.`, env.getenv, stdout, stderr)
 		stopFlushing()
 		// A flush caught in a write to a stalled reader would hold the
 		// flusher, and the exit, until the reader is back.
-		stopped := make(chan struct{})
-		go func() { flushing.Wait(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(lastFlushWait):
-		}
+		within(lastFlushWait, flushing.Wait)
 	}()
 	return a.Serve(ctx, ln)
 }

@@ -255,15 +255,17 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 // it cleans the path as sent, where "%2e" is no dot, then matches the
 // decoded "." or ".." against the routes and answers 404. Here the
 // Location keeps the path's escapes as they came, a trailing slash and
-// the query. A path that holds neither "//" nor "/." nor an escape,
-// nearly every path, costs two searches.
+// the query. A path sent without escaped bytes the decoded one hides
+// (no RawPath) that holds neither "//" nor "/.", nearly every path, costs
+// two searches and no escaping.
 func canonicalPathRedirect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		escaped := r.URL.EscapedPath()
-		if !strings.HasPrefix(escaped, "/") || !strings.Contains(escaped, "//") && !strings.Contains(escaped, "/.") && !strings.Contains(escaped, "%") {
+		p := r.URL.Path
+		if !strings.HasPrefix(p, "/") || r.URL.RawPath == "" && !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
 			next.ServeHTTP(w, r)
 			return
 		}
+		escaped := r.URL.EscapedPath()
 		segments := strings.Split(escaped, "/")
 		for i, seg := range segments {
 			switch strings.ToLower(seg) {

@@ -33,6 +33,14 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	// The tests set the variables they mean; one left in the shell (the
+	// README's quick start exports PLANTSTORE_TOKEN) would reach every
+	// command they run. Their own switches, PLANTSTORE_TEST_*, stay.
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "PLANTSTORE_") && !strings.HasPrefix(name, "PLANTSTORE_TEST_") {
+			os.Unsetenv(name)
+		}
+	}
 	if why := pgtest.Unset("cmd/plantstore"); why != "" {
 		fmt.Println(why)
 	}

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -17,15 +19,28 @@ const (
 	lastDialPause  = time.Second
 )
 
-// dialGate spaces out the connection attempts to an address whose last
-// one failed. While the database is down, every request that finds no
-// idle connection would otherwise dial it: thousands of attempts a second
-// under load, each a connection the server's host must refuse, and, the
-// moment it is back, a crowd at its door. Within the pause after a failed
-// attempt, a dial to that address fails at once with the attempt's error
-// (a request gets its 503 as before, sooner); the first one after it
-// tries again. A success ends the pauses. The readiness probe waits for
-// the pause too: at most a second after the database is back.
+// dialGate spaces out the attempts to open a session at an address whose
+// last attempt failed. While the database is down, every request that
+// finds no idle connection would otherwise try one: thousands of attempts
+// a second under load, each a connection the server's host must refuse or
+// a start-up the server must turn down, and, the moment it is back, a
+// crowd at its door.
+//
+// An attempt fails when its dial fails (the port closed, the host
+// unreachable), or when the connection is accepted and closed before the
+// session is ready (the server starting up or shutting down, a database
+// closed to connections, a proxy that accepts and resets, a start-up that
+// timed out). Within the pause after a failure, a dial to that address
+// fails at once with the failure's error (a request gets its 503 as
+// before, sooner); once the pause is over, one attempt goes ahead and the
+// others fail at once until it ends. A session that starts ends the
+// pauses. The readiness probe waits for the pause too: at most a second
+// after the database is back.
+//
+// pgconn tells the gate the outcome through three hooks, installed by
+// install: DialFunc (every connection, the cancel requests' too),
+// AfterNetConnect (a connection that will start a session) and
+// AfterConnect (a session that started).
 type dialGate struct {
 	dial pgconn.DialFunc
 	now  func() time.Time
@@ -38,6 +53,8 @@ type dialPause struct {
 	until time.Time
 	pause time.Duration
 	err   error
+	// trying is set while the one attempt allowed after the pause runs.
+	trying bool
 }
 
 func newDialGate(dial pgconn.DialFunc) *dialGate {
@@ -47,34 +64,145 @@ func newDialGate(dial pgconn.DialFunc) *dialGate {
 	return &dialGate{dial: dial, now: time.Now, down: map[string]*dialPause{}}
 }
 
+// install puts the gate in cfg's path of every connection.
+func (g *dialGate) install(cfg *pgconn.Config) {
+	cfg.DialFunc = g.DialContext
+	afterNet, after := cfg.AfterNetConnect, cfg.AfterConnect
+	cfg.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		if c := gatedOf(conn); c != nil {
+			c.startsSession(ctx)
+		}
+		if afterNet != nil {
+			return afterNet(ctx, cfg, conn)
+		}
+		return conn, nil
+	}
+	cfg.AfterConnect = func(ctx context.Context, pgConn *pgconn.PgConn) error {
+		if after != nil {
+			if err := after(ctx, pgConn); err != nil {
+				return err // pgconn closes the connection: a failed attempt
+			}
+		}
+		if c := gatedOf(pgConn.Conn()); c != nil {
+			c.started()
+		}
+		return nil
+	}
+}
+
 // DialContext is a pgconn.DialFunc.
 func (g *dialGate) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	g.mu.Lock()
-	if p := g.down[addr]; p != nil && g.now().Before(p.until) {
-		err := p.err
-		g.mu.Unlock()
-		return nil, err
+	p := g.down[addr]
+	if p != nil {
+		if g.now().Before(p.until) || p.trying {
+			err := p.err
+			g.mu.Unlock()
+			return nil, err
+		}
+		p.trying = true
 	}
 	g.mu.Unlock()
 
 	conn, err := g.dial(ctx, network, addr)
+	if err != nil {
+		g.ended(addr, p != nil, err)
+		return nil, err
+	}
+	return &gatedConn{Conn: conn, gate: g, addr: addr, trying: p != nil}, nil
+}
 
+// ended records the end of an attempt at addr: err nil for a session that
+// started, else the failure. trying says whether the attempt was the one
+// allowed after a pause.
+func (g *dialGate) ended(addr string, trying bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	p := g.down[addr]
+	if p != nil && trying {
+		p.trying = false
+	}
 	switch {
 	case err == nil:
 		delete(g.down, addr)
 	case errors.Is(err, context.Canceled):
 		// The caller gave up (a client went away): no news of the server.
+	case p == nil:
+		g.down[addr] = &dialPause{pause: firstDialPause, until: g.now().Add(firstDialPause), err: err}
 	default:
-		p := g.down[addr]
-		if p == nil {
-			p = &dialPause{pause: firstDialPause}
-			g.down[addr] = p
-		} else {
-			p.pause = min(2*p.pause, lastDialPause)
-		}
+		p.pause = min(2*p.pause, lastDialPause)
 		p.until, p.err = g.now().Add(p.pause), err
 	}
-	return conn, err
+}
+
+// gatedConn is a connection the gate let through. It reports how its
+// attempt ended: when its session starts, or when it is closed before
+// that. A connection that starts no session (a cancel request) reports
+// nothing of the server.
+type gatedConn struct {
+	net.Conn
+	gate *dialGate
+	addr string
+
+	mu      sync.Mutex
+	trying  bool
+	session context.Context // the start-up's context, until it ends
+	done    bool
+}
+
+func (c *gatedConn) startsSession(ctx context.Context) {
+	c.mu.Lock()
+	c.session = ctx
+	c.mu.Unlock()
+}
+
+func (c *gatedConn) started() { c.end(nil) }
+
+func (c *gatedConn) Close() error {
+	c.end(errSessionFailed{addr: c.addr})
+	return c.Conn.Close()
+}
+
+// end reports the attempt's outcome once; a connection that started no
+// session only gives back the attempt it held.
+func (c *gatedConn) end(err error) {
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return
+	}
+	c.done = true
+	session := c.session
+	c.session = nil
+	c.mu.Unlock()
+	switch {
+	case session == nil:
+		err = context.Canceled // no news: see ended
+	case err != nil && errors.Is(session.Err(), context.Canceled):
+		err = context.Canceled
+	}
+	c.gate.ended(c.addr, c.trying, err)
+}
+
+// errSessionFailed is the error of the dials refused in the pause after a
+// connection accepted and then closed before its session started. The
+// server's own reason, if it gave one, went to the request that tried.
+type errSessionFailed struct{ addr string }
+
+func (e errSessionFailed) Error() string {
+	return fmt.Sprintf("the last connection to %s closed before its session started", e.addr)
+}
+
+// gatedOf finds the gatedConn under conn, through TLS.
+func gatedOf(conn net.Conn) *gatedConn {
+	for {
+		switch c := conn.(type) {
+		case *gatedConn:
+			return c
+		case *tls.Conn:
+			conn = c.NetConn()
+		default:
+			return nil
+		}
+	}
 }

@@ -193,7 +193,7 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
-	cfg.ConnConfig.DialFunc = newDialGate(cfg.ConnConfig.DialFunc).DialContext
+	newDialGate(cfg.ConnConfig.DialFunc).install(&cfg.ConnConfig.Config)
 	params := cfg.ConnConfig.RuntimeParams
 	// A nil error from a write promises a durable commit; a session with
 	// synchronous_commit=off would acknowledge commits the server may lose

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -552,17 +553,26 @@ func TestRestoredFeedCarriedOnByHand(t *testing.T) {
 	}
 }
 
-// freezingProxy relays TCP to addr until freeze is called; from then on
-// it relays nothing and keeps every connection open, as a database server
-// that hangs (SIGSTOP, a dead host behind a live load balancer) would.
-func freezingProxy(t *testing.T, addr string) (proxyAddr string, freeze func()) {
+// testProxy relays TCP to a database server, counting the connections it
+// accepts, until freeze is called; from then on it relays nothing and
+// keeps every connection open, as a database server that hangs (SIGSTOP,
+// a dead host behind a live load balancer) would.
+type testProxy struct {
+	addr     string
+	accepted atomic.Int64
+	frozen   chan struct{}
+	once     sync.Once
+}
+
+func (p *testProxy) freeze() { p.once.Do(func() { close(p.frozen) }) }
+
+func newTestProxy(t *testing.T, addr string) *testProxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	frozen := make(chan struct{})
-	var once sync.Once
+	p := &testProxy{addr: l.Addr().String(), frozen: make(chan struct{})}
 	var mu sync.Mutex
 	var conns []net.Conn
 	relay := func(dst, src net.Conn) {
@@ -570,7 +580,7 @@ func freezingProxy(t *testing.T, addr string) (proxyAddr string, freeze func()) 
 		for {
 			n, err := src.Read(buf)
 			select {
-			case <-frozen:
+			case <-p.frozen:
 				return // swallowed, as a hung server would
 			default:
 			}
@@ -578,6 +588,7 @@ func freezingProxy(t *testing.T, addr string) (proxyAddr string, freeze func()) 
 				dst.Write(buf[:n])
 			}
 			if err != nil {
+				dst.Close()
 				return
 			}
 		}
@@ -588,6 +599,7 @@ func freezingProxy(t *testing.T, addr string) (proxyAddr string, freeze func()) 
 			if err != nil {
 				return
 			}
+			p.accepted.Add(1)
 			s, err := net.Dial("tcp", addr)
 			if err != nil {
 				c.Close()
@@ -608,7 +620,7 @@ func freezingProxy(t *testing.T, addr string) (proxyAddr string, freeze func()) 
 			c.Close()
 		}
 	})
-	return l.Addr().String(), func() { once.Do(func() { close(frozen) }) }
+	return p
 }
 
 // With the server hung, Close does not wait out pgx's 15 s goodbye on
@@ -619,8 +631,8 @@ func TestCloseWithServerHung(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, freeze := freezingProxy(t, u.Host)
-	u.Host = proxy
+	proxy := newTestProxy(t, u.Host)
+	u.Host = proxy.addr
 	db, err := postgres.Open(context.Background(), u.String(), postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -628,7 +640,7 @@ func TestCloseWithServerHung(t *testing.T) {
 	if err := db.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	freeze()
+	proxy.freeze()
 	// A statement the hang outlasts, as the last flush of token use at
 	// shutdown: pgx then cancels it on a connection of its own, which
 	// waits for an answer too.
@@ -641,5 +653,110 @@ func TestCloseWithServerHung(t *testing.T) {
 	db.Close()
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Close with the server hung took %v", took.Round(time.Millisecond))
+	}
+}
+
+// While the server accepts connections and then refuses their sessions
+// (here a database closed to connections; a server starting up or
+// shutting down does the same), the pool does not try one a request:
+// the attempts are spaced out, and the store is back soon after the
+// database is.
+func TestSessionsRefusedAtStartUpAreSpacedOut(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	proxy := newTestProxy(t, u.Host)
+	u.Host = proxy.addr
+	db, err := postgres.Open(context.Background(), u.String(), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	admin, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Ping(context.Background())
+
+	ident := pgx.Identifier{name}.Sanitize()
+	exec("ALTER DATABASE " + ident + " ALLOW_CONNECTIONS false")
+	exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + name + "'")
+	before := proxy.accepted.Load()
+	var wg sync.WaitGroup
+	var pings, failures atomic.Int64
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for range 16 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err := db.Ping(ctx)
+				cancel()
+				pings.Add(1)
+				if err != nil {
+					failures.Add(1)
+					if code := plantstore.ErrorCode(err); code != plantstore.EUNAVAILABLE {
+						t.Errorf("a ping while the database refuses sessions: %v (%s), want EUNAVAILABLE", err, code)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	attempts := proxy.accepted.Load() - before
+	t.Logf("%d pings, %d failed, %d connections in 1.5 s", pings.Load(), failures.Load(), attempts)
+	if failures.Load() < pings.Load()-16 {
+		t.Fatalf("%d of %d pings failed; the database was meant to refuse sessions", failures.Load(), pings.Load())
+	}
+	// The pauses (50, 100, 200, 400, 800 ms) allow about six attempts in
+	// 1.5 s, after the first wave of the 16 callers.
+	if attempts > 16+10 {
+		t.Errorf("%d connections in 1.5 s while sessions were refused; want them spaced out", attempts)
+	}
+
+	exec("ALTER DATABASE " + ident + " ALLOW_CONNECTIONS true")
+	back := time.Now()
+	for db.Ping(context.Background()) != nil {
+		if time.Since(back) > 3*time.Second {
+			t.Fatal("the store was not back 3 s after the database took connections again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("back %v after the database", time.Since(back).Round(time.Millisecond))
+}
+
+// With sslmode=prefer against a server without TLS, pgconn first tries
+// TLS, is refused, and starts the session without: the refused TLS is no
+// failure of the server, and every new connection starts.
+func TestPreferredTLSRefusedIsNoFailure(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("sslmode", "prefer")
+	q.Set("pool_max_conn_lifetime", "1ms") // a new connection for each ping
+	u.RawQuery = q.Encode()
+	db, err := postgres.Open(context.Background(), u.String(), postgres.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for i := range 20 {
+		if err := db.Ping(context.Background()); err != nil {
+			t.Fatalf("ping %d with sslmode=prefer: %v", i, err)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

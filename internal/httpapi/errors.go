@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -119,9 +120,43 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	// transfer coding not implemented), though its status is a 5xx.
 	protocol := status == http.StatusHTTPVersionNotSupported || status == http.StatusNotImplemented
 	if status >= 500 && !refused && !protocol {
-		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
-			slog.String("request_id", requestID(r.Context())), slog.Int("status", status), slog.Any("err", err))
+		attrs := []slog.Attr{slog.String("request_id", requestID(r.Context())), slog.Int("status", status), slog.Any("err", err)}
+		log := true
+		if rep := s.repeated[status]; rep != nil {
+			var like int
+			if log, like = rep.admit(time.Now()); like > 0 {
+				attrs = append(attrs, slog.Int("more_like_it", like))
+			}
+		}
+		if log {
+			s.log.LogAttrs(r.Context(), slog.LevelError, "request failed", attrs...)
+		}
 	}
 	// Messages may quote the request, which need not be UTF-8; JSON must be.
 	writeJSON(w, status, errorBody{Error: int32(status), Message: strings.ToValidUTF8(message, "\uFFFD")})
+}
+
+// repeatedErrors lets one ERROR line a second through for a status that
+// an outage gives every request (503: the store cannot answer; 507: it is
+// full), and counts the others into the next line's more_like_it: under
+// load, a line a request would bury the cause in its own copies. Every
+// request still has its access log line. A 500, a bug, is always logged.
+type repeatedErrors struct {
+	mu     sync.Mutex
+	next   time.Time
+	missed int
+}
+
+// admit reports whether a line may go out now and, if so, how many were
+// held back since the last one.
+func (r *repeatedErrors) admit(now time.Time) (ok bool, missed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Before(r.next) {
+		r.missed++
+		return false, 0
+	}
+	r.next = now.Add(time.Second)
+	missed, r.missed = r.missed, 0
+	return true, missed
 }

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -340,4 +342,59 @@ func TestReadyzWhenStoreIsGone(t *testing.T) {
 			t.Errorf("healthz with the store gone: %d", resp.StatusCode)
 		}
 	})
+}
+
+// unavailableStore stands in for a store whose database is down (the real
+// outages are the engines' tests): every read fails as unavailable.
+type unavailableStore struct{ plantstore.Store }
+
+func (unavailableStore) GetPlant(context.Context, int64) (plantstore.Plant, error) {
+	return plantstore.Plant{}, plantstore.WrapError(plantstore.EUNAVAILABLE, "the store cannot be reached", errors.New("dial tcp: connection refused"))
+}
+
+// In an outage every request fails alike: the error log gets one line a
+// second, the next one counting those held back, while the access log
+// keeps a line a request.
+func TestOutageErrorsLoggedOnceASecond(t *testing.T) {
+	e := start(t, options{wrap: func(s plantstore.Store) plantstore.Store { return unavailableStore{s} }})
+	errorLines := func() []map[string]any {
+		var lines []map[string]any
+		for _, line := range strings.Split(e.logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "request failed" {
+				lines = append(lines, m)
+			}
+		}
+		return lines
+	}
+	for range 200 {
+		resp, body := e.send("GET", "/plants/1", "", nil)
+		wantError(t, resp, body, 503, "cannot be reached")
+	}
+	if n := len(errorLines()); n == 0 || n > 3 {
+		t.Fatalf("%d error lines for 200 failed requests in a burst, want one a second", n)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	resp, body := e.send("GET", "/plants/1", "", nil)
+	wantError(t, resp, body, 503)
+	lines := errorLines()
+	last := lines[len(lines)-1]
+	held := 0
+	for _, l := range lines[1:] {
+		held += int(l["more_like_it"].(float64))
+	}
+	if !strings.Contains(fmt.Sprint(last["err"]), "connection refused") || held != 201-len(lines) {
+		t.Errorf("the error lines count %d held back of %d, want %d; last line %v", held, 201, 201-len(lines), last)
+	}
+	if n := strings.Count(e.logs.String(), `"status":503`); n < 201 {
+		t.Errorf("%d log lines with status 503, want an access log line for each of the 201 requests", n)
+	}
+	// A bug is logged every time.
+	e2 := start(t, options{wrap: func(s plantstore.Store) plantstore.Store { return panickingStore{s} }})
+	for range 5 {
+		e2.send("GET", "/plants/1", "", nil)
+	}
+	if n := strings.Count(e2.logs.String(), `"msg":"request failed"`); n != 5 {
+		t.Errorf("%d error lines for 5 internal errors, want 5", n)
+	}
 }

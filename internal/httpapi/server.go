@@ -185,6 +185,9 @@ type Server struct {
 	feed            *feed
 	streams         atomic.Int64 // event streams open
 	streamsPerToken *tokenSlots
+
+	// repeated holds back the copies of an outage's error line, by status.
+	repeated map[int]*repeatedErrors
 }
 
 // NewServer returns the API's handler over store, checking tokens with
@@ -217,7 +220,8 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 	if cfg.StreamKeepAlive <= 0 {
 		cfg.StreamKeepAlive = DefaultStreamKeepAlive
 	}
-	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg, deadlines: newDeadlines(cfg.RequestTimeout)}
+	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg, deadlines: newDeadlines(cfg.RequestTimeout),
+		repeated: map[int]*repeatedErrors{http.StatusServiceUnavailable: {}, http.StatusInsufficientStorage: {}}}
 	if cfg.TokenRate > 0 {
 		burst := cfg.TokenBurst
 		if burst <= 0 {

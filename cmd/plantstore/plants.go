@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/client"
@@ -582,26 +583,68 @@ func tagCell(tag *string) string {
 		return "-"
 	}
 	if strings.ContainsAny(*tag, " ") || *tag == "" || *tag == "-" {
-		return strconv.Quote(*tag)
+		return quoteCell(*tag)
 	}
 	return tableCell(*tag)
 }
 
 // tableCell is text from the server as a table shows it: as it is when
-// every character is visible, else quoted with Go's escapes. The API
-// accepts Unicode format characters in names and tags (it refuses only
-// control characters), and on a terminal a bidi override (U+202E) or
-// isolate (U+2066-U+2069) reorders the rest of the line, a zero-width
-// character hides, and a line separator breaks the row, so a plant could
-// pass for another or forge a row. Quoted, they show as \u202e. A plain
-// cell never contains '"', so one that starts with '"' is always quoted
-// and the two cannot be confused. JSON output is left as it is: there they
-// are data, escaped or not by the reader's choice.
+// every character is visible, else quoted, each invisible character
+// escaped. The API accepts Unicode format characters in names and tags
+// (it refuses only control characters), and on a terminal a bidi
+// override (U+202E) or isolate (U+2066-U+2069) reorders the rest of the
+// line, a zero-width character hides, and a line separator breaks the
+// row, so a plant could pass for another or forge a row. Quoted, they
+// show as \u202e. A plain cell never contains '"', so one that starts
+// with '"' is always quoted and the two cannot be confused. JSON output
+// is left as it is: there they are data, escaped or not by the reader's
+// choice.
 func tableCell(s string) string {
 	for _, r := range s {
-		if r == '"' || !unicode.IsPrint(r) {
-			return strconv.Quote(s)
+		if r == '"' || hidden(r) {
+			return quoteCell(s)
 		}
 	}
 	return s
+}
+
+// hidden says whether r shows as nothing, or as something else, on a
+// terminal: what Go does not call printable (controls, format characters,
+// separators but the space), and the printable characters Unicode says
+// a renderer may ignore (Default_Ignorable_Code_Point: the combining
+// grapheme joiner U+034F, variation selectors such as U+FE0F, Hangul
+// fillers such as U+3164), which strconv.Quote would leave as they are.
+// An emoji's U+FE0F is escaped with the rest: harmless in a quoted cell.
+func hidden(r rune) bool {
+	return !unicode.IsPrint(r) || unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
+}
+
+// quoteCell is s between double quotes, with Go's escapes for '"', '\\',
+// bytes that are not UTF-8 and hidden characters: what strconv.Quote
+// makes of it, but for the printable hidden ones, which it leaves.
+func quoteCell(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case !hidden(r):
+			b.WriteString(s[:size])
+		case unicode.IsPrint(r) && r > 0xFFFF:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		case unicode.IsPrint(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			q := strconv.QuoteRune(r) // '\u202e', '\n'
+			b.WriteString(q[1 : len(q)-1])
+		}
+		s = s[size:]
+	}
+	b.WriteByte('"')
+	return b.String()
 }

@@ -26,6 +26,11 @@ func TestPlantTableEscapesFormatCharacters(t *testing.T) {
 		{client.Plant{ID: 4, Name: "Ivy\u2028 5  forged  row"}, `"Ivy\u2028 5  forged  row"`, "-", []rune{0x2028}},
 		{client.Plant{ID: 5, Name: "\ufeffCactus\u00ad"}, `"\ufeffCactus\u00ad"`, "-", []rune{0xfeff, 0xad}},
 		{client.Plant{ID: 6, Name: `Say "hi"`}, `"Say \"hi\""`, "-", nil},
+		// Printable to Go, yet shown as nothing: a combining grapheme
+		// joiner, a variation selector, a Hangul filler, a variation
+		// selector of the supplement; and a quoted tag escapes them too.
+		{client.Plant{ID: 9, Name: "alice\u034f", Tag: tag("two\ufe0f words")}, `"alice\u034f"`, `"two\ufe0f words"`, []rune{0x34f, 0xfe0f}},
+		{client.Plant{ID: 10, Name: "\u3164Fern\U000e0100"}, `"\u3164Fern\U000e0100"`, "-", []rune{0x3164, 0xe0100}},
 		// Visible text is left alone, accents and scripts included.
 		{client.Plant{ID: 7, Name: "Monstera déliciosa", Tag: tag("熱帯")}, "Monstera déliciosa", "熱帯", nil},
 		{client.Plant{ID: 8, Name: `back\slash`, Tag: tag("two words")}, `back\slash`, `"two words"`, nil},

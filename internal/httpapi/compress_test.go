@@ -181,13 +181,25 @@ func TestHostChecked(t *testing.T) {
 		}
 		// An absolute-form target names the host instead (Go takes it
 		// over the header): one with no host or with user information is
-		// refused (RFC 9110, sections 4.2.1 and 4.2.4); one with a host
-		// begins the links.
-		for _, target := range []string{"http:///plants?limit=1", "http://u@api.example/plants?limit=1", "http://u:p@api.example/plants?limit=1"} {
+		// refused (RFC 9110, sections 4.2.1 and 4.2.4), as is one of
+		// another scheme, and one with a bad host is said to be the
+		// target's; one with a host begins the links.
+		for target, words := range map[string]string{
+			"http:///plants?limit=1":                "not an http or https URL with a host and no user information",
+			"http://u@api.example/plants?limit=1":   "not an http or https URL with a host and no user information",
+			"http://u:p@api.example/plants?limit=1": "not an http or https URL with a host and no user information",
+			"ftp://api.example/plants?limit=1":      "not an http or https URL with a host and no user information",
+			"http://a!b/plants?limit=1":             `the request target's host "a!b"`,
+		} {
 			resp, body := e.raw("GET " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.readToken + "\r\n\r\n")
-			wantError(t, resp, body, http.StatusBadRequest, "names no host, or names user information")
+			wantError(t, resp, body, http.StatusBadRequest, words)
 			if !resp.Close {
 				t.Errorf("GET %s: the connection stays open after the 400", target)
+			}
+		}
+		for _, target := range []string{"HTTPS://api.example/plants?limit=1", "https://api.example/plants?limit=1"} {
+			if resp, body := e.raw("GET " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.readToken + "\r\n\r\n"); resp.StatusCode != 200 {
+				t.Errorf("GET %s: %d %s", target, resp.StatusCode, body)
 			}
 		}
 		resp, body := e.raw("GET http://api.example/plants?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.readToken + "\r\n\r\n")

@@ -388,8 +388,11 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 	// An absolute-form target ("GET http://host/plants") names the host
 	// itself, and Go takes it over the Host header; one with no host, or
 	// with user information, is refused as such a Host header would be
-	// (RFC 9110, sections 4.2.1 and 4.2.4).
-	badAuthority := r.URL.Scheme != "" && (r.URL.Host == "" || r.URL.User != nil)
+	// (RFC 9110, sections 4.2.1 and 4.2.4), and so is one of a scheme
+	// other than http or https: the service serves no other.
+	absolute := r.URL.Scheme != ""
+	badAuthority := absolute && (r.URL.Host == "" || r.URL.User != nil ||
+		!strings.EqualFold(r.URL.Scheme, "http") && !strings.EqualFold(r.URL.Scheme, "https"))
 	if r.ProtoMajor == 1 && validHost(r.Host) && !badAuthority {
 		return false
 	}
@@ -398,9 +401,12 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 	case r.ProtoMajor != 1:
 		s.writeError(w, r, errorStatus(http.StatusHTTPVersionNotSupported, "%s is not served: this service speaks HTTP/1.1", r.Proto))
 	case badAuthority:
-		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the request target names no host, or names user information: send the path alone, with the Host header"))
+		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the request target is not an http or https URL with a host and no user information: send the path alone, with the Host header"))
 	case r.Host == "":
 		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the Host header is empty: name the host and port the request is sent to"))
+	case absolute:
+		s.writeError(w, r, errorStatus(http.StatusBadRequest,
+			"the request target's host %q is not a host name or address with an optional port", r.Host))
 	default:
 		s.writeError(w, r, errorStatus(http.StatusBadRequest,
 			"the Host header %q is not a host name or address with an optional port", r.Host))

@@ -73,6 +73,11 @@ func TestConfigurationFromFiles(t *testing.T) {
 		{"/nonexistent/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, ""},
 		{"/nonexistent-s3cretdir/sub/s3cret.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "/nonexistent-s3cretdir/sub"},
 		{"xml", "PLANTSTORE_LOG_FORMAT_FILE", []string{"serve", "--addr", "127.0.0.1:0"}, 2, ""},
+		// Short parts too, and a relative path that the message shows
+		// made absolute.
+		{"./nodir/x.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "nodir"},
+		{"./nodir/x.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "x.db"},
+		{"postgres://u:PW_FROM_FILE@[::1]:1/x?connect_timeout=2", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "::1"},
 		// Go's own error shows the URL with its password as ***: no
 		// longer the whole value, its path and user name still are.
 		{"http://someuser:PW_FROM_FILE@127.0.0.1:1/tenant-SECRET123", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 1, "tenant-SECRET123"},

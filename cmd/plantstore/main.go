@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/plantstore/plantstore/internal/redact"
 )
@@ -235,6 +236,12 @@ func withoutFileValues(err error, env environment) error {
 // "***") and as ours do (maskPassword).
 func valueForms(value string) []string {
 	forms := []string{value}
+	// A relative path, as a message about the file shows it: absolute.
+	if !strings.Contains(value, "://") && strings.ContainsAny(value, `/\`) && !filepath.IsAbs(value) {
+		if abs, err := filepath.Abs(value); err == nil {
+			forms = append(forms, abs)
+		}
+	}
 	if u, err := url.Parse(value); err == nil {
 		if _, has := u.User.Password(); has {
 			// The stars as they are: url.UserPassword would escape them.
@@ -270,8 +277,9 @@ func namedParts(value string) []namedPart {
 // valueParts are the pieces of a value that a message may quote apart
 // from the whole, longest first: a URL's host (a dial error names it), a
 // path's directory (one that does not exist is named) and file name.
-// Pieces shorter than minPart are left: "db" or "s" would be taken out of
-// every word of the message that holds them, and say little.
+// redact.Replace takes a short one ("db") out only where it stands apart,
+// not from every word that holds it; a piece of no letter or digit ("..")
+// is left.
 func valueParts(value string) []string {
 	var parts []string
 	if u, err := url.Parse(value); err == nil && u.Host != "" {
@@ -280,15 +288,17 @@ func valueParts(value string) []string {
 		if dir := filepath.Dir(value); dir != "." && dir != string(filepath.Separator) {
 			parts = append(parts, dir)
 		}
+		if abs, err := filepath.Abs(value); err == nil && !filepath.IsAbs(value) {
+			parts = append(parts, filepath.Dir(abs)) // a relative path shown absolute
+		}
 		parts = append(parts, filepath.Base(value))
 	}
-	parts = slices.DeleteFunc(parts, func(p string) bool { return len(p) < minPart })
+	parts = slices.DeleteFunc(parts, func(p string) bool {
+		return !strings.ContainsFunc(p, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) })
+	})
 	slices.SortStableFunc(parts, func(a, b string) int { return len(b) - len(a) })
 	return parts
 }
-
-// minPart is the shortest piece of a file's value valueParts takes out.
-const minPart = 8
 
 type fileValuesHidden struct {
 	msg string

@@ -45,6 +45,9 @@ type Authenticator struct {
 	// roster holds the hashes of the active tokens as of its last reading
 	// (RefreshRoster): nil until the first.
 	roster atomic.Pointer[map[plantstore.TokenHash]struct{}]
+	// rosterRead is when the roster was last read, or tried, in Unix
+	// nanoseconds: 0 before the first.
+	rosterRead atomic.Int64
 
 	hits, misses atomic.Int64
 }
@@ -208,6 +211,7 @@ func (a *Authenticator) Known(hash plantstore.TokenHash) bool {
 // at most, the newest first) for Known. On an error the roster read last
 // stays.
 func (a *Authenticator) RefreshRoster(ctx context.Context) error {
+	a.rosterRead.Store(time.Now().UnixNano())
 	hashes, err := a.store.ActiveTokenHashes(ctx, a.opts.RosterSize)
 	if err != nil {
 		return err
@@ -218,6 +222,19 @@ func (a *Authenticator) RefreshRoster(ctx context.Context) error {
 	}
 	a.roster.Store(&roster)
 	return nil
+}
+
+// RosterDue is how long after now the roster is read next (at most
+// RosterInterval): by then a token valid now is Known. The throttle tells
+// a client refused for want of it to retry then, not after the whole of
+// its address's back-off.
+func (a *Authenticator) RosterDue(now time.Time) time.Duration {
+	read := a.rosterRead.Load()
+	if read == 0 {
+		return a.opts.RosterInterval
+	}
+	due := time.Unix(0, read).Add(a.opts.RosterInterval).Sub(now)
+	return min(max(due, 0), a.opts.RosterInterval)
 }
 
 // evictLocked drops expired entries, and if none were, an arbitrary one.

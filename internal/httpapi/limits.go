@@ -139,8 +139,8 @@ func (s *Server) tokenRateExceeded(w http.ResponseWriter, r *http.Request, token
 // guesses and costs no lookup, while the valid tokens of others behind
 // the same address (a proxy, a load balancer, a NAT) are still served:
 // one stranger's bad tokens cannot lock them out. A valid token made
-// since the roster's last reading waits for the next one, or for an
-// attempt the address regains. (The alternative, looking up every token
+// since the roster's last reading is refused until the next one, or an
+// attempt the address regains, whichever comes first: its Retry-After. (The alternative, looking up every token
 // and refusing only the unknown ones, would answer each guess.)
 //
 // Otherwise the lookup goes ahead when fewer lookups from the address
@@ -162,9 +162,12 @@ func (s *Server) reserveLookup(w http.ResponseWriter, r *http.Request, hash plan
 		return slot, false
 	}
 	for {
-		left, wait := s.authFailures.left(slot.addr, time.Now())
+		now := time.Now()
+		left, wait := s.authFailures.left(slot.addr, now)
 		if left == 0 {
-			s.writeError(w, r, authFailuresError(wait))
+			// A valid token is Known once the roster is read again: its
+			// client may retry then, however long the address's back-off.
+			s.writeError(w, r, authFailuresError(min(wait, max(s.auth.RosterDue(now), time.Millisecond))))
 			return slot, true
 		}
 		ended, ok := s.lookups.enter(slot.addr, left)

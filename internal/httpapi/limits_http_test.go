@@ -227,6 +227,37 @@ func TestAuthFailuresThrottleSparesRosterTokens(t *testing.T) {
 	})
 }
 
+// A valid token new to the server, refused while its address is
+// throttled, is told to retry when the roster is next read (every 5 s by
+// default), not after the address's whole back-off (here 10 minutes),
+// and is served when it does.
+func TestAuthFailuresRetryAfterTheRoster(t *testing.T) {
+	const allowed = 3
+	e := start(t, options{cfg: httpapi.Config{AuthFailures: allowed, AuthFailureWindow: 30 * time.Minute}})
+	guess := map[string]string{"Authorization": "Bearer " + plantstore.NewToken()}
+	for range allowed {
+		resp, body := e.do("GET", "/plants", guess, nil)
+		wantError(t, resp, body, http.StatusUnauthorized)
+	}
+	resp, body := e.do("GET", "/plants", guess, nil)
+	if wait := wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications"); wait > 5*time.Second {
+		t.Errorf("a throttled guess: Retry-After %v, want the roster's next reading, within 5 s", wait)
+	}
+	late := map[string]string{"Authorization": "Bearer " + e.issue("late", plantstore.ScopePlantsRead)}
+	resp, body = e.do("GET", "/plants", late, nil)
+	if resp.StatusCode == 200 {
+		t.Fatal("a token made after the roster's reading was served from a throttled address; the test shows nothing")
+	}
+	wait := wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
+	if wait > 5*time.Second {
+		t.Fatalf("a valid token new to the server: Retry-After %v, want the roster's next reading, within 5 s", wait)
+	}
+	time.Sleep(wait)
+	if resp, body := e.do("GET", "/plants", late, nil); resp.StatusCode != 200 {
+		t.Errorf("retried after Retry-After: %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
 // Guesses sent together are counted as they come, not once each has been
 // checked: no more than the allowed attempts reach the store, however
 // many race in, and a valid token's lookup meanwhile takes no attempt.

@@ -212,6 +212,7 @@ var benchToken = plantstore.Token{ID: 1, Name: "bench", Scopes: plantstore.Known
 func (fixedAuth) Hash(string) plantstore.TokenHash                     { return plantstore.TokenHash{1} }
 func (fixedAuth) Cached(plantstore.TokenHash) (plantstore.Token, bool) { return benchToken, true }
 func (fixedAuth) Known(plantstore.TokenHash) bool                      { return true }
+func (fixedAuth) RosterDue(time.Time) time.Duration                    { return time.Second }
 
 func (fixedAuth) Lookup(context.Context, plantstore.TokenHash) (plantstore.Token, error) {
 	return benchToken, nil

@@ -154,6 +154,8 @@ type Authenticator interface {
 	// store could tell.
 	Cached(hash plantstore.TokenHash) (plantstore.Token, bool)
 	Known(hash plantstore.TokenHash) bool
+	// RosterDue is how long after now the tokens valid now are all Known.
+	RosterDue(now time.Time) time.Duration
 	Lookup(ctx context.Context, hash plantstore.TokenHash) (plantstore.Token, error)
 }
 

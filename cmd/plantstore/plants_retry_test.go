@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,30 +62,32 @@ func TestPlantsRetryThrottled(t *testing.T) {
 }
 
 // A 429 that asks for a longer wait than the command waits says, once,
-// how many seconds to wait, and is not retried: here the real server's
-// refusal of an address that sent too many bad tokens (five minutes).
+// how many seconds to wait, and is not retried. The real server's 429s on
+// the plant routes ask for 5 s at most (a throttled address is told when
+// a valid token new to the server is known), so a stand-in answers as a
+// proxy's or gateway's limit might: five minutes.
 func TestPlantsSayRetryAfter(t *testing.T) {
-	dir := t.TempDir()
-	s := serve(t, dir, "--auth-failure-limit", "1", "--auth-failure-window", "5m")
-	env := []string{"PLANTSTORE_SERVER=" + s.url, "PLANTSTORE_TOKEN=pst_notatoken"}
-	if r := cli(t, dir, env, "plants", "list"); r.exit != 1 || !strings.Contains(r.stderr, "(HTTP 401)") {
-		t.Fatalf("a bad token: exit %d, %q; want 401", r.exit, r.stderr)
-	}
-	r := cli(t, dir, env, "plants", "list")
-	want := regexp.MustCompile(`^plantstore: too many failed authentications from this address \(HTTP 429\); retry after (\d+) s\n$`)
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "300")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.Write([]byte(`{"error":429,"message":"too many requests from this address"}`))
+	}))
+	defer srv.Close()
+	env := []string{"PLANTSTORE_SERVER=" + srv.URL, "PLANTSTORE_TOKEN=pst_notatoken"}
+	r := cli(t, t.TempDir(), env, "plants", "list")
+	want := regexp.MustCompile(`^plantstore: too many requests from this address \(HTTP 429\); retry after (\d+) s\n$`)
 	m := want.FindStringSubmatch(r.stderr)
 	if r.exit != 1 || m == nil {
-		t.Fatalf("the throttled address: exit %d, stderr %q; want one line matching %s", r.exit, r.stderr, want)
+		t.Fatalf("a 429 asking for 300 s: exit %d, stderr %q; want one line matching %s", r.exit, r.stderr, want)
 	}
-	if secs, _ := strconv.Atoi(m[1]); secs < 290 || secs > 300 {
-		t.Errorf("retry after %s s; the server asked for about 300", m[1])
+	if m[1] != "300" {
+		t.Errorf("retry after %s s; the server asked for 300", m[1])
 	}
-	if !s.logged(`"status":429`, 5*time.Second) {
-		t.Fatalf("the server logged no 429:\n%s", s.logs)
-	}
-	time.Sleep(200 * time.Millisecond) // the access log is written in batches
-	if n := strings.Count(s.logs.String(), `"status":429`); n != 1 {
-		t.Errorf("%d requests answered 429: a Retry-After of 300 s is beyond what the command waits, want 1", n)
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests: a Retry-After of 300 s is beyond what the command waits, want 1", n)
 	}
 }
 

@@ -110,7 +110,10 @@ func (db *DB) RemoveSubscriber(ctx context.Context, id int64) error {
 // instance is claiming at the same moment (SKIP LOCKED), so two instances
 // never lease one subscriber. A candidate has a due pending delivery,
 // which may wait behind another of its plant that is not due: then the
-// claim finds nothing to send, and gives the subscriber back.
+// claim finds nothing to send, and gives the subscriber back. The one
+// that has waited longest goes first: never leased, or whose lease ended
+// first (a lease given back records when, in lease_until), so that with
+// more subscribers due than workers they take turns.
 func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]plantstore.Subscriber, error) {
 	now := db.now()
 	var subs []plantstore.Subscriber
@@ -122,7 +125,7 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 				WHERE s.disabled_at IS NULL AND (s.lease_until IS NULL OR s.lease_until <= $3)
 				  AND EXISTS (SELECT 1 FROM webhook_deliveries d
 				       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL AND d.next_attempt_at <= $3)
-				ORDER BY s.id LIMIT $4
+				ORDER BY s.lease_until NULLS FIRST, s.id LIMIT $4
 				FOR UPDATE SKIP LOCKED)
 			RETURNING id, url, secret`, owner, now.Add(lease), now, n)
 		if err != nil {
@@ -319,14 +322,14 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 					return err
 				}
 			}
-			var leaseUntil *time.Time
+			// A lease given back records when, for the claims' order.
+			leaseUntil := now
 			if !release {
-				until := now.Add(lease)
-				leaseUntil = &until
+				leaseUntil = now.Add(lease)
 			}
 			tag, err := tx.Exec(ctx, `UPDATE webhook_subscribers
-				SET lease_owner = CASE WHEN $1::timestamptz IS NULL THEN NULL ELSE lease_owner END, lease_until = $1
-				WHERE id = $2 AND lease_owner = $3`, leaseUntil, subscriberID, owner)
+				SET lease_owner = CASE WHEN $4 THEN NULL ELSE lease_owner END, lease_until = $1
+				WHERE id = $2 AND lease_owner = $3`, leaseUntil, subscriberID, owner, release)
 			if err != nil {
 				return err
 			}

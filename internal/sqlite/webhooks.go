@@ -117,7 +117,10 @@ func (db *DB) RemoveSubscriber(ctx context.Context, id int64) error {
 // claim's DueDeliveries copies them; they may be of types the subscriber
 // does not want). A delivery may wait behind another of its plant which
 // is not due: then the claim finds nothing to send, and gives the
-// subscriber back.
+// subscriber back. The one that has waited longest goes first: never
+// leased, or whose lease ended first (a lease given back records when,
+// in lease_until), so that with more subscribers due than dispatchers'
+// workers they take turns.
 func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]plantstore.Subscriber, error) {
 	now := db.now()
 	rows, err := db.write.QueryContext(ctx, `UPDATE webhook_subscribers SET lease_owner = ?1, lease_until = ?2
@@ -127,7 +130,7 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 			  AND (EXISTS (SELECT 1 FROM webhook_deliveries d
 			       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL AND d.next_attempt_at <= ?3)
 			    OR max(s.since_event, (SELECT through FROM outbox_cursor)) < `+lastEventSQL+`)
-			ORDER BY s.id LIMIT ?4)
+			ORDER BY s.lease_until NULLS FIRST, s.id LIMIT ?4)
 		RETURNING id, url, secret`, owner, millis(now.Add(lease)), millis(now), n)
 	if err != nil {
 		return nil, storeError("claim webhook subscribers", err)
@@ -357,8 +360,8 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 	}
 	var res sql.Result
 	if release {
-		res, err = tx.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = NULL
-			WHERE id = ? AND lease_owner = ?`, subscriberID, owner)
+		res, err = tx.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = ?
+			WHERE id = ? AND lease_owner = ?`, millis(now), subscriberID, owner)
 	} else {
 		res, err = tx.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_until = ?
 			WHERE id = ? AND lease_owner = ?`, millis(now.Add(lease)), subscriberID, owner)

@@ -15,6 +15,7 @@ func runWebhooks(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("OutboxFollowsCreates", func(t *testing.T) { testOutboxFollowsCreates(t, open(t)) })
 	t.Run("OutboxUnderConcurrentCreates", func(t *testing.T) { testOutboxConcurrent(t, open(t)) })
 	t.Run("LeaseIsExclusive", func(t *testing.T) { testLeaseIsExclusive(t, open(t)) })
+	t.Run("ClaimsTakeTurns", func(t *testing.T) { testClaimsTakeTurns(t, open(t)) })
 	t.Run("DeliveryLifecycle", func(t *testing.T) { testDeliveryLifecycle(t, open(t)) })
 	t.Run("DisableAndRemove", func(t *testing.T) { testDisableAndRemove(t, open(t)) })
 	t.Run("LastError", func(t *testing.T) { testLastError(t, open(t)) })
@@ -178,6 +179,43 @@ func testOutboxConcurrent(t *testing.T, s plantstore.Store) {
 	if len(seen) != n {
 		t.Errorf("%d plants announced, want %d", len(seen), n)
 	}
+}
+
+// The subscriber that has waited longest is claimed first: one never
+// leased, then the one whose lease was given back first; not the lowest
+// id, which would let a few busy subscribers keep every worker.
+func testClaimsTakeTurns(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	var subs []int64
+	for i := range 3 {
+		subs = append(subs, mustAddSubscriber(t, s, fmt.Sprintf("https://%d.example/hook", i)).ID)
+	}
+	mustCreate(t, s, plantstore.Plant{ID: 1, Name: "fern"}) // due for each
+	claim := func(want int64) {
+		t.Helper()
+		got, err := s.ClaimSubscribers(ctx, "A", time.Minute, 1)
+		if err != nil || len(got) != 1 || got[0].ID != want {
+			t.Fatalf("claimed %+v, %v; want subscriber %d", got, err, want)
+		}
+	}
+	release := func(id int64) {
+		t.Helper()
+		time.Sleep(5 * time.Millisecond) // the releases' times apart
+		if held, err := s.RecordAttempts(ctx, "A", id, nil, time.Minute, true); err != nil || !held {
+			t.Fatalf("release of %d: held %v, %v", id, held, err)
+		}
+	}
+	claim(subs[0])
+	claim(subs[1])
+	release(subs[0])
+	claim(subs[2]) // never leased: before the one given back
+	release(subs[1])
+	release(subs[2])
+	claim(subs[0]) // given back first
+	claim(subs[1])
+	release(subs[0])
+	claim(subs[2])
+	claim(subs[0])
 }
 
 func testLeaseIsExclusive(t *testing.T, s plantstore.Store) {

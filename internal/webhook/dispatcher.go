@@ -132,6 +132,15 @@ const maxWindow = 1024
 // the writes: what a delivery may wait, at most, to be sent with others.
 const minWindowInterval = 50 * time.Millisecond
 
+// maxTurn is how long a worker serves one subscriber before it gives the
+// subscriber back, at the end of the window then in flight: the next
+// claim takes the subscriber that has waited longest (the store's order),
+// so that with more subscribers due than workers they take turns, and a
+// healthy one waits at most a turn and an attempt's timeout behind dead
+// ones that always have something due, rather than for ever. Within a
+// turn's last window, no plant's deliveries start after the turn ends.
+const maxTurn = time.Second
+
 // minClaimInterval spaces the dispatcher's claims; busyClaimInterval
 // while some subscriber is being served.
 const (
@@ -352,7 +361,12 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	}
 	window := min(windowPerSlot*d.cfg.Concurrency, maxWindow)
 	var last time.Time // when the last window was read
+	turnEnds := time.Now().Add(maxTurn)
 	for {
+		if !time.Now().Before(turnEnds) {
+			record(nil, true) // the others' turn
+			return true
+		}
 		// A window that was not full found the backlog drained: the
 		// subscriber keeps up with the writes. Then the next waits a
 		// little, so that it gathers the deliveries of many writes and
@@ -384,7 +398,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		if len(ds) == n {
 			last = time.Time{} // a full window: the next at once
 		}
-		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record)
+		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record, turnEnds)
 		switch end {
 		case windowGone:
 			d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", goneOn))
@@ -413,9 +427,10 @@ const (
 // retried (its later deliveries wait), and everything stops at a 410 or
 // when ctx ends. The results are recorded as they come, in batches, and
 // all of them before it returns. After a 410 it also returns the event
-// that got it.
+// that got it. No plant's deliveries start after turnEnds: they wait for
+// the subscriber's next turn (maxTurn).
 func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte,
-	ds []plantstore.Delivery, record func([]plantstore.AttemptResult, bool) bool) (windowEnd, string) {
+	ds []plantstore.Delivery, record func([]plantstore.AttemptResult, bool) bool, turnEnds time.Time) (windowEnd, string) {
 	// The chains, one per plant, in the order of their first delivery.
 	var chains [][]plantstore.Delivery
 	at := make(map[int64]int, len(ds))
@@ -461,6 +476,9 @@ func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plant
 	go func() {
 		defer close(todo)
 		for _, chain := range chains {
+			if !time.Now().Before(turnEnds) {
+				return // the rest wait for the subscriber's next turn
+			}
 			select {
 			case todo <- chain:
 			case <-wctx.Done():

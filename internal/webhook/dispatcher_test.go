@@ -800,3 +800,59 @@ func TestRunReturnsWhileWorkersReport(t *testing.T) {
 		}
 	}
 }
+
+// With more subscribers due than workers, they take turns: a healthy
+// subscriber gets its deliveries while dead ones, with lower ids and
+// always something due (a new plant every 20 ms), hold every worker
+// with attempts that time out. It waits a turn and a timeout at most,
+// not for ever.
+func TestSubscribersTakeTurnsForTheWorkers(t *testing.T) {
+	f := start(t, fast) // 4 workers, attempts time out after 2 s
+	release := make(chan struct{})
+	defer close(release)
+	for range 5 {
+		f.subscribe(func(int, delivery) (int, http.Header) {
+			<-release
+			return http.StatusOK, nil
+		})
+	}
+	healthy, _ := f.subscribe(nil)
+	stop := make(chan struct{})
+	created := make(chan time.Time, 1000)
+	var creates sync.WaitGroup
+	creates.Go(func() {
+		for id := int64(1); ; id++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			f.create(id)
+			created <- time.Now()
+		}
+	})
+	time.Sleep(8 * time.Second)
+	close(stop)
+	creates.Wait()
+	close(created)
+	var times []time.Time
+	for at := range created {
+		times = append(times, at)
+	}
+	got := healthy.plantIDs()
+	if len(got) == 0 {
+		t.Fatalf("the healthy subscriber got nothing in 8 s of %d creates while 5 dead ones held the 4 workers", len(times))
+	}
+	// Every plant created up to 5 s before the end has reached it: a turn
+	// (1 s) and two timeouts (2 s each) at most behind.
+	have := map[int64]bool{}
+	for _, id := range got {
+		have[int64(id)] = true
+	}
+	end := times[len(times)-1]
+	for i, at := range times {
+		if id := int64(i + 1); end.Sub(at) > 5*time.Second && !have[id] {
+			t.Fatalf("plant %d, created %v before the end, has not reached the healthy subscriber (%d of %d did)", id, end.Sub(at).Round(time.Millisecond), len(got), len(times))
+		}
+	}
+}

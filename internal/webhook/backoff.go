@@ -74,9 +74,10 @@ func ParseIntervals(s string) ([]time.Duration, error) {
 // returns a number in [0, 1) that picks the factor linearly (0 is 0.8, 0.5
 // is exactly 1); nil means math/rand/v2's Float64.
 // retryAfter, the subscriber's own request (Result.RetryAfter), is a lower
-// bound on the wait, itself capped at one hour. giveUp is true when next is
-// later than firstFailed+ParkAfter: the dispatcher should park the message
-// instead of scheduling it.
+// bound on the wait, itself capped at one hour. giveUp is true when the
+// schedule's own wait (retryAfter aside) ends later than
+// firstFailed+ParkAfter: the dispatcher should park the message instead of
+// scheduling it.
 func (s Schedule) Next(attempts int, firstFailed, now time.Time, retryAfter time.Duration, jitter func() float64) (next time.Time, giveUp bool) {
 	intervals, maxAge := s.Intervals, s.ParkAfter
 	if len(intervals) == 0 {
@@ -94,10 +95,14 @@ func (s Schedule) Next(attempts int, firstFailed, now time.Time, retryAfter time
 		u = 0
 	}
 	u = min(u, 1)
-	wait := time.Duration(float64(intervals[i]) * (0.8 + 0.4*u))
-	if retryAfter > 0 {
-		wait = max(wait, min(retryAfter, maxRetryAfter))
+	next = now.Add(time.Duration(float64(intervals[i]) * (0.8 + 0.4*u)))
+	// The schedule's own wait decides parking; the subscriber's wait only
+	// delays the attempt, even past ParkAfter: a receiver that asks to be
+	// called back in 15 minutes (planned maintenance) is, once, rather
+	// than parked at its first answer.
+	giveUp = next.After(firstFailed.Add(maxAge))
+	if asked := now.Add(min(retryAfter, maxRetryAfter)); asked.After(next) {
+		next = asked
 	}
-	next = now.Add(wait)
-	return next, next.After(firstFailed.Add(maxAge))
+	return next, giveUp
 }

@@ -416,6 +416,28 @@ func TestHonoursRetryAfter(t *testing.T) {
 	}
 }
 
+// A Retry-After longer than the park-after bound is honoured, once: the
+// delivery is tried again when the receiver asked, not parked at its
+// first answer.
+func TestRetryAfterPastTheParkingBound(t *testing.T) {
+	f := start(t, webhook.Schedule{Intervals: []time.Duration{50 * time.Millisecond}, ParkAfter: 500 * time.Millisecond})
+	r, sub := f.subscribe(func(n int, _ delivery) (int, http.Header) {
+		if n == 1 {
+			return http.StatusServiceUnavailable, http.Header{"Retry-After": {"2"}}
+		}
+		return http.StatusOK, nil
+	})
+	f.create(1)
+	eventually(t, "the retry", func() bool { return f.subscriber(sub.ID).Delivered == 1 })
+	ds := r.deliveries()
+	if gap := ds[1].at.Sub(ds[0].at); gap < 1900*time.Millisecond {
+		t.Errorf("retried %v after a Retry-After of 2 s", gap)
+	}
+	if got := f.subscriber(sub.ID); got.Failed != 0 {
+		t.Errorf("%d parked; the Retry-After was past the bound, and honoured", got.Failed)
+	}
+}
+
 // A failing delivery holds back its plant's later events, so their order
 // survives an outage of the receiver, and not the other plants' events.
 func TestOrderSurvivesFailures(t *testing.T) {

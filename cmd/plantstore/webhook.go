@@ -123,7 +123,28 @@ all the same. Receivers verify each delivery's signature with the secret
 	fmt.Fprintf(stderr, "added webhook subscriber %d for %s (%s); its signing secret is shown only this once\n",
 		sub.ID, tableCell(webhook.RedactURL(sub.URL)), strings.Join(sub.Events, ","))
 	warnPrivate(ctx, sub.URL, stderr)
+	warnSameURL(ctx, store, sub, stderr)
 	return nil
+}
+
+// warnSameURL says on stderr when other active subscribers have sub's URL:
+// each event they share then goes to it once per subscriber. Allowed (a
+// receiver may want two secrets while it rotates one), but more often a
+// second run of the same add.
+func warnSameURL(ctx context.Context, store plantstore.Store, sub plantstore.Subscriber, stderr io.Writer) {
+	subs, err := store.Subscribers(ctx)
+	if err != nil {
+		return
+	}
+	var same []string
+	for _, other := range subs {
+		if other.ID != sub.ID && other.URL == sub.URL && other.DisabledAt == nil {
+			same = append(same, strconv.FormatInt(other.ID, 10))
+		}
+	}
+	if len(same) > 0 {
+		fmt.Fprintf(stderr, "warning: subscriber %s has this URL too: the events both want go to it once for each; remove one with plantstore webhook remove ID if that was not meant\n", strings.Join(same, ", "))
+	}
 }
 
 // warnPrivate says on stderr when a subscriber's host is an address that

@@ -312,6 +312,16 @@ func TestWebhookCLI(t *testing.T) {
 	if res := cli(t, dir, nil, "webhook", "frobnicate"); res.exit != 2 {
 		t.Errorf("unknown subcommand: exit %d", res.exit)
 	}
+	// The same URL again is allowed (a receiver rotating its secret), and
+	// warned of: its events go to it twice.
+	first := listSubscribers(t, dir, "plantstore.db")[0].ID
+	if res := cli(t, dir, nil, "webhook", "add", "http://second.example/hook"); res.exit != 0 ||
+		!strings.Contains(res.stderr, fmt.Sprintf("warning: subscriber %d has this URL too", first)) {
+		t.Errorf("webhook add of a URL subscribed already: exit %d, stderr %q; want a warning naming subscriber %d", res.exit, res.stderr, first)
+	}
+	if res := cli(t, dir, nil, "webhook", "add", "http://third.example/hook"); res.exit != 0 || strings.Contains(res.stderr, "has this URL too") {
+		t.Errorf("webhook add of a new URL: exit %d, stderr %q; want no warning of the same URL", res.exit, res.stderr)
+	}
 }
 
 // Every new plant, and only new plants, reach the subscriber, signed,

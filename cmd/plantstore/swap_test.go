@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -80,4 +81,89 @@ func TestDeletedStoreStopsServing(t *testing.T) {
 	if r.exit != 1 || !strings.Contains(r.stderr, "refusing to make a new store") {
 		t.Errorf("token create beside the leftover log: exit %d, stderr %q; want exit 1, refusing", r.exit, r.stderr)
 	}
+}
+
+// The store's file replaced while serve runs (mv backup.db PATH), then
+// the server killed: its log, the old store's, is left beside the new
+// file, and SQLite would apply it there, mixing the old store's last
+// writes into the new file. A note beside the store (PATH-swapped) makes
+// every command refuse, saying what to do; done, the new file serves as
+// it is. Stopped cleanly instead, the server takes the log and the note
+// away itself.
+func TestReplacedStoreLeavesANote(t *testing.T) {
+	for _, stop := range []string{"killed", "stopped"} {
+		t.Run(stop, func(t *testing.T) {
+			dir := t.TempDir()
+			token := mustToken(t, dir, "--name", "swap")
+			s := serveProcess(t, dir)
+			client := apitest.Client(t)
+			if status, body := create(t, client, s.url, token, `{"id":1,"name":"in the backup"}`); status != 200 {
+				t.Fatalf("create: %d %s", status, body)
+			}
+			if r := cli(t, dir, nil, "backup", "--to", "backup.db"); r.exit != 0 {
+				t.Fatalf("backup: exit %d, %s", r.exit, r.stderr)
+			}
+			if status, body := create(t, client, s.url, token, `{"id":2,"name":"after the backup"}`); status != 200 {
+				t.Fatalf("create: %d %s", status, body)
+			}
+			path := filepath.Join(dir, "plantstore.db")
+			if err := os.Rename(filepath.Join(dir, "backup.db"), path); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for id := 3; ; id++ {
+				status, _ := create(t, client, s.url, token, fmt.Sprintf(`{"id":%d,"name":"x"}`, id))
+				if status == 503 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("creates still answered 5 s after the store's file was replaced")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if _, err := os.Stat(path + "-swapped"); err != nil {
+				t.Errorf("no note beside the replaced store: %v", err)
+			}
+			if stop == "stopped" {
+				if code := s.stop(t, os.Interrupt); code != 0 {
+					t.Errorf("serve stopped with exit %d", code)
+				}
+				if _, err := os.Stat(path + "-swapped"); err == nil {
+					t.Error("the note outlived a clean stop, which removed the old log")
+				}
+			} else {
+				s.kill(t)
+				for _, args := range [][]string{{"serve", "--addr", "127.0.0.1:0"}, {"token", "list"}, {"backup", "--to", "b2.db"}} {
+					r := cli(t, dir, nil, args...)
+					if r.exit != 1 || !strings.Contains(r.stderr, "refusing to open the store") || !strings.Contains(r.stderr, path+"-swapped") {
+						t.Errorf("%v after the killed server: exit %d, stderr %q; want exit 1, refusing and naming the note", args, r.exit, r.stderr)
+					}
+				}
+				// As the message says, for the new file.
+				for _, name := range []string{"-wal", "-shm", "-swapped"} {
+					os.Remove(path + name)
+				}
+			}
+			s = serveProcess(t, dir)
+			if status, body := getPlant(t, client, s.url, token, 2); status != 404 {
+				t.Errorf("plant 2, written after the backup, in the store now: %d %s; want 404, the backup's content alone", status, body)
+			}
+			if status, body := getPlant(t, client, s.url, token, 1); status != 200 {
+				t.Errorf("plant 1, in the backup: %d %s", status, body)
+			}
+		})
+	}
+}
+
+func getPlant(t *testing.T, client *http.Client, url, token string, id int64) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/plants/%d", url, id), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -62,6 +62,11 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	if emptyFile(abs) {
 		return BackupInfo{}, noStoreInEmpty(abs)
 	}
+	if real, err := resolve(abs); err == nil {
+		if err := noSwapNote(real); err != nil {
+			return BackupInfo{}, err
+		}
+	}
 	// SQLite opens the store's log beside it, creating it if need be.
 	if real, err := resolve(abs); err == nil {
 		if err := checkDirectory(real); err != nil {
@@ -218,6 +223,9 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if err := install(tmp, abs, opts.Replace || overEmpty); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 	}
+	// The old store's log is gone with the rest: the note of swapped
+	// files (identity.go) has nothing left to warn of.
+	os.Remove(abs + swapNoteSuffix)
 	info.Path = to
 	return info, nil
 }

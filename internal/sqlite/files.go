@@ -102,6 +102,9 @@ func unwrapPath(err error) error {
 // then its target (resolve), beside which SQLite keeps its log and the
 // check is made. created says whether the file is new.
 func prepareFiles(abs string, mustExist bool) (created bool, err error) {
+	if err := noSwapNote(abs); err != nil {
+		return false, err
+	}
 	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
 	if mustExist {
 		flags = os.O_RDWR

@@ -1,10 +1,13 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -91,7 +94,8 @@ func (of openFiles) check() error {
 }
 
 // checkFiles checks the store's files (see openFiles.check); on the first
-// difference it makes the store stop acknowledging and logs why, once.
+// difference it makes the store stop acknowledging and logs why, once,
+// and leaves a note beside the store (swapNote).
 func (db *DB) checkFiles() {
 	if db.durable.faulted() != nil {
 		return // stopped already
@@ -103,7 +107,110 @@ func (db *DB) checkFiles() {
 	err := plantstore.WrapError(plantstore.EUNAVAILABLE, filesGone, fmt.Errorf("sqlite: %w", cause))
 	if db.durable.stop(err) {
 		db.log.Error(filesGone, "path", db.files.mainAt, "cause", cause.Error())
+		// A file deleted with nothing in its place leaves its log to the
+		// check of leftovers (files.go), which says more.
+		if _, err := os.Lstat(db.files.mainAt); err != nil {
+			return
+		}
+		if werr := writeSwapNote(db.files.mainAt, cause, db.now()); werr != nil {
+			db.log.Error("the note of the swapped store could not be written", "path", db.files.mainAt+swapNoteSuffix, "err", werr.Error())
+		} else {
+			db.swapNoted.Store(true)
+		}
 	}
+}
+
+// A store that found its files swapped keeps its connections to the files
+// it opened. Its log, PATH-wal, stays beside whatever is at PATH now:
+// SQLite does not remove it when the last connection closes, and a
+// process killed (SIGKILL, a crash, a power cut) leaves it anyway. The
+// next open would have SQLite apply the old store's log to the new file:
+// measured, a store that opens as "malformed", or the old store's last
+// writes mixed in. So the store writes a note beside PATH (PATH-swapped)
+// when it finds a file there that is not its own, every open refuses
+// while the note is there (noSwapNote: the note says what to do), and a
+// clean Close empties the log into the file the store opened
+// (foldSwappedLog) and then takes the note away (clearSwapNote); restore
+// --force, which replaces everything, does too.
+const swapNoteSuffix = "-swapped"
+
+// writeSwapNote writes the note, durably: it must outlive the crash it
+// is for.
+func writeSwapNote(abs string, cause error, now time.Time) error {
+	text := fmt.Sprintf("%s\nfound at %s: %v\n", filesGone, now.UTC().Format(time.RFC3339), cause)
+	f, err := os.OpenFile(abs+swapNoteSuffix, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(text)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(abs))
+}
+
+// noSwapNote refuses to open the store at abs while a note says its
+// files were swapped under a server that did not close it (see
+// swapNoteSuffix).
+func noSwapNote(abs string) error {
+	note, err := os.ReadFile(abs + swapNoteSuffix)
+	if err != nil {
+		return nil
+	}
+	found := ""
+	if _, after, ok := strings.Cut(string(note), "\nfound at "); ok {
+		found = " (found at " + strings.TrimSpace(after) + ")"
+	}
+	return fmt.Errorf("%w: %s was replaced, or its log was, while a server had it open%s, and that server did not close it: "+
+		"the log beside it (%s-wal, -shm) may be the old store's, which SQLite would apply to the file now there; nothing was opened. "+
+		"If that file is the store you want (a backup put there, say), remove %s-wal and %s-shm, then this note, %s. "+
+		"To keep the old store's last writes instead, put its file back, then remove the note. Or restore a backup with plantstore restore --force, which clears them all",
+		ErrSwapped, abs, found, abs, abs, abs, abs+swapNoteSuffix)
+}
+
+// ErrSwapped is the error of an open refused by the note of a swapped
+// store (see swapNoteSuffix).
+var ErrSwapped = errors.New("refusing to open the store")
+
+// foldSwappedLog, run by Close before the connections close, folds the
+// log into the file the store opened and empties it
+// (wal_checkpoint(TRUNCATE)). SQLite does not remove the log of a file
+// that was swapped when its last connection closes (measured: PATH-wal
+// outlived a clean stop); emptied, it has nothing left to apply to the
+// file now at PATH. A file moved away (not deleted) so gets every write
+// the store acknowledged.
+func (db *DB) foldSwappedLog() {
+	if !db.swapNoted.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), db.busyTimeout)
+	defer cancel()
+	var busy, logged, folded int
+	err := db.write.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &folded)
+	if err == nil && busy != 0 {
+		err = errors.New("a reader held the log")
+	}
+	if err != nil {
+		db.log.Error("the log of the swapped store could not be emptied; the note beside it stays", "path", db.files.walAt, "err", err.Error())
+	}
+}
+
+// clearSwapNote removes the note once the store closed cleanly, when
+// nothing of the old store is left at PATH-wal to meet the file at PATH:
+// SQLite removed the log, or foldSwappedLog emptied it, and it is still
+// the store's own (a log put there since is not).
+func (db *DB) clearSwapNote() {
+	if !db.swapNoted.Load() {
+		return
+	}
+	fi, err := os.Lstat(db.files.walAt)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err == nil && fi.Size() == 0 && (db.files.wal == nil || os.SameFile(fi, db.files.wal)):
+	default:
+		return // the note stays, for the operator
+	}
+	os.Remove(db.files.mainAt + swapNoteSuffix)
 }
 
 // watchFiles checks the store's files every filesCheckPeriod until the

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -120,6 +121,9 @@ type DB struct {
 	// goroutine that checks them has returned.
 	files     openFiles
 	watchDone chan struct{}
+	// swapNoted says the store wrote the note of swapped files, which a
+	// clean Close takes away (identity.go).
+	swapNoted atomic.Bool
 	log       *slog.Logger
 }
 
@@ -344,8 +348,10 @@ func (db *DB) Close() error {
 	}
 	db.tokenByHashStmt.Close()
 	db.closeWriterStmts()
+	db.foldSwappedLog()
 	errReaders := db.readers.close()
 	err := errors.Join(errReaders, db.read.Close(), db.write.Close())
+	db.clearSwapNote()
 	if db.soleLock != nil {
 		db.soleLock.Close()
 	}

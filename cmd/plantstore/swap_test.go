@@ -91,7 +91,7 @@ func TestDeletedStoreStopsServing(t *testing.T) {
 // it is. Stopped cleanly instead, the server takes the log and the note
 // away itself.
 func TestReplacedStoreLeavesANote(t *testing.T) {
-	for _, stop := range []string{"killed", "stopped"} {
+	for _, stop := range []string{"killed", "stopped", "restored"} {
 		t.Run(stop, func(t *testing.T) {
 			dir := t.TempDir()
 			token := mustToken(t, dir, "--name", "swap")
@@ -105,6 +105,9 @@ func TestReplacedStoreLeavesANote(t *testing.T) {
 			}
 			if status, body := create(t, client, s.url, token, `{"id":2,"name":"after the backup"}`); status != 200 {
 				t.Fatalf("create: %d %s", status, body)
+			}
+			if r := cli(t, dir, nil, "backup", "--to", "latest.db"); r.exit != 0 {
+				t.Fatalf("backup: exit %d, %s", r.exit, r.stderr)
 			}
 			path := filepath.Join(dir, "plantstore.db")
 			if err := os.Rename(filepath.Join(dir, "backup.db"), path); err != nil {
@@ -139,14 +142,25 @@ func TestReplacedStoreLeavesANote(t *testing.T) {
 						t.Errorf("%v after the killed server: exit %d, stderr %q; want exit 1, refusing and naming the note", args, r.exit, r.stderr)
 					}
 				}
-				// As the message says, for the new file.
-				for _, name := range []string{"-wal", "-shm", "-swapped"} {
-					os.Remove(path + name)
+				if stop == "restored" {
+					// The other way the message gives.
+					if r := cli(t, dir, nil, "restore", "--from", "latest.db", "--force"); r.exit != 0 {
+						t.Fatalf("restore --force after the killed server: exit %d, %s", r.exit, r.stderr)
+					}
+				} else {
+					// As the message says, for the new file.
+					for _, name := range []string{"-wal", "-shm", "-swapped"} {
+						os.Remove(path + name)
+					}
 				}
 			}
 			s = serveProcess(t, dir)
-			if status, body := getPlant(t, client, s.url, token, 2); status != 404 {
-				t.Errorf("plant 2, written after the backup, in the store now: %d %s; want 404, the backup's content alone", status, body)
+			want := 404 // the first backup's content alone
+			if stop == "restored" {
+				want = 200
+			}
+			if status, body := getPlant(t, client, s.url, token, 2); status != want {
+				t.Errorf("plant 2, written after the first backup, in the store now: %d %s; want %d", status, body, want)
 			}
 			if status, body := getPlant(t, client, s.url, token, 1); status != 200 {
 				t.Errorf("plant 1, in the backup: %d %s", status, body)

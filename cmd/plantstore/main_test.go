@@ -359,16 +359,17 @@ func exitCode(err error) int {
 
 func create(t *testing.T, client *http.Client, url, token, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url+"/plants", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
+	return request(t, client, "POST", url+"/plants", token, body)
+}
+
+// request is send (crash_test.go), failing t when no answer comes.
+func request(t *testing.T, client *http.Client, method, url, token, body string) (int, string) {
+	t.Helper()
+	status, _, answer, err := send(client, method, url, token, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return status, string(answer)
 }
 
 func TestTokenCLI(t *testing.T) {

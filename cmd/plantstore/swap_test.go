@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -159,25 +158,12 @@ func TestReplacedStoreLeavesANote(t *testing.T) {
 			if stop == "restored" {
 				want = 200
 			}
-			if status, body := getPlant(t, client, s.url, token, 2); status != want {
+			if status, body := request(t, client, "GET", s.url+"/plants/2", token, ""); status != want {
 				t.Errorf("plant 2, written after the first backup, in the store now: %d %s; want %d", status, body, want)
 			}
-			if status, body := getPlant(t, client, s.url, token, 1); status != 200 {
+			if status, body := request(t, client, "GET", s.url+"/plants/1", token, ""); status != 200 {
 				t.Errorf("plant 1, in the backup: %d %s", status, body)
 			}
 		})
 	}
-}
-
-func getPlant(t *testing.T, client *http.Client, url, token string, id int64) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/plants/%d", url, id), nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }

@@ -47,7 +47,10 @@ func main() {
 	}
 	if err != nil {
 		if !errors.Is(err, errUsageShown) {
-			fmt.Fprintln(os.Stderr, "plantstore:", err)
+			// Errors may quote a server, a file or a variable: nothing
+			// in them may drive the terminal (line breaks and tabs of
+			// multi-line causes aside).
+			fmt.Fprintln(os.Stderr, "plantstore:", terminalText(err.Error(), "\n\t"))
 		}
 		if _, ok := errors.AsType[usageError](err); ok || errors.Is(err, errUsageShown) {
 			os.Exit(2)
@@ -90,7 +93,7 @@ Usage:
   plantstore plants delete ID
   plantstore events [--follow] [--json]             print the change feed of a running server
   plantstore health [--path /readyz]                exit 0 if the server on --addr answers 200
-  plantstore version [--json]                       print the version, the commit and the build date
+  plantstore version [--json]                       print the version and the commit (deploy/build.sh adds the build date)
 
 serve, token, webhook, backup and restore work on the store itself: --db PATH
 (env PLANTSTORE_DB, default ./plantstore.db). Only serve and token create

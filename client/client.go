@@ -47,6 +47,10 @@ type Error struct {
 	// Message is the server's message: the Error body's, or, from
 	// something else on the way (a proxy, a server that is not
 	// plantstore), a short plain-text body as sent, else the status's text.
+	// It is the server's text as it came: escape it before a terminal
+	// shows it (a hostile server may send escape sequences or bidi
+	// overrides; strconv.Quote escapes most), as the plantstore command
+	// does.
 	Message string
 	// RetryAfter is how long the service asks the client to wait before
 	// trying again (its Retry-After, which it sends with 429 and 503); 0
@@ -73,6 +77,8 @@ type Client struct {
 	http  *http.Client
 	retry RetryPolicy // retry.go
 	tls   *tls.Config // tls.go
+	// silence is how long a followed stream may say nothing (events.go).
+	silence time.Duration
 }
 
 // Option configures a Client.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -158,9 +159,11 @@ const (
 //
 // A stream stays open until ctx ends: it ignores the Timeout of
 // WithHTTPClient's client, which would cut it (and delay events by the
-// reconnection's pause) whenever the feed is quiet for that long. The
-// service's keep-alive comments, every 15 s by default, and TCP's
-// keep-alives find a connection that died.
+// reconnection's pause) whenever the feed is quiet for that long. A
+// stream that sends nothing for WithStreamSilence's time (45 s: three of
+// the service's keep-alive comments, one every 15 s), answer head
+// included, is taken for lost and read again from where it was, with an
+// error yielded as for any broken stream.
 func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.Seq2[Event, error] {
 	return c.events(ctx, after, types, sleep)
 }
@@ -412,6 +415,7 @@ var errStreamEnded = errors.New("plantstore: the server ended the event stream")
 // returns nil when yield asked to stop, else why the stream ended, and
 // whether it yielded any event.
 func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration, types []string, yield func(Event, error) bool) (received bool, err error) {
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/events", eventQuery(nil, 0, types)), nil)
@@ -423,10 +427,21 @@ func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration,
 	if *after != FromNow {
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(*after, 10))
 	}
+	// A stream that says nothing, not even its keep-alive, for
+	// c.silence (nor its answer's head, in as long) has lost its server:
+	// a proxy that keeps the client's side open, a peer gone without a
+	// word. It is read again from where it was.
+	silence := cmp.Or(c.silence, DefaultStreamSilence)
+	silent := time.AfterFunc(silence, cancel)
+	defer silent.Stop()
+	wasSilent := func() bool { return ctx.Err() != nil && parent.Err() == nil }
 	streaming := *c.http
 	streaming.Timeout = 0 // bounded by ctx alone (see Events)
 	resp, err := streaming.Do(req)
 	if err != nil {
+		if wasSilent() {
+			return false, fmt.Errorf("%w for %v", errStreamSilent, silence)
+		}
 		return false, schemeMismatch(req.URL.String(), err)
 	}
 	defer resp.Body.Close()
@@ -444,11 +459,17 @@ func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration,
 	var data strings.Builder
 	var id string // of the block being read
 	for lines.Scan() {
+		silent.Reset(silence)
 		line := lines.Text()
 		if line != "" {
 			// Data carries the event, its id and type too.
 			if value, ok := strings.CutPrefix(line, "data:"); ok {
-				data.WriteString(strings.TrimPrefix(value, " "))
+				value = strings.TrimPrefix(value, " ")
+				if data.Len()+len(value) > maxEventLine {
+					// Many data lines, each short: one event all the same.
+					return received, eventTooLong(id, *after)
+				}
+				data.WriteString(value)
 			}
 			// An id without data is the position past events a type
 			// filter left out: resume after it.
@@ -499,10 +520,30 @@ func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration,
 		if errors.Is(err, bufio.ErrTooLong) {
 			return received, eventTooLong(id, *after)
 		}
+		if wasSilent() {
+			return received, fmt.Errorf("%w for %v", errStreamSilent, silence)
+		}
 		return received, err
 	}
 	return received, errStreamEnded
 }
+
+// errStreamSilent is a stream that sent nothing, not even a keep-alive,
+// for longer than the client waits (WithStreamSilence).
+var errStreamSilent = errors.New("plantstore: the event stream was silent")
+
+// DefaultStreamSilence is how long a stream may send nothing before
+// Events reads it again: three of the service's keep-alives, one every
+// 15 s.
+const DefaultStreamSilence = 45 * time.Second
+
+// WithStreamSilence sets how long a stream Events follows may send
+// nothing, not even the service's keep-alive comment, before the client
+// takes it for lost and reconnects, resuming where it was (default
+// DefaultStreamSilence). TCP alone can take many minutes to find a dead
+// peer, and never a proxy that keeps the client's side open after
+// losing the server's.
+func WithStreamSilence(d time.Duration) Option { return func(c *Client) { c.silence = d } }
 
 // retryField is the first reconnection pause a stream's retry field with
 // value asks for, and false when it is to be ignored (see Events): not

@@ -586,6 +586,9 @@ func TestEventsEndOnEventTooLong(t *testing.T) {
 	}{
 		{"data", "id: 2\ndata: {\"id\": 2, \"type\": \"" + long + "\"}\n", "the server sent an event longer than 1 MiB (event 2, after event 1)"},
 		{"no id", ": " + long + "\n", "the server sent an event longer than 1 MiB (after event 1)"},
+		// Many data lines, each short, are one event: no bound on each
+		// alone may hold it.
+		{"many data lines", "id: 2\n" + strings.Repeat("data: "+strings.Repeat("x", 1000)+"\n", 1100), "the server sent an event longer than 1 MiB (event 2, after event 1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -593,6 +596,55 @@ func TestEventsEndOnEventTooLong(t *testing.T) {
 				t.Errorf("Events ended on %q; want it to say %q", err, tc.says)
 			}
 		})
+	}
+}
+
+// A stream that sends nothing, not even a keep-alive, for the client's
+// silence (here 300 ms), answer head included, is read again from where
+// it was; the events go on, none missed, none twice.
+func TestEventsReconnectAfterSilence(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch requests.Add(1) {
+		case 1: // the head never comes
+			<-r.Context().Done()
+			return
+		case 2: // one event, then silence
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "id: 1\ndata: {\"id\": 1, \"type\": \"plant.created\"}\n\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		if got := r.Header.Get("Last-Event-ID"); got != "1" {
+			t.Errorf("reconnected with Last-Event-ID %q, want 1", got)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "id: 2\ndata: {\"id\": 2, \"type\": \"plant.created\"}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, WithStreamSilence(300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var ids []int64
+	var silences int
+	for e, err := range c.events(ctx, 0, nil, func(context.Context, time.Duration) bool { return true }) {
+		if err != nil {
+			if !errors.Is(err, errStreamSilent) {
+				t.Fatalf("Events yielded %v, want only silences", err)
+			}
+			silences++
+			continue
+		}
+		if ids = append(ids, e.ID); len(ids) == 2 {
+			break
+		}
+	}
+	if fmt.Sprint(ids) != "[1 2]" || silences != 2 {
+		t.Errorf("events %v after %d silences; want [1 2] after 2 (the head, then the stream)", ids, silences)
 	}
 }
 

@@ -153,7 +153,13 @@ func between(low, high time.Duration) time.Duration {
 // past.
 func retryAfter(h http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && v[0] != '-' {
+		// Digits past int64: a valid delay (RFC 9110, section 10.2.3),
+		// and a long one.
+		secs, err = math.MaxInt64, nil
+	}
+	if err == nil {
 		return time.Duration(min(max(secs, 0), math.MaxInt64/int64(time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {

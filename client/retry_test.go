@@ -206,6 +206,16 @@ func TestRetryAfterBeyondMaxDelayReturnsAtOnce(t *testing.T) {
 	}
 }
 
+// A Retry-After of more seconds than an int64 holds is a long wait, not
+// none: it comes back at once too, not retried.
+func TestRetryAfterPastInt64IsLong(t *testing.T) {
+	srv, s := serveScript(t, "429 99999999999999999999", "200")
+	_, err := newClient(t, srv.URL, WithRetries(3)).Get(t.Context(), 1)
+	if StatusCode(err) != 429 || RetryAfter(err) < 24*time.Hour || s.requests() != 1 {
+		t.Errorf("Get = %v (Retry-After %v) after %d requests; want the 429 at once with a long Retry-After", err, RetryAfter(err), s.requests())
+	}
+}
+
 // Retries stay within the caller's context: a deadline too near for the
 // wait returns the last answer at once; a cancellation during the wait
 // ends it.

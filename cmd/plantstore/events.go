@@ -96,7 +96,7 @@ func runEvents(ctx context.Context, args []string, getenv func(string) string, s
 			if e, ok := errors.AsType[*client.Error](err); ok { // for now: too many streams, a proxy whose server restarts
 				fmt.Fprintf(stderr, "plantstore: %s; reconnecting in %s\n", refusal(e), in) // the wait said once
 			} else {
-				fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting in %s\n", strings.TrimPrefix(err.Error(), "plantstore: "), in)
+				fmt.Fprintf(stderr, "plantstore: the stream broke (%s); reconnecting in %s\n", serverMessage(strings.TrimPrefix(err.Error(), "plantstore: ")), in)
 			}
 			continue
 		}
@@ -135,17 +135,28 @@ func resyncAdvice(ctx context.Context, c *client.Client, err error) error {
 // when nil).
 func printEvents(ctx context.Context, c *client.Client, from *int64, only []string, out eventPrinter) error {
 	page, err := c.ListEvents(ctx, client.EventOptions{After: from, Limit: 1000, Types: only})
+	var last int64 // the newest event printed
 	for {
 		if err != nil {
 			return err
 		}
+		moved := false
 		for _, ev := range page.Events {
+			if ev.ID <= last {
+				continue // printed already: never twice
+			}
 			if err := out.print(ev); err != nil {
 				return err
 			}
+			last, moved = ev.ID, true
 		}
 		if page.Next == "" {
 			return nil
+		}
+		// The service links a next page after a full one, past its last
+		// event: a page that brought nothing new would be read for ever.
+		if !moved {
+			return fmt.Errorf("the server sent a page of events (%d, none new) with a next page (%s); not following it, as it may never end", len(page.Events), page.Next)
 		}
 		page, err = c.ListEventsNext(ctx, page.Next)
 	}
@@ -168,7 +179,7 @@ func (p eventPrinter) print(ev client.Event) error {
 		}
 	} else {
 		_, err = fmt.Fprintf(p.w, "%d  %s  %s  %d  %s  %s\n", ev.ID, ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
-			ev.Type, ev.Plant.ID, tableCell(ev.Plant.Name), tagCell(ev.Plant.Tag))
+			tableCell(ev.Type), ev.Plant.ID, tableCell(ev.Plant.Name), tagCell(ev.Plant.Tag))
 	}
 	return err
 }

@@ -79,9 +79,9 @@ server can reach its store. Redirects and proxies are not followed.`, getenv, st
 		if scheme == "http" && resp.StatusCode == http.StatusBadRequest && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
 			return fmt.Errorf("health: %s answered %s: the server serves HTTPS; give health the certificate serve uses, --tls-cert FILE or PLANTSTORE_TLS_CERT", target, resp.Status)
 		}
-		return fmt.Errorf("health: %s answered %s", target, resp.Status)
+		return fmt.Errorf("health: %s answered %s", target, serverMessage(resp.Status))
 	}
-	fmt.Fprintf(stdout, "%s: %s\n", target, resp.Status)
+	fmt.Fprintf(stdout, "%s: %s\n", target, serverMessage(resp.Status))
 	return nil
 }
 

@@ -108,6 +108,7 @@ func (o *outputWriter) Write(p []byte) (int, error) {
 type serverFlags struct {
 	server        *serverValue
 	token, caCert *string
+	timeout       *time.Duration
 }
 
 // serverValue is the --server flag. Its URL may hold a password, which
@@ -155,6 +156,8 @@ func addServerFlags(fs *flagSet, tokenUsage string) serverFlags {
 		server: server,
 		token:  fs.Secret("token", tokenUsage),
 		caCert: fs.String("ca-cert", "", "trust the certificates in this PEM `FILE` (a private CA) instead of the system's, for an https --server"),
+		timeout: fs.Duration("timeout", defaultRequestTimeout,
+			"how long each request may take, from sending it to the end of its answer; a followed event stream is read again after 45 s without a word instead"),
 	}
 }
 
@@ -163,6 +166,9 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 	if *f.token == "" {
 		return nil, usageError("no token: pass --token or set PLANTSTORE_TOKEN (plantstore token create makes one)")
 	}
+	if *f.timeout <= 0 {
+		return nil, usageError(fmt.Sprintf("--timeout %v: want a positive duration, such as 30s", *f.timeout))
+	}
 	if *f.caCert != "" {
 		cfg, err := trustOnly(*f.caCert)
 		if err != nil {
@@ -170,6 +176,10 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 		}
 		opts = append(opts, client.WithTLSConfig(cfg))
 	}
+	// No answer is waited for without end: a server that accepts and
+	// never answers, or answers a byte at a time, would hang a script.
+	// (A followed stream has a bound of its own: client.DefaultStreamSilence.)
+	opts = append([]client.Option{client.WithHTTPClient(&http.Client{Timeout: *f.timeout})}, opts...)
 	c, err := client.New(f.server.raw, *f.token, opts...)
 	if err != nil {
 		// The client quotes the URL as %q does, escapes and all.
@@ -183,6 +193,12 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 
 // plantRetries is how many times the plants commands retry a request.
 const plantRetries = 3
+
+// defaultRequestTimeout bounds each request of the plants and events
+// commands, from sending it to the end of its answer, unless --timeout
+// says otherwise. The service answers within its --request-timeout (10 s
+// by default), and a page of 1,000 plants is about 1.4 MB.
+const defaultRequestTimeout = 30 * time.Second
 
 // trustOnly is a TLS configuration that trusts the certificates of the
 // PEM file at path and no others, as curl's --cacert does: a private CA
@@ -407,7 +423,7 @@ func updatePlant(ctx context.Context, c *client.Client, id int64, name string, t
 // When it asked to wait, its words point to the Retry-After header, which
 // a user of the command does not see; apiError says the number instead.
 func refusal(e *client.Error) string {
-	msg := e.Message
+	msg := serverMessage(e.Message)
 	if asksToWait(e) {
 		msg = strings.TrimSuffix(msg, "; retry after the time in Retry-After")
 	}
@@ -466,7 +482,13 @@ func apiError(err error, server string) error {
 	// *url.Error. Anything else came after an answer: one that was cut
 	// short, or not plantstore's (a --server that names another web
 	// server answers HTML).
-	if _, ok := errors.AsType[*url.Error](err); ok {
+	if u, ok := errors.AsType[*url.Error](err); ok {
+		switch {
+		case errors.Is(err, context.Canceled):
+			return errors.New("interrupted before the server answered")
+		case u.Timeout():
+			return fmt.Errorf("the server at %s did not answer in time (--timeout): %w", server, err)
+		}
 		return fmt.Errorf("cannot reach the server at %s: %w", server, err)
 	}
 	return fmt.Errorf("the server at %s answered, but not as plantstore does (does --server name a plantstore server?): %s", server, strings.TrimPrefix(err.Error(), "plantstore: "))
@@ -546,7 +568,7 @@ func (p plantPrinter) tagged(plant client.Plant, etag string) error {
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tTAG\tETAG")
-	fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag), etag)
+	fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag), terminalText(etag, ""))
 	return tw.Flush()
 }
 
@@ -619,6 +641,64 @@ func hidden(r rune) bool {
 	return !unicode.IsPrint(r) || unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
 }
 
+// terminalText is text for a terminal line, a server's or one that
+// quotes a server's: each hidden character escaped as quoteCell escapes
+// it, but for those in keep, and the quotes and backslashes left as they
+// are. So an error message cannot clear the screen, retitle the window,
+// reorder the line or forge another.
+func terminalText(s, keep string) string {
+	clean := true
+	for _, r := range s {
+		if hidden(r) && !strings.ContainsRune(keep, r) {
+			clean = false
+			break
+		}
+	}
+	if clean && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case !hidden(r), strings.ContainsRune(keep, r):
+			b.WriteString(s[:size])
+		default:
+			writeEscape(&b, r)
+		}
+		s = s[size:]
+	}
+	return b.String()
+}
+
+// writeEscape writes hidden rune r as Go would quote it.
+func writeEscape(b *strings.Builder, r rune) {
+	switch {
+	case unicode.IsPrint(r) && r > 0xFFFF:
+		fmt.Fprintf(b, `\U%08x`, r)
+	case unicode.IsPrint(r):
+		fmt.Fprintf(b, `\u%04x`, r)
+	default:
+		q := strconv.QuoteRune(r) // '\u202e', '\n'
+		b.WriteString(q[1 : len(q)-1])
+	}
+}
+
+// maxShownMessage bounds a server's message as the commands show it: the
+// service's are a line, and one of megabytes is no message.
+const maxShownMessage = 300
+
+// serverMessage is a server's message as the commands show it: on one
+// line, hidden characters escaped, at most maxShownMessage characters.
+func serverMessage(msg string) string {
+	if n := utf8.RuneCountInString(msg); n > maxShownMessage {
+		msg = string([]rune(msg)[:maxShownMessage]) + fmt.Sprintf("… (%d characters more)", n-maxShownMessage)
+	}
+	return terminalText(msg, "")
+}
+
 // quoteCell is s between double quotes, with Go's escapes for '"', '\\',
 // bytes that are not UTF-8 and hidden characters: what strconv.Quote
 // makes of it, but for the printable hidden ones, which it leaves.
@@ -635,13 +715,8 @@ func quoteCell(s string) string {
 			b.WriteRune(r)
 		case !hidden(r):
 			b.WriteString(s[:size])
-		case unicode.IsPrint(r) && r > 0xFFFF:
-			fmt.Fprintf(&b, `\U%08x`, r)
-		case unicode.IsPrint(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
-			q := strconv.QuoteRune(r) // '\u202e', '\n'
-			b.WriteString(q[1 : len(q)-1])
+			writeEscape(&b, r)
 		}
 		s = s[size:]
 	}

@@ -102,3 +102,31 @@ func TestEventsPagesMustMoveOn(t *testing.T) {
 		t.Errorf("a next page that is the same page: exit %d, %d lines, %q after %d requests; want the event once, then exit 1", r.exit, strings.Count(r.stdout, "\n"), r.stderr, requests.Load())
 	}
 }
+
+// plants list --all prints each page as it comes, not once every page
+// has: here the second page never comes, and the first is on stdout all
+// the same, before the error.
+func TestListAllPrintsAsItReads(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("after") != "" {
+			<-r.Context().Done() // the next page never comes
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Link", `</plants?after=2&limit=2>; rel="next"`)
+		fmt.Fprint(w, `[{"id":1,"name":"Fern"},{"id":2,"name":"Moss"}]`)
+	}))
+	defer srv.Close()
+	env := []string{"PLANTSTORE_SERVER=" + srv.URL, "PLANTSTORE_TOKEN=pst_x"}
+	for _, json := range []bool{false, true} {
+		args := []string{"plants", "list", "--all", "--limit", "2", "--timeout", "500ms"}
+		if json {
+			args = append(args, "--json")
+		}
+		r := cli(t, t.TempDir(), env, args...)
+		if r.exit != 1 || !strings.Contains(r.stdout, "Fern") || !strings.Contains(r.stdout, "Moss") || !strings.Contains(r.stderr, "did not answer in time") {
+			t.Errorf("--all, json %v, the second page never coming: exit %d, stdout %q, stderr %q; want the first page, then the error", json, r.exit, r.stdout, r.stderr)
+		}
+	}
+}

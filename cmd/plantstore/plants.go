@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"net/http"
 	"net/url"
@@ -278,14 +280,7 @@ which --after shows the next one.`,
 					opts.After = &n
 				}
 				if *all {
-					var plants []client.Plant
-					for p, err := range c.All(ctx, opts) {
-						if err != nil {
-							return err
-						}
-						plants = append(plants, p)
-					}
-					return out.many(plants)
+					return out.stream(c.All(ctx, opts))
 				}
 				page, err := c.List(ctx, opts)
 				if err != nil {
@@ -580,6 +575,70 @@ func (p plantPrinter) many(plants []client.Plant) error {
 		return p.encode(plants)
 	}
 	return p.table(plants)
+}
+
+// stream writes the plants of seq as many does, as they come rather than
+// once all have: a listing of millions would otherwise be held whole in
+// memory, and nothing shown until its end. The JSON is the same array,
+// written element by element; the table is aligned by blocks of
+// alignedRows, so one of fewer rows reads as many's. After an error, what
+// came before it stays written, the JSON array unclosed.
+func (p plantPrinter) stream(seq iter.Seq2[client.Plant, error]) error {
+	if p.json {
+		return p.streamJSON(seq)
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTAG")
+	rows := 0
+	for plant, err := range seq {
+		if err != nil {
+			tw.Flush()
+			return err
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag))
+		if rows++; rows%alignedRows == 0 {
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// alignedRows is how many rows of a streamed table are aligned together.
+const alignedRows = 10_000
+
+func (p plantPrinter) streamJSON(seq iter.Seq2[client.Plant, error]) error {
+	var elem bytes.Buffer
+	enc := json.NewEncoder(&elem)
+	enc.SetIndent("  ", "  ")
+	enc.SetEscapeHTML(false)
+	first := true
+	for plant, err := range seq {
+		if err != nil {
+			return err
+		}
+		elem.Reset()
+		if first {
+			elem.WriteString("[\n  ")
+		} else {
+			elem.WriteString(",\n  ")
+		}
+		if err := enc.Encode(plant); err != nil {
+			return err
+		}
+		elem.Truncate(elem.Len() - 1) // Encode's newline: the comma goes there
+		if _, err := p.w.Write(elem.Bytes()); err != nil {
+			return err
+		}
+		first = false
+	}
+	end := "\n]\n"
+	if first {
+		end = "[]\n"
+	}
+	_, err := io.WriteString(p.w, end)
+	return err
 }
 
 func (p plantPrinter) encode(v any) error {

@@ -57,3 +57,31 @@ func TestPlantTableEscapesFormatCharacters(t *testing.T) {
 		}
 	}
 }
+
+// plants list --all writes what it reads as it reads it, in the very
+// form a whole listing takes: the same JSON array, the same table.
+func TestStreamedListingReadsAsAWholeOne(t *testing.T) {
+	t.Parallel()
+	tag := "indoor"
+	for _, plants := range [][]client.Plant{nil, {{ID: 1, Name: "Fern"}}, {{ID: 1, Name: "Fern", Tag: &tag}, {ID: 22, Name: "Aloe <vera> & co"}, {ID: 333, Name: "\u202eMoss"}}} {
+		for _, json := range []bool{false, true} {
+			var whole, streamed strings.Builder
+			if err := (plantPrinter{w: &whole, json: json}).many(plants); err != nil {
+				t.Fatal(err)
+			}
+			seq := func(yield func(client.Plant, error) bool) {
+				for _, p := range plants {
+					if !yield(p, nil) {
+						return
+					}
+				}
+			}
+			if err := (plantPrinter{w: &streamed, json: json}).stream(seq); err != nil {
+				t.Fatal(err)
+			}
+			if streamed.String() != whole.String() {
+				t.Errorf("%d plants, json %v: streamed\n%s\nwant\n%s", len(plants), json, streamed.String(), whole.String())
+			}
+		}
+	}
+}

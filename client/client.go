@@ -160,13 +160,27 @@ func (c *Client) Create(ctx context.Context, p Plant) (Plant, error) {
 		return Plant{}, err
 	}
 	got.ID = p.ID
+	if err := checkPlant(http.MethodPost, "/plants", got, p.ID); err != nil {
+		return Plant{}, err
+	}
 	return got, nil
+}
+
+// checkPlant refuses a 2xx answer that is not the plant asked for. The
+// service's always has the plant's name, never empty, and its id when it
+// names one is the one asked for: anything else (null, {}, another plant)
+// is not its answer, a --server of another JSON service say, and must
+// not pass for a plant.
+func checkPlant(method, path string, got Plant, id int64) error {
+	if got.Name == "" || got.ID != 0 && got.ID != id {
+		return fmt.Errorf("plantstore: %s %s: malformed answer: not the plant %d", method, path, id)
+	}
+	return nil
 }
 
 // Get reads the plant with id; a missing one is a 404 *Error.
 func (c *Client) Get(ctx context.Context, id int64) (Plant, error) {
-	var p Plant
-	err := c.do(ctx, http.MethodGet, c.url("/plants/"+strconv.FormatInt(id, 10), nil), nil, &p, nil)
+	p, _, err := c.GetETag(ctx, id)
 	return p, err
 }
 
@@ -176,8 +190,15 @@ func (c *Client) Get(ctx context.Context, id int64) (Plant, error) {
 func (c *Client) GetETag(ctx context.Context, id int64) (Plant, string, error) {
 	var p Plant
 	var h http.Header
-	err := c.send(ctx, request{method: http.MethodGet, target: c.url("/plants/"+strconv.FormatInt(id, 10), nil), out: &p, header: &h})
-	return p, h.Get("ETag"), err
+	path := "/plants/" + strconv.FormatInt(id, 10)
+	err := c.send(ctx, request{method: http.MethodGet, target: c.url(path, nil), out: &p, header: &h})
+	if err == nil {
+		err = checkPlant(http.MethodGet, path, p, id)
+	}
+	if err != nil {
+		return Plant{}, "", err
+	}
+	return p, h.Get("ETag"), nil
 }
 
 // Update replaces the name and tag of the plant with p.ID: the plant
@@ -195,9 +216,16 @@ func (c *Client) Update(ctx context.Context, p Plant) (Plant, error) {
 func (c *Client) UpdateIf(ctx context.Context, p Plant, etag string) (Plant, string, error) {
 	var got Plant
 	var h http.Header
-	err := c.send(ctx, request{method: http.MethodPut, target: c.url("/plants/"+strconv.FormatInt(p.ID, 10), nil),
+	path := "/plants/" + strconv.FormatInt(p.ID, 10)
+	err := c.send(ctx, request{method: http.MethodPut, target: c.url(path, nil),
 		body: p, out: &got, header: &h, ifMatch: etag})
-	return got, h.Get("ETag"), err
+	if err == nil {
+		err = checkPlant(http.MethodPut, path, got, p.ID)
+	}
+	if err != nil {
+		return Plant{}, "", err
+	}
+	return got, h.Get("ETag"), nil
 }
 
 // Delete removes the plant with id; a missing one is a 404 *Error.

@@ -146,3 +146,30 @@ func TestAllEndsOnPagesThatDoNotMoveOn(t *testing.T) {
 		})
 	}
 }
+
+// A 2xx that is not the plant asked for (null, {}, another plant: a
+// --server of another JSON service) is an error, not a plant.
+func TestAnswerThatIsNoPlantRefused(t *testing.T) {
+	for _, body := range []string{`null`, `{}`, `{"id":999,"name":"Other"}`, `{"name":""}`} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, body)
+		}))
+		c, err := New(srv.URL, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, err := c.Get(t.Context(), 1); err == nil || !strings.Contains(err.Error(), "malformed answer: not the plant 1") {
+			t.Errorf("Get answered %s: %+v, %v; want an error", body, p, err)
+		}
+		if p, _, err := c.UpdateIf(t.Context(), Plant{ID: 1, Name: "x"}, ""); err == nil {
+			t.Errorf("Update answered %s: %+v, want an error", body, p)
+		}
+		if body != `{"id":999,"name":"Other"}` {
+			if p, err := c.Create(t.Context(), Plant{ID: 1, Name: "x"}); err == nil {
+				t.Errorf("Create answered %s: %+v, want an error", body, p)
+			}
+		}
+		srv.Close()
+	}
+}

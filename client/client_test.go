@@ -172,4 +172,20 @@ func TestAnswerThatIsNoPlantRefused(t *testing.T) {
 		}
 		srv.Close()
 	}
+	// The contract's Plant may leave out the id: it is the one asked for.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"name":"Fern"}`)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Get(t.Context(), 7); err != nil || p.ID != 7 || p.Name != "Fern" {
+		t.Errorf("Get(7) answered without an id: %+v, %v; want plant 7", p, err)
+	}
+	if p, _, err := c.UpdateIf(t.Context(), Plant{ID: 7, Name: "Fern"}, ""); err != nil || p.ID != 7 {
+		t.Errorf("Update of 7 answered without an id: %+v, %v; want plant 7", p, err)
+	}
 }

@@ -82,6 +82,27 @@ func TestSilentServerTimesOut(t *testing.T) {
 	if r := cli(t, t.TempDir(), env, "plants", "get", "1", "--timeout", "0s"); r.exit != 2 {
 		t.Errorf("--timeout 0s: exit %d, want 2", r.exit)
 	}
+	// An answer whose body trickles past the timeout is said the same way.
+	trickle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "100")
+		for range 100 {
+			if _, err := w.Write([]byte(" ")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}))
+	defer trickle.Close()
+	r := cli(t, t.TempDir(), []string{"PLANTSTORE_SERVER=" + trickle.URL, "PLANTSTORE_TOKEN=pst_x"}, "plants", "get", "1", "--timeout", "500ms")
+	if r.exit != 1 || !strings.Contains(r.stderr, "did not answer in time (--timeout)") {
+		t.Errorf("a body trickling past the timeout: exit %d, %q; want exit 1, not in time", r.exit, r.stderr)
+	}
 }
 
 // events without --follow reads pages until one has no next page, never

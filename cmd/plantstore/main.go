@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -287,6 +288,8 @@ func valueParts(value string) []string {
 	var parts []string
 	if u, err := url.Parse(value); err == nil && u.Host != "" {
 		parts = append(parts, u.Host, u.Hostname())
+	} else if host, _, err := net.SplitHostPort(value); err == nil && host != "" {
+		parts = append(parts, host) // a listen address: a lookup error names its host
 	} else if strings.ContainsAny(value, `/\`) {
 		if dir := filepath.Dir(value); dir != "." && dir != string(filepath.Separator) {
 			parts = append(parts, dir)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"iter"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -485,6 +486,10 @@ func apiError(err error, server string) error {
 			return fmt.Errorf("the server at %s did not answer in time (--timeout): %w", server, err)
 		}
 		return fmt.Errorf("cannot reach the server at %s: %w", server, err)
+	}
+	// An answer whose body came slower than --timeout allows.
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return fmt.Errorf("the server at %s did not answer in time (--timeout): %w", server, err)
 	}
 	return fmt.Errorf("the server at %s answered, but not as plantstore does (does --server name a plantstore server?): %s", server, strings.TrimPrefix(err.Error(), "plantstore: "))
 }

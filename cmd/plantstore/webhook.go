@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -138,13 +139,31 @@ func warnSameURL(ctx context.Context, store plantstore.Store, sub plantstore.Sub
 	}
 	var same []string
 	for _, other := range subs {
-		if other.ID != sub.ID && other.URL == sub.URL && other.DisabledAt == nil {
+		if other.ID != sub.ID && other.DisabledAt == nil && sameEndpoint(other.URL, sub.URL) &&
+			slices.ContainsFunc(other.Events, func(e string) bool { return slices.Contains(sub.Events, e) }) {
 			same = append(same, strconv.FormatInt(other.ID, 10))
 		}
 	}
-	if len(same) > 0 {
-		fmt.Fprintf(stderr, "warning: subscriber %s has this URL too: the events both want go to it once for each; remove one with plantstore webhook remove ID if that was not meant\n", strings.Join(same, ", "))
+	switch len(same) {
+	case 0:
+	case 1:
+		fmt.Fprintf(stderr, "warning: subscriber %s has this URL too: the events both want go to it once for each; remove one with plantstore webhook remove ID if that was not meant\n", same[0])
+	default:
+		fmt.Fprintf(stderr, "warning: subscribers %s have this URL too: the events they share go to it once for each; remove the ones not meant with plantstore webhook remove ID\n",
+			strings.Join(same[:len(same)-1], ", ")+" and "+same[len(same)-1])
 	}
+}
+
+// sameEndpoint says whether two subscribers' URLs name one endpoint: equal
+// but for the case of the scheme and host, which name no other.
+func sameEndpoint(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Host, ub.Host) &&
+		ua.RawPath == ub.RawPath && ua.Path == ub.Path && ua.RawQuery == ub.RawQuery
 }
 
 // warnPrivate says on stderr when a subscriber's host is an address that

@@ -322,6 +322,16 @@ func TestWebhookCLI(t *testing.T) {
 	if res := cli(t, dir, nil, "webhook", "add", "http://third.example/hook"); res.exit != 0 || strings.Contains(res.stderr, "has this URL too") {
 		t.Errorf("webhook add of a new URL: exit %d, stderr %q; want no warning of the same URL", res.exit, res.stderr)
 	}
+	// The scheme and host in capitals are the same endpoint; events they
+	// do not share go to it once.
+	second := listSubscribers(t, dir, "plantstore.db")
+	res = cli(t, dir, nil, "webhook", "add", "HTTP://Second.Example/hook")
+	if want := fmt.Sprintf("warning: subscribers %d and %d have this URL too", first, second[len(second)-2].ID); res.exit != 0 || !strings.Contains(res.stderr, want) {
+		t.Errorf("webhook add of the URL in capitals: exit %d, stderr %q; want %q", res.exit, res.stderr, want)
+	}
+	if res := cli(t, dir, nil, "webhook", "add", "http://second.example/hook", "--events", "plant.deleted"); res.exit != 0 || strings.Contains(res.stderr, "this URL too") {
+		t.Errorf("webhook add of the URL for other events: exit %d, stderr %q; want no warning", res.exit, res.stderr)
+	}
 }
 
 // Every new plant, and only new plants, reach the subscriber, signed,

@@ -253,7 +253,18 @@ func TestAuthFailuresRetryAfterTheRoster(t *testing.T) {
 		t.Fatalf("a valid token new to the server: Retry-After %v, want the roster's next reading, within 5 s", wait)
 	}
 	time.Sleep(wait)
-	if resp, body := e.do("GET", "/plants", late, nil); resp.StatusCode != 200 {
+	resp, body = e.do("GET", "/plants", late, nil)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// The reading fell due as the retry came (a busy machine): the
+		// next Retry-After, a second or so, is the rest of its wait.
+		again := wantRetryAfter(t, resp, body, http.StatusTooManyRequests, "failed authentications")
+		if again > 2*time.Second {
+			t.Fatalf("retried after its Retry-After, told to wait %v more", again)
+		}
+		time.Sleep(again)
+		resp, body = e.do("GET", "/plants", late, nil)
+	}
+	if resp.StatusCode != 200 {
 		t.Errorf("retried after Retry-After: %d %s, want 200", resp.StatusCode, body)
 	}
 }

@@ -169,9 +169,6 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 	if *f.token == "" {
 		return nil, usageError("no token: pass --token or set PLANTSTORE_TOKEN (plantstore token create makes one)")
 	}
-	if *f.timeout <= 0 {
-		return nil, usageError(fmt.Sprintf("--timeout %v: want a positive duration, such as 30s", *f.timeout))
-	}
 	if *f.caCert != "" {
 		cfg, err := trustOnly(*f.caCert)
 		if err != nil {
@@ -478,18 +475,16 @@ func apiError(err error, server string) error {
 	// *url.Error. Anything else came after an answer: one that was cut
 	// short, or not plantstore's (a --server that names another web
 	// server answers HTML).
-	if u, ok := errors.AsType[*url.Error](err); ok {
-		switch {
-		case errors.Is(err, context.Canceled):
-			return errors.New("interrupted before the server answered")
-		case u.Timeout():
-			return fmt.Errorf("the server at %s did not answer in time (--timeout): %w", server, err)
-		}
-		return fmt.Errorf("cannot reach the server at %s: %w", server, err)
-	}
-	// An answer whose body came slower than --timeout allows.
+	// --timeout ran out: before the answer (a *url.Error) or while its
+	// body came, slower than the timeout allows.
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return fmt.Errorf("the server at %s did not answer in time (--timeout): %w", server, err)
+	}
+	if _, ok := errors.AsType[*url.Error](err); ok {
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted before the server answered")
+		}
+		return fmt.Errorf("cannot reach the server at %s: %w", server, err)
 	}
 	return fmt.Errorf("the server at %s answered, but not as plantstore does (does --server name a plantstore server?): %s", server, strings.TrimPrefix(err.Error(), "plantstore: "))
 }
@@ -711,30 +706,40 @@ func hidden(r rune) bool {
 // are. So an error message cannot clear the screen, retitle the window,
 // reorder the line or forge another.
 func terminalText(s, keep string) string {
-	clean := true
+	clean := utf8.ValidString(s)
 	for _, r := range s {
 		if hidden(r) && !strings.ContainsRune(keep, r) {
 			clean = false
 			break
 		}
 	}
-	if clean && utf8.ValidString(s) {
+	if clean {
 		return s
 	}
 	var b strings.Builder
+	writeEscaped(&b, s, keep, false)
+	return b.String()
+}
+
+// writeEscaped writes s to b with Go's escapes for bytes that are not
+// UTF-8 and for hidden characters but those in keep, and, when quoted,
+// for '"' and '\\' too.
+func writeEscaped(b *strings.Builder, s, keep string, quoted bool) {
 	for len(s) > 0 {
 		r, size := utf8.DecodeRuneInString(s)
 		switch {
 		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[0])
+			fmt.Fprintf(b, `\x%02x`, s[0])
+		case quoted && (r == '"' || r == '\\'):
+			b.WriteByte('\\')
+			b.WriteRune(r)
 		case !hidden(r), strings.ContainsRune(keep, r):
 			b.WriteString(s[:size])
 		default:
-			writeEscape(&b, r)
+			writeEscape(b, r)
 		}
 		s = s[size:]
 	}
-	return b.String()
 }
 
 // writeEscape writes hidden rune r as Go would quote it.
@@ -769,21 +774,7 @@ func serverMessage(msg string) string {
 func quoteCell(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
-	for len(s) > 0 {
-		r, size := utf8.DecodeRuneInString(s)
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[0])
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case !hidden(r):
-			b.WriteString(s[:size])
-		default:
-			writeEscape(&b, r)
-		}
-		s = s[size:]
-	}
+	writeEscaped(&b, s, "", true)
 	b.WriteByte('"')
 	return b.String()
 }

@@ -66,9 +66,7 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 		if err := noSwapNote(real); err != nil {
 			return BackupInfo{}, err
 		}
-	}
-	// SQLite opens the store's log beside it, creating it if need be.
-	if real, err := resolve(abs); err == nil {
+		// SQLite opens the store's log beside it, creating it if need be.
 		if err := checkDirectory(real); err != nil {
 			return BackupInfo{}, err
 		}

@@ -135,10 +135,11 @@ const minWindowInterval = 50 * time.Millisecond
 // maxTurn is how long a worker serves one subscriber before it gives the
 // subscriber back, at the end of the window then in flight: the next
 // claim takes the subscriber that has waited longest (the store's order),
-// so that with more subscribers due than workers they take turns, and a
-// healthy one waits at most a turn and an attempt's timeout behind dead
-// ones that always have something due, rather than for ever. Within a
-// turn's last window, no plant's deliveries start after the turn ends.
+// so that with more subscribers due than workers they take turns: a
+// healthy one waits its turn in the rotation behind dead ones that always
+// have something due (about dead ÷ workers turns, each up to a turn and
+// an attempt's timeout), rather than for ever. Within a turn's last
+// window, no plant's deliveries start after the turn ends.
 const maxTurn = time.Second
 
 // minClaimInterval spaces the dispatcher's claims; busyClaimInterval

@@ -145,6 +145,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	a.api.FlushErrorLog()
 	stopDispatch()
 	dispatching.Wait()
 	stopBackground()

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -121,14 +122,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	protocol := status == http.StatusHTTPVersionNotSupported || status == http.StatusNotImplemented
 	if status >= 500 && !refused && !protocol {
 		attrs := []slog.Attr{slog.String("request_id", requestID(r.Context())), slog.Int("status", status), slog.Any("err", err)}
-		log := true
 		if rep := s.repeated[status]; rep != nil {
-			var like int
-			if log, like = rep.admit(time.Now()); like > 0 {
-				attrs = append(attrs, slog.Int("more_like_it", like))
-			}
-		}
-		if log {
+			rep.report(time.Now(), attrs)
+		} else {
 			s.log.LogAttrs(r.Context(), slog.LevelError, "request failed", attrs...)
 		}
 	}
@@ -138,25 +134,71 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 // repeatedErrors lets one ERROR line a second through for a status that
 // an outage gives every request (503: the store cannot answer; 507: it is
-// full), and counts the others into the next line's more_like_it: under
-// load, a line a request would bury the cause in its own copies. Every
-// request still has its access log line. A 500, a bug, is always logged.
+// full): under load, a line a request would bury the cause in its own
+// copies. A line held back is not lost: the last one of a second goes out
+// when the second ends, its more_like_it counting the others held back
+// with it, so that an outage's last second is counted too. Every request
+// still has its access log line. A 500, a bug, is always logged.
 type repeatedErrors struct {
+	log *slog.Logger
+
 	mu     sync.Mutex
-	next   time.Time
-	missed int
+	next   time.Time   // when the next line may go out
+	held   []slog.Attr // the last line held back; nil when none is
+	missed int         // lines held back besides held
+	timer  *time.Timer // writes held when the second ends
 }
 
-// admit reports whether a line may go out now and, if so, how many were
-// held back since the last one.
-func (r *repeatedErrors) admit(now time.Time) (ok bool, missed int) {
+// FlushErrorLog writes the error lines held back in the last second now:
+// call it at shutdown, once the last request is answered.
+func (s *Server) FlushErrorLog() {
+	for _, r := range s.repeated {
+		r.Flush()
+	}
+}
+
+func newRepeatedErrors(log *slog.Logger) *repeatedErrors { return &repeatedErrors{log: log} }
+
+// report writes a request's line now, or holds it back until the second
+// ends when a line went out less than a second ago.
+func (r *repeatedErrors) report(now time.Time, attrs []slog.Attr) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if now.Before(r.next) {
-		r.missed++
-		return false, 0
+		if r.held != nil {
+			r.missed++
+		}
+		r.held = attrs
+		if r.timer == nil {
+			r.timer = time.AfterFunc(r.next.Sub(now), r.Flush)
+		}
+		r.mu.Unlock()
+		return
 	}
 	r.next = now.Add(time.Second)
-	missed, r.missed = r.missed, 0
-	return true, missed
+	r.mu.Unlock()
+	r.log.LogAttrs(context.Background(), slog.LevelError, "request failed", attrs...)
+}
+
+// Flush writes the line held back, if any, now: when its second ends, and
+// at shutdown.
+func (r *repeatedErrors) Flush() {
+	r.mu.Lock()
+	attrs, missed := r.held, r.missed
+	r.held, r.missed = nil, 0
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	if attrs != nil {
+		// This line is the second's: the next may go out a second on.
+		r.next = time.Now().Add(time.Second)
+	}
+	r.mu.Unlock()
+	if attrs == nil {
+		return
+	}
+	if missed > 0 {
+		attrs = append(attrs, slog.Int("more_like_it", missed))
+	}
+	r.log.LogAttrs(context.Background(), slog.LevelError, "request failed", attrs...)
 }

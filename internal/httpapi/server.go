@@ -223,7 +223,7 @@ func NewServer(store Store, authn Authenticator, cfg Config) *Server {
 		cfg.StreamKeepAlive = DefaultStreamKeepAlive
 	}
 	s := &Server{store: store, auth: authn, log: cfg.Logger, cfg: cfg, deadlines: newDeadlines(cfg.RequestTimeout),
-		repeated: map[int]*repeatedErrors{http.StatusServiceUnavailable: {}, http.StatusInsufficientStorage: {}}}
+		repeated: map[int]*repeatedErrors{http.StatusServiceUnavailable: newRepeatedErrors(cfg.Logger), http.StatusInsufficientStorage: newRepeatedErrors(cfg.Logger)}}
 	if cfg.TokenRate > 0 {
 		burst := cfg.TokenBurst
 		if burst <= 0 {

@@ -77,6 +77,21 @@ func (g *dialGate) install(cfg *pgconn.Config) {
 		}
 		return conn, nil
 	}
+	// The server's reason for refusing a session (a wrong password, a
+	// database that does not exist, too many connections) comes as an
+	// error before it closes the connection: the gate keeps it, so that
+	// the dials refused in the pause after say why, not only the one
+	// request that tried.
+	onPgError := cfg.OnPgError
+	cfg.OnPgError = func(pgConn *pgconn.PgConn, pgErr *pgconn.PgError) bool {
+		if c := gatedOf(pgConn.Conn()); c != nil {
+			c.refused(pgErr)
+		}
+		if onPgError != nil {
+			return onPgError(pgConn, pgErr)
+		}
+		return true
+	}
 	cfg.AfterConnect = func(ctx context.Context, pgConn *pgconn.PgConn) error {
 		if after != nil {
 			if err := after(ctx, pgConn); err != nil {
@@ -147,6 +162,7 @@ type gatedConn struct {
 	mu      sync.Mutex
 	trying  bool
 	session context.Context // the start-up's context, until it ends
+	reason  error           // the server's error during the start-up
 	done    bool
 }
 
@@ -158,8 +174,21 @@ func (c *gatedConn) startsSession(ctx context.Context) {
 
 func (c *gatedConn) started() { c.end(nil) }
 
+// refused keeps the server's error during the start-up as the reason the
+// attempt failed.
+func (c *gatedConn) refused(err error) {
+	c.mu.Lock()
+	if c.session != nil && !c.done {
+		c.reason = err
+	}
+	c.mu.Unlock()
+}
+
 func (c *gatedConn) Close() error {
-	c.end(errSessionFailed{addr: c.addr})
+	c.mu.Lock()
+	reason := c.reason
+	c.mu.Unlock()
+	c.end(errSessionFailed{addr: c.addr, reason: reason})
 	return c.Conn.Close()
 }
 
@@ -185,13 +214,21 @@ func (c *gatedConn) end(err error) {
 }
 
 // errSessionFailed is the error of the dials refused in the pause after a
-// connection accepted and then closed before its session started. The
-// server's own reason, if it gave one, went to the request that tried.
-type errSessionFailed struct{ addr string }
+// connection accepted and then closed before its session started, with
+// the server's reason when it gave one.
+type errSessionFailed struct {
+	addr   string
+	reason error // nil when the server said nothing
+}
 
 func (e errSessionFailed) Error() string {
+	if e.reason != nil {
+		return fmt.Sprintf("the server at %s refused the last session: %v", e.addr, e.reason)
+	}
 	return fmt.Sprintf("the last connection to %s closed before its session started", e.addr)
 }
+
+func (e errSessionFailed) Unwrap() error { return e.reason }
 
 // gatedOf finds the gatedConn under conn, through TLS.
 func gatedOf(conn net.Conn) *gatedConn {

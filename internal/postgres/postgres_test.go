@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	neturl "net/url"
@@ -693,7 +694,8 @@ func TestSessionsRefusedAtStartUpAreSpacedOut(t *testing.T) {
 	exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + name + "'")
 	before := proxy.accepted.Load()
 	var wg sync.WaitGroup
-	var pings, failures atomic.Int64
+	var pings, failures, unexplained atomic.Int64
+	var example atomic.Value
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for range 16 {
 		wg.Go(func() {
@@ -707,6 +709,13 @@ func TestSessionsRefusedAtStartUpAreSpacedOut(t *testing.T) {
 					if code := plantstore.ErrorCode(err); code != plantstore.EUNAVAILABLE {
 						t.Errorf("a ping while the database refuses sessions: %v (%s), want EUNAVAILABLE", err, code)
 						return
+					}
+					// The server's reason, in the pause too: an
+					// operator reads it in the log. (The idle
+					// connections were terminated: 57P01.)
+					if msg := err.Error(); !strings.Contains(msg, "not currently accepting connections") && !strings.Contains(msg, "57P01") && !errors.Is(err, context.DeadlineExceeded) {
+						unexplained.Add(1)
+						example.Store(err.Error())
 					}
 				}
 			}
@@ -722,6 +731,9 @@ func TestSessionsRefusedAtStartUpAreSpacedOut(t *testing.T) {
 	// 1.5 s, after the first wave of the 16 callers.
 	if attempts > 16+10 {
 		t.Errorf("%d connections in 1.5 s while sessions were refused; want them spaced out", attempts)
+	}
+	if n := unexplained.Load(); n > 0 {
+		t.Errorf("%d of %d failures do not give the server's reason, such as %q", n, failures.Load(), example.Load())
 	}
 
 	exec("ALTER DATABASE " + ident + " ALLOW_CONNECTIONS true")

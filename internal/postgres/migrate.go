@@ -53,6 +53,7 @@ func (db *DB) migrate(ctx context.Context) error {
 			return migration.NewerSchemaError(found, len(ms))
 		}
 		if found == len(ms) {
+			db.schemaVersion = found
 			return nil
 		}
 	}

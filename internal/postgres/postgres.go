@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/plantstore/plantstore"
@@ -92,6 +93,9 @@ type DB struct {
 	observeBatch  func(int)
 	eventsWritten func()
 	log           *slog.Logger
+	// schemaVersion is the version Open found or brought the schema to.
+	schemaVersion int
+
 	stopListening context.CancelFunc
 	listening     sync.WaitGroup
 	// afterInsert, when set (by tests), runs after each batch's insert.
@@ -258,8 +262,23 @@ func (db *DB) Close() error {
 // close.
 const closeWait = 2 * time.Second
 
-// Ping runs an empty statement on a pooled connection, opening one if need
-// be, so it fails when the server does not answer.
+// Ping reads the schema's version on a pooled connection, opening one if
+// need be, so it fails when the server does not answer. It reads the
+// version, not only a connection's answer: a database put
+// in the place of this one (empty, or restored from an older version)
+// answers pings but not the requests, and the instance must not be
+// counted ready on it.
 func (db *DB) Ping(ctx context.Context) error {
-	return db.storeError("ping", db.pool.Ping(ctx))
+	var version int
+	err := db.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&version)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42P01" { // undefined_table
+		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the database has no plantstore schema: was it replaced?", db.storeError("ping", err))
+	}
+	if err != nil {
+		return db.storeError("ping", err)
+	}
+	if version < db.schemaVersion {
+		return plantstore.Errorf(plantstore.EUNAVAILABLE, "the database's schema is at version %d, below the %d this instance brought it to: was it replaced? Restart plantstore to upgrade it", version, db.schemaVersion)
+	}
+	return nil
 }

@@ -775,3 +775,41 @@ func TestPreferredTLSRefusedIsNoFailure(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 	}
 }
+
+// A database put in the place of this one answers a connection's ping,
+// but not the requests: Ping reads the schema, so /readyz takes the
+// instance out rather than have it answer 500 to everything.
+func TestPingNoticesAReplacedDatabase(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	db, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Restored from an older version.
+	exec("DELETE FROM schema_migrations WHERE version > 1")
+	err = db.Ping(context.Background())
+	if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || !strings.Contains(err.Error(), "schema is at version 1") {
+		t.Errorf("Ping of a database at an older schema: %v, want EUNAVAILABLE naming the version", err)
+	}
+	// No schema at all.
+	exec("ALTER TABLE schema_migrations RENAME TO schema_migrations_moved")
+	err = db.Ping(context.Background())
+	if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || !strings.Contains(err.Error(), "no plantstore schema") {
+		t.Errorf("Ping of a database without the schema: %v, want EUNAVAILABLE saying so", err)
+	}
+}

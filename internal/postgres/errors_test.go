@@ -112,6 +112,9 @@ func TestPoolConfig(t *testing.T) {
 	if cfg.MaxConns != 7 {
 		t.Errorf("MaxConns = %d, want 7", cfg.MaxConns)
 	}
+	if cfg.MaxConnLifetime != defaultConnLifetime || cfg.MaxConnLifetimeJitter != defaultConnLifetimeJitter {
+		t.Errorf("sessions live %v + %v, want %v + %v", cfg.MaxConnLifetime, cfg.MaxConnLifetimeJitter, defaultConnLifetime, defaultConnLifetimeJitter)
+	}
 	if got := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; got != "on" {
 		t.Errorf("synchronous_commit = %q, want on", got)
 	}
@@ -122,12 +125,12 @@ func TestPoolConfig(t *testing.T) {
 		t.Errorf("secrets %q lack the password", secrets)
 	}
 
-	cfg, _, err = poolConfig("postgresql://localhost/db?connect_timeout=2&pool_max_conns=3&application_name=mine&synchronous_commit=remote_apply", Options{})
+	cfg, _, err = poolConfig("postgresql://localhost/db?connect_timeout=2&pool_max_conns=3&application_name=mine&synchronous_commit=remote_apply&pool_max_conn_lifetime=1h", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ConnConfig.ConnectTimeout != 2*time.Second || cfg.MaxConns != 3 {
-		t.Errorf("the URL's settings were overridden: ConnectTimeout %v, MaxConns %d", cfg.ConnConfig.ConnectTimeout, cfg.MaxConns)
+	if cfg.ConnConfig.ConnectTimeout != 2*time.Second || cfg.MaxConns != 3 || cfg.MaxConnLifetime != time.Hour || cfg.MaxConnLifetimeJitter != 0 {
+		t.Errorf("the URL's settings were overridden: ConnectTimeout %v, MaxConns %d, MaxConnLifetime %v + %v", cfg.ConnConfig.ConnectTimeout, cfg.MaxConns, cfg.MaxConnLifetime, cfg.MaxConnLifetimeJitter)
 	}
 	if p := cfg.ConnConfig.RuntimeParams; p["application_name"] != "mine" || p["synchronous_commit"] != "remote_apply" {
 		t.Errorf("runtime parameters %v", p)

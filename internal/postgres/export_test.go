@@ -1,6 +1,10 @@
 package postgres
 
-import "github.com/plantstore/plantstore"
+import (
+	"time"
+
+	"github.com/plantstore/plantstore"
+)
 
 // SetAfterInsert makes db call f after each batch's insert statement and
 // before it reads the ids that were taken, with the plants it tried to
@@ -9,3 +13,11 @@ func SetAfterInsert(db *DB, f func(candidates []plantstore.Plant)) { db.afterIns
 
 // QueuedCreates is how many creates wait for a committer.
 func QueuedCreates(db *DB) int { return len(db.creates) }
+
+// SetReadOnlyRenewal sets how old a read-only session must be to be closed
+// when it is given back, until the test ends.
+func SetReadOnlyRenewal(t interface{ Cleanup(func()) }, d time.Duration) {
+	was := readOnlyRenewal
+	readOnlyRenewal = d
+	t.Cleanup(func() { readOnlyRenewal = was })
+}

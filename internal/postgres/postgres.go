@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -76,6 +77,23 @@ const DefaultMaxConns = 16
 // host that drops packets, fails a request fast instead of holding it for
 // the kernel's TCP timeout.
 const defaultConnectTimeout = 5 * time.Second
+
+// A session keeps the settings it started with: one made read-only, or
+// given a statement_timeout, by ALTER DATABASE or ALTER ROLE ... SET
+// stays so after the DBA resets it. So sessions are renewed:
+//   - every defaultConnLifetime (plus up to defaultConnLifetimeJitter,
+//     so the pool's do not all go at once), unless the URL sets
+//     pool_max_conn_lifetime; pgx's default is an hour;
+//   - a read-only one (PostgreSQL 14 and later report
+//     default_transaction_read_only and in_hot_standby to the client) once
+//     it is readOnlyRenewal old, when it is given back: writes fail on it
+//     with 25006, and a new session finds out whether they still must.
+const (
+	defaultConnLifetime       = 5 * time.Minute
+	defaultConnLifetimeJitter = time.Minute
+)
+
+var readOnlyRenewal = 5 * time.Second // a variable for the tests
 
 // DB is a plant store in a PostgreSQL database.
 type DB struct {
@@ -191,12 +209,19 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
-	} else if !poolSizeInURL(url) {
+	} else if !urlSets(url, "pool_max_conns") {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
+	if !urlSets(url, "pool_max_conn_lifetime") {
+		cfg.MaxConnLifetime = defaultConnLifetime
+		if !urlSets(url, "pool_max_conn_lifetime_jitter") {
+			cfg.MaxConnLifetimeJitter = defaultConnLifetimeJitter
+		}
+	}
+	renewReadOnly(cfg)
 	newDialGate(cfg.ConnConfig.DialFunc).install(&cfg.ConnConfig.Config)
 	params := cfg.ConnConfig.RuntimeParams
 	// A nil error from a write promises a durable commit; a session with
@@ -219,10 +244,38 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 	return cfg, secrets, nil
 }
 
-// poolSizeInURL reports whether url sets pool_max_conns itself.
-func poolSizeInURL(raw string) bool {
+// urlSets reports whether url sets the parameter name itself.
+func urlSets(raw, name string) bool {
 	u, err := neturl.Parse(raw)
-	return err == nil && u.Query().Has("pool_max_conns")
+	return err == nil && u.Query().Has(name)
+}
+
+// renewReadOnly has the pool close, when it is given back, a session
+// that reports itself read-only and is readOnlyRenewal old (see
+// defaultConnLifetime).
+func renewReadOnly(cfg *pgxpool.Config) {
+	const born = "plantstore.born"
+	afterConnect := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		c.PgConn().CustomData()[born] = time.Now()
+		if afterConnect != nil {
+			return afterConnect(ctx, c)
+		}
+		return nil
+	}
+	afterRelease := cfg.AfterRelease
+	cfg.AfterRelease = func(c *pgx.Conn) bool {
+		pc := c.PgConn()
+		if pc.ParameterStatus("default_transaction_read_only") == "on" || pc.ParameterStatus("in_hot_standby") == "on" {
+			if t, ok := pc.CustomData()[born].(time.Time); ok && time.Since(t) >= readOnlyRenewal {
+				return false
+			}
+		}
+		if afterRelease != nil {
+			return afterRelease(c)
+		}
+		return true
+	}
 }
 
 // Close commits the creates already queued and refuses new ones, waits

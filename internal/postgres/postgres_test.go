@@ -813,3 +813,93 @@ func TestPingNoticesAReplacedDatabase(t *testing.T) {
 		t.Errorf("Ping of a database without the schema: %v, want EUNAVAILABLE saying so", err)
 	}
 }
+
+// A session keeps the settings it started with. A database made
+// read-only (ALTER DATABASE ... SET default_transaction_read_only, as
+// after a failover, or by a DBA) and then reset must take writes again
+// without a restart: the pool closes read-only sessions as they are given
+// back, once they are a little old (an hour, pgx's session lifetime,
+// before).
+func TestWritesComeBackAfterTheDatabaseIsNoLongerReadOnly(t *testing.T) {
+	postgres.SetReadOnlyRenewal(t, 300*time.Millisecond)
+	url := pgtest.NewDatabase(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	db, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	admin, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	next := int64(0)
+	create := func() error {
+		next++
+		_, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: next, Name: "Fern"})
+		return err
+	}
+	if err := create(); err != nil {
+		t.Fatal(err)
+	}
+	exec("ALTER DATABASE " + ident + " SET default_transaction_read_only = on")
+	t.Cleanup(func() {
+		admin, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+		if err == nil {
+			admin.Exec(context.Background(), "ALTER DATABASE "+ident+" RESET default_transaction_read_only")
+			admin.Close(context.Background())
+		}
+	})
+	exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + name + "'")
+	// Sessions started now are read-only: writes fail, and are refused as
+	// a fault that may pass.
+	readOnly := false
+	for deadline := time.Now().Add(3 * time.Second); !readOnly && time.Now().Before(deadline); {
+		err := create()
+		if err == nil {
+			t.Fatal("a create succeeded on a read-only database")
+		}
+		if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			t.Fatalf("a create on a read-only database: %v, want EUNAVAILABLE", err)
+		}
+		readOnly = strings.Contains(err.Error(), "25006")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !readOnly {
+		t.Fatal("creates never failed for the read-only database")
+	}
+	// Many sessions, all read-only, in the pool.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { db.Ping(context.Background()) })
+	}
+	wg.Wait()
+
+	exec("ALTER DATABASE " + ident + " RESET default_transaction_read_only")
+	reset := time.Now()
+	for create() != nil {
+		if time.Since(reset) > 3*time.Second {
+			t.Fatal("creates still failed 3 s after the database took writes again")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("writes back %v after the reset", time.Since(reset).Round(time.Millisecond))
+	// And stay back: no read-only session is left to fail one.
+	for range 20 {
+		if err := create(); err != nil {
+			t.Fatalf("a create after the first one that succeeded: %v", err)
+		}
+	}
+}

@@ -167,3 +167,68 @@ func TestReplacedStoreLeavesANote(t *testing.T) {
 		})
 	}
 }
+
+// The store's file moved away while serve runs, nothing put in its place,
+// then the server stopped cleanly: the moved file alone holds every write
+// that was answered 200 (its log left at the old name used to hold them),
+// and moved back it serves as it was.
+func TestMovedStoreGetsEveryWriteAtAStop(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "swap")
+	s := serveProcess(t, dir)
+	client := apitest.Client(t)
+	path := filepath.Join(dir, "plantstore.db")
+	var acked []int
+	for id := 1; id <= 20; id++ {
+		if status, body := create(t, client, s.url, token, fmt.Sprintf(`{"id":%d,"name":"before"}`, id)); status != 200 {
+			t.Fatalf("create %d: %d %s", id, status, body)
+		}
+		acked = append(acked, id)
+	}
+	moved := filepath.Join(dir, "moved.db")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for id := 21; ; id++ {
+		status, _ := create(t, client, s.url, token, fmt.Sprintf(`{"id":%d,"name":"after"}`, id))
+		if status == 503 {
+			break
+		}
+		if status == 200 {
+			acked = append(acked, id)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("creates still answered 5 s after the store's file was moved")
+		}
+	}
+	if code := s.stop(t, os.Interrupt); code != 0 {
+		t.Errorf("serve stopped with exit %d", code)
+	}
+	// The moved file alone, in a directory of its own.
+	alone := t.TempDir()
+	data, err := os.ReadFile(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(alone, "plantstore.db"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = serveProcess(t, alone)
+	for _, id := range acked {
+		if status, body := request(t, client, "GET", fmt.Sprintf("%s/plants/%d", s.url, id), token, ""); status != 200 {
+			t.Fatalf("plant %d, answered 200 before the stop, in the moved file alone: %d %s (of %d acknowledged)", id, status, body, len(acked))
+		}
+	}
+	if code := s.stop(t, os.Interrupt); code != 0 {
+		t.Errorf("serve on the moved file stopped with exit %d", code)
+	}
+	// Moved back, as operations.md says.
+	if err := os.Rename(moved, path); err != nil {
+		t.Fatal(err)
+	}
+	s = serveProcess(t, dir)
+	if status, body := request(t, client, "GET", fmt.Sprintf("%s/plants/%d", s.url, acked[len(acked)-1]), token, ""); status != 200 {
+		t.Errorf("the last acknowledged plant, the file moved back: %d %s", status, body)
+	}
+}

@@ -4,10 +4,12 @@ package sqlite
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,5 +183,34 @@ func TestFilesCheckedIgnoreSQLitesOwnLog(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "ERROR") {
 		t.Errorf("the store logged an error:\n%s", logs)
+	}
+}
+
+// A name that cannot be looked up for a moment (a directory's permission
+// taken away, an I/O error) says nothing of the file: the store goes on,
+// and stops only for a file gone or another file at the name.
+func TestFilesCheckPassesOverALookupThatFails(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plants.db")
+	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	of := captureFiles(path)
+	if !of.watched() {
+		t.Skip("no inode numbers here")
+	}
+	was := statFile
+	t.Cleanup(func() { statFile = was })
+	statFile = func(string) (os.FileInfo, error) {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: syscall.EACCES}
+	}
+	if err := of.check(); err != nil {
+		t.Errorf("a lookup refused for permission: %v, want no difference found", err)
+	}
+	statFile = func(string) (os.FileInfo, error) {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: syscall.ENOENT}
+	}
+	if err := of.check(); err == nil {
+		t.Error("a file gone: no difference found")
 	}
 }

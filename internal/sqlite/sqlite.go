@@ -121,10 +121,12 @@ type DB struct {
 	// goroutine that checks them has returned.
 	files     openFiles
 	watchDone chan struct{}
-	// swapNoted says the store wrote the note of swapped files, which a
-	// clean Close takes away (identity.go).
-	swapNoted atomic.Bool
-	log       *slog.Logger
+	// filesChanged says the store found its files swapped, so a clean
+	// Close folds its log into the file it opened; swapNoted, that it
+	// wrote the note of a file put in its place, which Close then takes
+	// away (identity.go).
+	filesChanged, swapNoted atomic.Bool
+	log                     *slog.Logger
 }
 
 var _ plantstore.Store = (*DB)(nil)

@@ -86,9 +86,12 @@ func New() *Metrics {
 	return m
 }
 
-// Handler serves the registry in Prometheus's text format.
+// Handler serves the registry in Prometheus's text format. A collector
+// that fails (the outbox's counts, read from a database that is down)
+// leaves out its own series only: promhttp's default answers the whole
+// scrape 500, and an outage would blank the very series that show it.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 // RequestStarted and RequestDone implement the HTTP transport's observer.

@@ -97,3 +97,32 @@ func TestConnections(t *testing.T) {
 		}
 	}
 }
+
+// unreachableOutbox is a store whose database is down.
+type unreachableOutbox struct{ plantstore.WebhookStore }
+
+func (unreachableOutbox) CountDeliveries(context.Context) (plantstore.DeliveryCounts, error) {
+	return plantstore.DeliveryCounts{}, plantstore.Errorf(plantstore.EUNAVAILABLE, "the store cannot be reached")
+}
+
+// With the database down, a scrape still answers 200 with every series
+// but the outbox's counts, which it cannot read: the request counters
+// that show the outage among them.
+func TestScrapeDuringAnOutage(t *testing.T) {
+	m := New()
+	m.Webhooks(func() WebhookStats { return WebhookStats{Attempts: 5} }, unreachableOutbox{})
+	m.RequestStarted()
+	m.RequestDone("GET /plants/{id}", "GET", 503, time.Millisecond)
+	text := scrape(t, m)
+	for _, want := range []string{
+		`plantstore_http_requests_total{method="GET",route="GET /plants/{id}",status="503"} 1`,
+		`plantstore_webhook_attempts_total 5`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+	if strings.Contains(text, "plantstore_webhook_deliveries{") {
+		t.Error("the scrape has outbox counts it could not read")
+	}
+}

@@ -134,6 +134,13 @@ func TestNoSilentStores(t *testing.T) {
 	if !s.logged(`"msg":"created a new store","path":"`+filepath.Join(other, "plantstore.db")+`"`, 5*time.Second) {
 		t.Errorf("serve does not say it made the store:\n%s", s.logs)
 	}
+	// A log kept to warnings still says it: a mistyped --db must not
+	// serve an empty store in silence.
+	quiet := t.TempDir()
+	s, _ = launch(t, quiet, "--log-level", "warn") // which keeps the listening line out
+	if !s.logged(`"level":"WARN","msg":"created a new store","path":"`+filepath.Join(quiet, "plantstore.db")+`"`, 5*time.Second) {
+		t.Errorf("serve --log-level warn does not say it made the store:\n%s", s.logs)
+	}
 }
 
 // A --db that names a file not plantstore's is refused by every command

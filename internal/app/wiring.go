@@ -47,9 +47,10 @@ func (a *App) openStore(ctx context.Context) error {
 		Enqueued:      signal(a.wake),
 		EventsWritten: signal(a.eventsWritten),
 		Created: func(path string) {
-			// A new, empty store is worth a line: a mistyped --db, or
-			// a directory other than the one meant, shows here.
-			a.log.Info("created a new store", "path", path)
+			// A new, empty store is worth a line, at a level a log kept
+			// to warnings shows: a mistyped --db, or a directory other
+			// than the one meant, shows here.
+			a.log.Warn("created a new store", "path", path)
 		},
 		Logger: a.log,
 	}

@@ -19,6 +19,7 @@ type accessEntry struct {
 	bytes    int64
 	info     *requestInfo
 	remote   string
+	client   string // the address a trusted proxy forwarded for; "" when none
 }
 
 // logRequest writes the access log line of one request: to
@@ -32,7 +33,7 @@ func (s *Server) logRequest(ctx context.Context, e *accessEntry) {
 		s.writeAccessLine(e)
 		return
 	}
-	attrs := append(make([]slog.Attr, 0, 9),
+	attrs := append(make([]slog.Attr, 0, 10),
 		slog.String("method", e.method),
 		slog.String("path", e.path),
 		slog.Int("status", e.status),
@@ -42,6 +43,9 @@ func (s *Server) logRequest(ctx context.Context, e *accessEntry) {
 		slog.String("token", e.info.token),
 		slog.String("remote", e.remote),
 	)
+	if e.client != "" {
+		attrs = append(attrs, slog.String("client", e.client))
+	}
 	if e.info.limit != "" {
 		attrs = append(attrs, slog.String("limit", e.info.limit))
 	}
@@ -74,6 +78,10 @@ func (s *Server) writeAccessLine(e *accessEntry) {
 	b = appendLogString(b, e.info.token)
 	b = append(b, `,"remote":`...)
 	b = appendLogString(b, e.remote)
+	if e.client != "" {
+		b = append(b, `,"client":`...)
+		b = appendLogString(b, e.client)
+	}
 	if e.info.limit != "" {
 		b = append(b, `,"limit":`...)
 		b = appendLogString(b, e.info.limit)

@@ -291,6 +291,28 @@ func (s *Server) clientAddr(r *http.Request) netip.Addr {
 	return addr
 }
 
+// forwardedClient is the address the access log gives as the client's
+// when the request came through a trusted proxy (the remote address is
+// then the proxy's): the one clientAddr keys the limits on, unmasked;
+// "" when there is no such proxy or it names no other address.
+func (s *Server) forwardedClient(r *http.Request) string {
+	if len(s.cfg.TrustedProxies) == 0 {
+		return ""
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return ""
+	}
+	peer := ap.Addr().Unmap()
+	if !s.trustedProxy(peer) {
+		return ""
+	}
+	if addr := s.forwardedFor(r.Header.Values("X-Forwarded-For"), peer); addr != peer {
+		return addr.String()
+	}
+	return ""
+}
+
 // forwardedFor walks X-Forwarded-For from the nearest hop back, past the
 // trusted proxies, and returns the first address that is not one; peer
 // when the header names none or has a malformed hop.

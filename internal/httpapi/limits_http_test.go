@@ -392,6 +392,14 @@ func TestForwardedForOnlyFromTrustedProxies(t *testing.T) {
 		if status := valid(proxied, "203.0.113.2"); status != 200 {
 			t.Errorf("another client behind the proxy: %d, want 200", status)
 		}
+		// The access log names the client behind the proxy, beside the
+		// proxy's own address; a direct request's line has no client.
+		if logs := proxied.logs.String(); !strings.Contains(logs, `"client":"203.0.113.2"`) || !strings.Contains(logs, `"remote":"127.0.0.1:`) {
+			t.Errorf("the access log does not name the client behind the proxy:\n%s", logs)
+		}
+		if logs := direct.logs.String(); strings.Contains(logs, `"client":`) {
+			t.Errorf("the access log names a client for requests from no trusted proxy:\n%s", logs)
+		}
 	})
 }
 
@@ -456,11 +464,15 @@ func TestTokenInPathNotLogged(t *testing.T) {
 				t.Errorf("GET %s: %d", path, resp.StatusCode)
 			}
 		}
+		// Sent as the method, by a mistake of the same kind.
+		if resp, _ := e.do(e.readToken, "/plants", nil, nil); resp.StatusCode/100 != 4 {
+			t.Errorf("the token as the method: %d", resp.StatusCode)
+		}
 		logs := e.logs.String()
 		if strings.Contains(logs, secret) {
 			t.Errorf("a token sent in the path is in the log:\n%s", logs)
 		}
-		for _, want := range []string{`"path":"/plants/pst_xxxxx"`, `"path":"/xpst_xxxxx/y"`, `"path":"/plants/pst_xxxxx"`} {
+		for _, want := range []string{`"path":"/plants/pst_xxxxx"`, `"path":"/xpst_xxxxx/y"`, `"path":"/plants/pst_xxxxx"`, `"method":"pst_xxxxx"`} {
 			if !strings.Contains(logs, want) {
 				t.Errorf("the log has no %s:\n%s", want, logs)
 			}

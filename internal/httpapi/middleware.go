@@ -123,8 +123,8 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.RequestDone(info.route, r.Method, rec.status, took)
 		}
-		s.logRequest(ctx, &accessEntry{start: start, method: r.Method, path: loggedPath(r.URL.Path), status: rec.status,
-			duration: took, bytes: rec.bytes, info: info, remote: r.RemoteAddr})
+		s.logRequest(ctx, &accessEntry{start: start, method: loggedPath(r.Method), path: loggedPath(r.URL.Path), status: rec.status,
+			duration: took, bytes: rec.bytes, info: info, remote: r.RemoteAddr, client: s.forwardedClient(r)})
 	})
 }
 
@@ -143,9 +143,10 @@ func incomingRequestID(id string) string {
 	return newRequestID()
 }
 
-// loggedPath is a request's path as the access log shows it: with what
-// follows each "pst_", a token's prefix, masked, so a token sent in the
-// path by mistake (GET /plants/pst_…) is not logged. The answer may still
+// loggedPath is a request's path (or method) as the access log shows it:
+// with what follows each "pst_", a token's prefix, masked, so a token
+// sent in the path by mistake (GET /plants/pst_…), or as the method, is
+// not logged. The answer may still
 // quote it: it goes back to the client that sent it.
 func loggedPath(path string) string {
 	i := strings.Index(path, plantstore.TokenPrefix)

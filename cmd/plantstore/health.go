@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -78,6 +79,13 @@ server can reach its store. Redirects and proxies are not followed.`, getenv, st
 		// reason (listener.go): the probe was not told of the TLS.
 		if scheme == "http" && resp.StatusCode == http.StatusBadRequest && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
 			return fmt.Errorf("health: %s answered %s: the server serves HTTPS; give health the certificate serve uses, --tls-cert FILE or PLANTSTORE_TLS_CERT", target, resp.Status)
+		}
+		// The Error body says why (/readyz: what the store answered).
+		var e struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Message != "" {
+			return fmt.Errorf("health: %s answered %s: %s", target, serverMessage(resp.Status), serverMessage(e.Message))
 		}
 		return fmt.Errorf("health: %s answered %s", target, serverMessage(resp.Status))
 	}

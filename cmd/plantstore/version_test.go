@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -152,6 +153,13 @@ func TestHealth(t *testing.T) {
 			http.Redirect(w, r, "/healthz", http.StatusTemporaryRedirect)
 			return
 		}
+		if status != http.StatusOK {
+			// As serve answers: the Error body.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":%d,"message":"the store cannot be reached"}`, status)
+			return
+		}
 		w.WriteHeader(status)
 	}))
 	defer srv.Close()
@@ -182,8 +190,8 @@ func TestHealth(t *testing.T) {
 	mu.Unlock()
 
 	answer(http.StatusServiceUnavailable)
-	if _, err := health(env); err == nil || !strings.Contains(err.Error(), "503") {
-		t.Errorf("health on a 503: %v", err)
+	if _, err := health(env); err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "the store cannot be reached") {
+		t.Errorf("health on a 503: %v, want the status and the Error body's message", err)
 	}
 	answer(http.StatusOK)
 	if _, err := health(env, "--path", "/moved"); err == nil || !strings.Contains(err.Error(), "307") {

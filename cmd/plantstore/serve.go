@@ -188,7 +188,7 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		Logger:          log,
 		OnListening:     logs.wake, // scripts wait for the "listening" line
 	}
-	if *f.logFormat == "json" && log.Enabled(ctx, slog.LevelInfo) {
+	if strings.EqualFold(*f.logFormat, "json") && log.Enabled(ctx, slog.LevelInfo) {
 		cfg.AccessLog = logs
 	}
 	if err := f.db.check(); err != nil {
@@ -268,7 +268,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return nil, usageError(fmt.Sprintf("--log-level %q: want debug, info, warn or error", level))
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
+	switch strings.ToLower(format) { // as --log-level, whatever the case
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	case "text":

@@ -105,6 +105,11 @@ func (a *App) startSide(addr string, ln net.Listener, name string, bound *string
 		a.mu.Unlock()
 	}
 	a.log.Info(name+" listening", "addr", ln.Addr().String())
+	// The profiler shows the process's memory and stacks, and costs CPU
+	// on demand; its docs say to keep it on loopback.
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && name == "profiler" && !tcp.IP.IsLoopback() {
+		a.log.Warn("the profiler is reachable beyond loopback: anyone who can connect may read its profiles; give --pprof-addr a loopback address (127.0.0.1:PORT)", "addr", ln.Addr().String())
+	}
 	return srv, nil
 }
 

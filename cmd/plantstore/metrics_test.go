@@ -230,6 +230,32 @@ func TestMetricsConnectionsOpen(t *testing.T) {
 	awaitSample(t, addr, open, 0)
 }
 
+// The liveness probe's /healthz on the metrics listener is no API
+// traffic: not in the API's request counter, nor in the access log.
+func TestMetricsListenerHealthzIsNoAPITraffic(t *testing.T) {
+	t.Parallel()
+	s := serve(t, t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	addr := metricsAddr(t, s)
+	for range 3 {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != `{"status":"ok"}` || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("/healthz on --metrics-addr: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+	}
+	if got := sample(t, scrapeMetrics(t, addr), `plantstore_http_requests_total{method="GET",route="GET /healthz",status="200"}`); got != 0 {
+		t.Errorf("the metrics listener's /healthz counted as %v API requests, want none", got)
+	}
+	time.Sleep(400 * time.Millisecond) // the log is written every 200 ms
+	if strings.Contains(s.logs.String(), `"path":"/healthz"`) {
+		t.Errorf("the metrics listener's /healthz in the access log:\n%s", s.logs)
+	}
+}
+
 // Each time the connections open reach --max-connections, the server
 // stops accepting (a third client waits in the kernel's queue) and counts
 // a wait: as soon as the cap is reached, and again when a closed

@@ -27,7 +27,7 @@ func (a *App) startSides() (closeAll func(), err error) {
 			// Liveness here too: this listener has no connection cap,
 			// so a probe pointed at it is answered while the API's port
 			// holds clients back at --max-connections.
-			mux.Handle("GET /healthz", a.api)
+			mux.Handle("GET /healthz", a.api.Liveness())
 		})
 		if err != nil {
 			return closeAll, err

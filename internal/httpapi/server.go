@@ -454,6 +454,11 @@ type statusBody struct {
 }
 
 // handleHealth says the process is up; it touches nothing else.
+// Liveness answers /healthz as the API does, for a listener of the
+// process's own (the metrics'): a probe's request there is no API
+// traffic, so it is neither counted nor logged.
+func (s *Server) Liveness() http.Handler { return s.handleHealth() }
+
 func (s *Server) handleHealth() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, statusBody{Status: "ok"})

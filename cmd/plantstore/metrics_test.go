@@ -256,6 +256,37 @@ func TestMetricsListenerHealthzIsNoAPITraffic(t *testing.T) {
 	}
 }
 
+// A request refused before any handler runs (malformed: 400; its header
+// too large: 431) is counted with the others, route unmatched, method
+// other: a flood of them shows in the metrics, not only in the log.
+func TestMetricsCountRequestsRefusedBeforeRouting(t *testing.T) {
+	t.Parallel()
+	s := serve(t, t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	addr := metricsAddr(t, s)
+	for _, raw := range []string{
+		"GARBAGE\r\n\r\n",
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 40<<10) + "\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, raw)
+		io.ReadAll(c)
+		c.Close()
+	}
+	text := scrapeMetrics(t, addr)
+	for _, series := range []string{
+		`plantstore_http_requests_total{method="other",route="unmatched",status="400"}`,
+		`plantstore_http_requests_total{method="other",route="unmatched",status="431"}`,
+	} {
+		if got := sample(t, text, series); got != 1 {
+			t.Errorf("%s %v, want 1", series, got)
+		}
+	}
+}
+
 // Each time the connections open reach --max-connections, the server
 // stops accepting (a third client waits in the kernel's queue) and counts
 // a wait: as soon as the cap is reached, and again when a closed

@@ -90,7 +90,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	ln = httpapi.LimitConnections(ln, a.cfg.Server.MaxConnections, a.log, counts)
 	if a.cfg.TLS != nil {
-		ln = httpapi.TLSListener(ln, a.cfg.TLS, a.log)
+		ln = httpapi.TLSListener(ln, a.cfg.TLS, a.log, a.observer())
 		scheme = "https"
 	}
 	closeSides, err := a.startSides()
@@ -123,7 +123,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	// net/http serves the connections the fast path hands it; its Serve
 	// ends at its Shutdown.
 	go func() {
-		if err := a.server.Serve(httpapi.JSONErrorListener(a.fast.Handoffs(), a.log)); !errors.Is(err, http.ErrServerClosed) {
+		if err := a.server.Serve(httpapi.JSONErrorListener(a.fast.Handoffs(), a.log, a.observer())); !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("serving the connections handed to net/http failed", "err", err)
 		}
 	}()
@@ -158,6 +158,16 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		a.log.Error("stopped", "err", err.Error())
 	}
 	return err
+}
+
+// observer counts the requests refused before any handler ran with the
+// others, when there are metrics; nil, not a nil *metrics.Metrics, when
+// there are none.
+func (a *App) observer() httpapi.Observer {
+	if a.metrics == nil {
+		return nil
+	}
+	return a.metrics
 }
 
 // Close releases the store; call it once Serve has returned (or instead

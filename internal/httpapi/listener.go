@@ -229,16 +229,20 @@ func (c *limitedConn) CloseWrite() error {
 // before any handler runs (431 for oversized headers, 400 for a malformed
 // request, 417, 501 for an unknown transfer coding), carry the Error body
 // too, and are logged, as no access log line is written for them.
-func JSONErrorListener(ln net.Listener, log *slog.Logger) net.Listener {
+//
+// obs, when not nil, counts each such answer as a request (route
+// unmatched, method other), so that a flood of malformed requests shows
+// in the request metrics as it does in the log.
+func JSONErrorListener(ln net.Listener, log *slog.Logger, obs Observer) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return jsonErrorListener{ln, log}
+	return jsonErrorListener{ln, rejecter{log, obs}}
 }
 
 type jsonErrorListener struct {
 	net.Listener
-	log *slog.Logger
+	rejecter
 }
 
 func (l jsonErrorListener) Accept() (net.Conn, error) {
@@ -246,12 +250,12 @@ func (l jsonErrorListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jsonErrorConn{c, l.log}, nil
+	return jsonErrorConn{c, l.rejecter}, nil
 }
 
 type jsonErrorConn struct {
 	net.Conn
-	log *slog.Logger
+	rejecter
 }
 
 // net/http writes each of these answers in one Write, shaped
@@ -302,18 +306,28 @@ func (c jsonErrorConn) Write(p []byte) (int, error) {
 // writeError sends the Error body in place of p, a whole answer net/http
 // wrote before closing the connection.
 func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, error) {
-	if _, err := c.Conn.Write(rejection(c.log, c.RemoteAddr(), status, message)); err != nil {
+	if _, err := c.Conn.Write(c.rejection(c.RemoteAddr(), status, message)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// rejection logs a request refused before any handler ran, and returns
-// the whole answer that closes its connection: the Error body, with a
-// request id like every other answer's.
-func rejection(log *slog.Logger, remote net.Addr, status int, message string) []byte {
+// rejecter answers the requests refused before any handler ran.
+type rejecter struct {
+	log *slog.Logger
+	obs Observer // nil: not counted
+}
+
+// rejection logs and counts a request refused before any handler ran, and
+// returns the whole answer that closes its connection: the Error body,
+// with a request id like every other answer's.
+func (j rejecter) rejection(remote net.Addr, status int, message string) []byte {
+	if j.obs != nil {
+		j.obs.RequestStarted()
+		j.obs.RequestDone("", "", status, 0)
+	}
 	id := newRequestID()
-	log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
+	j.log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
 		slog.Int("status", status), slog.String("message", message), slog.String("request_id", id), slog.String("remote", remote.String()))
 	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
 	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
@@ -353,17 +367,18 @@ func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
 // tell): without it such a client gets an empty reply, and no clue. The
 // first bytes decide: a TLS handshake begins with a record of type 22, an
 // HTTP request with a method's capital letters.
-func TLSListener(ln net.Listener, cfg *tls.Config, log *slog.Logger) net.Listener {
+// obs counts the refusals as JSONErrorListener's does.
+func TLSListener(ln net.Listener, cfg *tls.Config, log *slog.Logger, obs Observer) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return tlsListener{ln, cfg, log}
+	return tlsListener{ln, cfg, rejecter{log, obs}}
 }
 
 type tlsListener struct {
 	net.Listener
 	cfg *tls.Config
-	log *slog.Logger
+	rejecter
 }
 
 // Accept returns at once: the first bytes are read by the connection's
@@ -373,15 +388,15 @@ func (l tlsListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sniffedConn{Conn: c, cfg: l.cfg, log: l.log}, nil
+	return &sniffedConn{Conn: c, cfg: l.cfg, rejecter: l.rejecter}, nil
 }
 
 // sniffedConn is a connection that becomes TLS, or refuses plain HTTP,
 // on its first use.
 type sniffedConn struct {
 	net.Conn
-	cfg  *tls.Config
-	log  *slog.Logger
+	cfg *tls.Config
+	rejecter
 	once sync.Once
 	err  error
 	mu   sync.Mutex // guards tls: Close may come from another goroutine
@@ -413,7 +428,7 @@ func (c *sniffedConn) start() error {
 func (c *sniffedConn) refusePlainHTTP() {
 	const message = "the client sent an HTTP request to an HTTPS server: use https://"
 	c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	c.Conn.Write(rejection(c.log, c.RemoteAddr(), http.StatusBadRequest, message))
+	c.Conn.Write(c.rejection(c.RemoteAddr(), http.StatusBadRequest, message))
 	c.Conn.Close()
 }
 

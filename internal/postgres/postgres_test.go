@@ -676,17 +676,7 @@ func TestSessionsRefusedAtStartUpAreSpacedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	admin, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(context.Background(), sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	exec := sqlRunner(t, pgtest.AdminURL(t))
 	db.Ping(context.Background())
 
 	ident := pgx.Identifier{name}.Sanitize()
@@ -789,17 +779,7 @@ func TestPingNoticesAReplacedDatabase(t *testing.T) {
 	if err := db.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := conn.Exec(context.Background(), sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	exec := sqlRunner(t, url)
 	// Restored from an older version.
 	exec("DELETE FROM schema_migrations WHERE version > 1")
 	err = db.Ping(context.Background())
@@ -833,17 +813,7 @@ func TestWritesComeBackAfterTheDatabaseIsNoLongerReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	admin, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(context.Background(), sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	exec := sqlRunner(t, pgtest.AdminURL(t))
 	ident := pgx.Identifier{name}.Sanitize()
 	next := int64(0)
 	create := func() error {
@@ -900,6 +870,23 @@ func TestWritesComeBackAfterTheDatabaseIsNoLongerReadOnly(t *testing.T) {
 	for range 20 {
 		if err := create(); err != nil {
 			t.Fatalf("a create after the first one that succeeded: %v", err)
+		}
+	}
+}
+
+// sqlRunner connects to url and returns what runs a statement there,
+// failing the test on an error; the connection closes when the test ends.
+func sqlRunner(t *testing.T, url string) func(sql string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

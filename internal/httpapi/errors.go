@@ -174,8 +174,22 @@ func (r *repeatedErrors) report(now time.Time, attrs []slog.Attr) {
 		r.mu.Unlock()
 		return
 	}
+	// The second is over but its held line not written yet (its timer
+	// has yet to run): this line counts it, so one line a second it is.
+	missed := r.missed
+	if r.held != nil {
+		missed++
+	}
+	r.held, r.missed = nil, 0
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
 	r.next = now.Add(time.Second)
 	r.mu.Unlock()
+	if missed > 0 {
+		attrs = append(attrs, slog.Int("more_like_it", missed))
+	}
 	r.log.LogAttrs(context.Background(), slog.LevelError, "request failed", attrs...)
 }
 

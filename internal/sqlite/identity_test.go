@@ -214,3 +214,41 @@ func TestFilesCheckPassesOverALookupThatFails(t *testing.T) {
 		t.Error("a file gone: no difference found")
 	}
 }
+
+// A store moved away just before Close, sooner than the background check
+// comes round, still gets its log: Close looks once more.
+func TestCloseFoldsTheLogOfAFileMovedJustBefore(t *testing.T) {
+	db, path, _ := openWatched(t)
+	ctx := context.Background()
+	for id := int64(2); id <= 50; id++ {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "kept"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := filepath.Join(filepath.Dir(path), "moved.db")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The moved file alone, without the log left at the old name.
+	alone := filepath.Join(t.TempDir(), "alone.db")
+	data, err := os.ReadFile(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(ctx, alone, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for id := int64(1); id <= 50; id++ {
+		if _, err := again.GetPlant(ctx, id); err != nil {
+			t.Fatalf("plant %d, created before the move, in the moved file alone: %v", id, err)
+		}
+	}
+}

@@ -345,6 +345,9 @@ func (db *DB) Close() error {
 	db.stopLife()
 	// Before SQLite closes, and so removes its log: that is no fault.
 	<-db.watchDone
+	// A last look: a file moved in the quarter second since the last
+	// check still gets its log folded in (foldSwappedLog).
+	db.checkFiles()
 	if db.loaded != nil {
 		<-db.loaded
 	}

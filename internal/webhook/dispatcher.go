@@ -79,7 +79,15 @@ type Dispatcher struct {
 	owner   string
 	stats   stats
 	retries retryTimes
+	// busy counts the workers serving a subscriber (Run's slots taken).
+	busy atomic.Int64
 }
+
+// othersMayWait says whether a subscriber may be waiting for a worker:
+// every worker is busy, so Run claims none. With a worker free, any
+// subscriber due is claimed by it at the next claim, and a turn that ends
+// goes on (maxTurn).
+func (d *Dispatcher) othersMayWait() bool { return d.busy.Load() >= int64(d.cfg.Workers) }
 
 // retryTimes holds when the retries this dispatcher scheduled fall due,
 // so that Run claims then rather than at its next poll: a retry's wait
@@ -139,7 +147,9 @@ const minWindowInterval = 50 * time.Millisecond
 // healthy one waits its turn in the rotation behind dead ones that always
 // have something due (about dead ÷ workers turns, each up to a turn and
 // an attempt's timeout), rather than for ever. Within a turn's last
-// window, no plant's deliveries start after the turn ends.
+// window, no plant's deliveries start after the turn ends. A turn that
+// ends while a worker is free goes on (othersMayWait): no one waits, and
+// giving the subscriber back would only cost it deliveries.
 const maxTurn = time.Second
 
 // minClaimInterval spaces the dispatcher's claims; busyClaimInterval
@@ -294,8 +304,10 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 			for _, sub := range subs {
 				slots <- struct{}{}
+				d.busy.Add(1)
 				wg.Go(func() {
 					progress := d.serveSubscriber(ctx, sub)
+					d.busy.Add(-1)
 					<-slots
 					// A worker that found nothing to send (its due deliveries
 					// wait behind their plants' retries) does not make the
@@ -363,10 +375,16 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	window := min(windowPerSlot*d.cfg.Concurrency, maxWindow)
 	var last time.Time // when the last window was read
 	turnEnds := time.Now().Add(maxTurn)
+	// turnOver says whether the turn ended and another subscriber may
+	// be waiting for it; with none waiting, the turn goes on.
+	turnOver := func() bool { return !time.Now().Before(turnEnds) && d.othersMayWait() }
 	for {
-		if !time.Now().Before(turnEnds) {
+		if turnOver() {
 			record(nil, true) // the others' turn
 			return true
+		}
+		if !time.Now().Before(turnEnds) {
+			turnEnds = time.Now().Add(maxTurn)
 		}
 		// A window that was not full found the backlog drained: the
 		// subscriber keeps up with the writes. Then the next waits a
@@ -399,7 +417,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		if len(ds) == n {
 			last = time.Time{} // a full window: the next at once
 		}
-		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record, turnEnds)
+		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record, turnOver)
 		switch end {
 		case windowGone:
 			d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", goneOn))
@@ -428,10 +446,10 @@ const (
 // retried (its later deliveries wait), and everything stops at a 410 or
 // when ctx ends. The results are recorded as they come, in batches, and
 // all of them before it returns. After a 410 it also returns the event
-// that got it. No plant's deliveries start after turnEnds: they wait for
+// that got it. No plant's deliveries start once turnOver: they wait for
 // the subscriber's next turn (maxTurn).
 func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte,
-	ds []plantstore.Delivery, record func([]plantstore.AttemptResult, bool) bool, turnEnds time.Time) (windowEnd, string) {
+	ds []plantstore.Delivery, record func([]plantstore.AttemptResult, bool) bool, turnOver func() bool) (windowEnd, string) {
 	// The chains, one per plant, in the order of their first delivery.
 	var chains [][]plantstore.Delivery
 	at := make(map[int64]int, len(ds))
@@ -477,7 +495,7 @@ func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plant
 	go func() {
 		defer close(todo)
 		for _, chain := range chains {
-			if !time.Now().Before(turnEnds) {
+			if turnOver() {
 				return // the rest wait for the subscriber's next turn
 			}
 			select {

@@ -886,3 +886,46 @@ func TestSubscribersTakeTurnsForTheWorkers(t *testing.T) {
 		}
 	}
 }
+
+// countedReleases counts the leases given back while results are
+// recorded.
+type countedReleases struct {
+	plantstore.WebhookStore
+	releases atomic.Int64
+}
+
+func (c *countedReleases) RecordAttempts(ctx context.Context, owner string, subscriberID int64, results []plantstore.AttemptResult, lease time.Duration, release bool) (bool, error) {
+	if release {
+		c.releases.Add(1)
+	}
+	return c.WebhookStore.RecordAttempts(ctx, owner, subscriberID, results, lease, release)
+}
+
+// With a worker free, no subscriber waits for one: a turn that ends goes
+// on, and a subscriber with deliveries coming all the time keeps its
+// worker (giving it back cost it two thirds of its deliveries under a
+// saturating load: BENCHMARKS.md). With every worker busy, turns are
+// taken (TestSubscribersTakeTurnsForTheWorkers).
+func TestTurnGoesOnWhileAWorkerIsFree(t *testing.T) {
+	counted := &countedReleases{}
+	f := startWrapped(t, webhook.DispatcherConfig{Schedule: fast},
+		func(s plantstore.WebhookStore) plantstore.WebhookStore { counted.WebhookStore = s; return counted })
+	r, _ := f.subscribe(func(int, delivery) (int, http.Header) {
+		time.Sleep(5 * time.Millisecond)
+		return http.StatusOK, nil
+	})
+	// Deliveries due all the time for 4.5 s: four turns and a half. (A
+	// busy machine may leave a window with nothing due once, which ends
+	// the service too.)
+	began := time.Now()
+	for id := int64(1); time.Since(began) < 4500*time.Millisecond; id++ {
+		f.create(id)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := counted.releases.Load(); n > 1 {
+		t.Errorf("the subscriber was given back %d times in 4.5 s with 3 of 4 workers free; want its turn to go on", n)
+	}
+	if len(r.deliveries()) == 0 {
+		t.Fatal("nothing was delivered: the test tested nothing")
+	}
+}

@@ -22,7 +22,7 @@ func (a *App) startSides() (closeAll func(), err error) {
 		}
 	}
 	if a.metrics != nil {
-		side, err := a.startSide(a.cfg.MetricsAddr, a.cfg.MetricsListener, "metrics", &a.metricsAddr, func(mux *http.ServeMux) {
+		side, _, err := a.startSide(a.cfg.MetricsAddr, a.cfg.MetricsListener, "metrics", &a.metricsAddr, func(mux *http.ServeMux) {
 			mux.Handle("GET /metrics", a.metrics.Handler())
 			// Liveness here too: this listener has no connection cap,
 			// so a probe pointed at it is answered while the API's port
@@ -35,7 +35,7 @@ func (a *App) startSides() (closeAll func(), err error) {
 		started = append(started, side)
 	}
 	if a.cfg.PprofAddr != "" {
-		side, err := a.startSide(a.cfg.PprofAddr, a.cfg.PprofListener, "profiler", nil, func(mux *http.ServeMux) {
+		side, addr, err := a.startSide(a.cfg.PprofAddr, a.cfg.PprofListener, "profiler", nil, func(mux *http.ServeMux) {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
@@ -45,6 +45,11 @@ func (a *App) startSides() (closeAll func(), err error) {
 			return closeAll, err
 		}
 		started = append(started, side)
+		// It shows the process's memory and stacks, and costs CPU on
+		// demand; its docs say to keep it on loopback.
+		if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+			a.log.Warn("the profiler is reachable beyond loopback: anyone who can connect may read its profiles; give --pprof-addr a loopback address (127.0.0.1:PORT)", "addr", addr.String())
+		}
 	}
 	return closeAll, nil
 }
@@ -81,12 +86,12 @@ func (a *App) MetricsAddr() string {
 // startSide serves routes on a listener of its own at addr (ln, when it
 // is already bound), apart from the API, so what it serves is never
 // reachable through the API's port. It logs the bound address, and
-// records it in *bound unless bound is nil.
-func (a *App) startSide(addr string, ln net.Listener, name string, bound *string, routes func(*http.ServeMux)) (*http.Server, error) {
+// records it in *bound unless bound is nil; it returns the bound address.
+func (a *App) startSide(addr string, ln net.Listener, name string, bound *string, routes func(*http.ServeMux)) (*http.Server, net.Addr, error) {
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", addr); err != nil {
-			return nil, fmt.Errorf("%s listen: %w", name, err)
+			return nil, nil, fmt.Errorf("%s listen: %w", name, err)
 		}
 	}
 	mux := http.NewServeMux()
@@ -105,12 +110,7 @@ func (a *App) startSide(addr string, ln net.Listener, name string, bound *string
 		a.mu.Unlock()
 	}
 	a.log.Info(name+" listening", "addr", ln.Addr().String())
-	// The profiler shows the process's memory and stacks, and costs CPU
-	// on demand; its docs say to keep it on loopback.
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && name == "profiler" && !tcp.IP.IsLoopback() {
-		a.log.Warn("the profiler is reachable beyond loopback: anyone who can connect may read its profiles; give --pprof-addr a loopback address (127.0.0.1:PORT)", "addr", ln.Addr().String())
-	}
-	return srv, nil
+	return srv, ln.Addr(), nil
 }
 
 // docsURL is where a person finds the API reference, for the listening

@@ -157,9 +157,7 @@ func (a *App) newHTTPServer() {
 		}
 		api.BodyReadTimeout = min(api.BodyReadTimeout, left)
 	}
-	if a.metrics != nil {
-		api.Observer = a.metrics
-	}
+	api.Observer = a.observer()
 	// The streams' reader looks for events no signal reported (say, with
 	// LISTEN unavailable through a pooler) as often as the dispatcher
 	// looks for deliveries.

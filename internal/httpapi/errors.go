@@ -174,45 +174,49 @@ func (r *repeatedErrors) report(now time.Time, attrs []slog.Attr) {
 		r.mu.Unlock()
 		return
 	}
-	// The second is over but its held line not written yet (its timer
-	// has yet to run): this line counts it, so one line a second it is.
-	missed := r.missed
+	// The second is over but its held line may not be written yet (its
+	// timer has yet to run): this line counts it, so one line a second it
+	// is.
 	if r.held != nil {
-		missed++
+		r.missed++
 	}
-	r.held, r.missed = nil, 0
-	if r.timer != nil {
-		r.timer.Stop()
-		r.timer = nil
-	}
-	r.next = now.Add(time.Second)
+	r.held = attrs
+	line := r.take(now)
 	r.mu.Unlock()
-	if missed > 0 {
-		attrs = append(attrs, slog.Int("more_like_it", missed))
-	}
-	r.log.LogAttrs(context.Background(), slog.LevelError, "request failed", attrs...)
+	r.write(line)
 }
 
 // Flush writes the line held back, if any, now: when its second ends, and
 // at shutdown.
 func (r *repeatedErrors) Flush() {
 	r.mu.Lock()
+	line := r.take(time.Now())
+	r.mu.Unlock()
+	r.write(line)
+}
+
+// take returns the held line, with more_like_it counting the others, as
+// the line of the second that begins at now; nil when none is held. Call
+// it with mu held.
+func (r *repeatedErrors) take(now time.Time) []slog.Attr {
 	attrs, missed := r.held, r.missed
 	r.held, r.missed = nil, 0
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil
 	}
-	if attrs != nil {
-		// This line is the second's: the next may go out a second on.
-		r.next = time.Now().Add(time.Second)
-	}
-	r.mu.Unlock()
 	if attrs == nil {
-		return
+		return nil
 	}
+	r.next = now.Add(time.Second)
 	if missed > 0 {
 		attrs = append(attrs, slog.Int("more_like_it", missed))
 	}
-	r.log.LogAttrs(context.Background(), slog.LevelError, "request failed", attrs...)
+	return attrs
+}
+
+func (r *repeatedErrors) write(line []slog.Attr) {
+	if line != nil {
+		r.log.LogAttrs(context.Background(), slog.LevelError, "request failed", line...)
+	}
 }

@@ -277,18 +277,30 @@ func (s *Server) logThrottled(r *http.Request, addr netip.Addr) {
 // could be forged by the client). An IPv6 address stands for its /64, as
 // one host commonly holds a whole /64.
 func (s *Server) clientAddr(r *http.Request) netip.Addr {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
+	addr, _, ok := s.origin(r)
+	if !ok {
 		return netip.Addr{} // not over TCP; all such requests share one key
-	}
-	addr := ap.Addr().Unmap()
-	if len(s.cfg.TrustedProxies) > 0 && s.trustedProxy(addr) {
-		addr = s.forwardedFor(r.Header.Values("X-Forwarded-For"), addr)
 	}
 	if addr.Is6() {
 		addr = netip.PrefixFrom(addr.WithZone(""), 64).Masked().Addr()
 	}
 	return addr
+}
+
+// origin is the address a request came from, and the peer's: the peer's
+// own, or when the peer is a trusted proxy, the nearest address in
+// X-Forwarded-For that is not one. ok is false for a request not over
+// TCP.
+func (s *Server) origin(r *http.Request) (addr, peer netip.Addr, ok bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, netip.Addr{}, false
+	}
+	peer = ap.Addr().Unmap()
+	if len(s.cfg.TrustedProxies) > 0 && s.trustedProxy(peer) {
+		return s.forwardedFor(r.Header.Values("X-Forwarded-For"), peer), peer, true
+	}
+	return peer, peer, true
 }
 
 // forwardedClient is the address the access log gives as the client's
@@ -297,17 +309,9 @@ func (s *Server) clientAddr(r *http.Request) netip.Addr {
 // "" when there is no such proxy or it names no other address.
 func (s *Server) forwardedClient(r *http.Request) string {
 	if len(s.cfg.TrustedProxies) == 0 {
-		return ""
+		return "" // every request's path: no parsing for nothing
 	}
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return ""
-	}
-	peer := ap.Addr().Unmap()
-	if !s.trustedProxy(peer) {
-		return ""
-	}
-	if addr := s.forwardedFor(r.Header.Values("X-Forwarded-For"), peer); addr != peer {
+	if addr, peer, ok := s.origin(r); ok && addr != peer {
 		return addr.String()
 	}
 	return ""

@@ -123,7 +123,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if s.cfg.Observer != nil {
 			s.cfg.Observer.RequestDone(info.route, r.Method, rec.status, took)
 		}
-		s.logRequest(ctx, &accessEntry{start: start, method: loggedPath(r.Method), path: loggedPath(r.URL.Path), status: rec.status,
+		s.logRequest(ctx, &accessEntry{start: start, method: maskTokens(r.Method), path: maskTokens(r.URL.Path), status: rec.status,
 			duration: took, bytes: rec.bytes, info: info, remote: r.RemoteAddr, client: s.forwardedClient(r)})
 	})
 }
@@ -143,12 +143,11 @@ func incomingRequestID(id string) string {
 	return newRequestID()
 }
 
-// loggedPath is a request's path (or method) as the access log shows it:
+// maskTokens is a request's path, or method, as the access log shows it:
 // with what follows each "pst_", a token's prefix, masked, so a token
-// sent in the path by mistake (GET /plants/pst_…), or as the method, is
-// not logged. The answer may still
-// quote it: it goes back to the client that sent it.
-func loggedPath(path string) string {
+// sent there by mistake (GET /plants/pst_…) is not logged. The answer may
+// still quote it: it goes back to the client that sent it.
+func maskTokens(path string) string {
 	i := strings.Index(path, plantstore.TokenPrefix)
 	if i < 0 {
 		return path

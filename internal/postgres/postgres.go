@@ -207,17 +207,18 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 	}
 	setRequireAuth(cfg, url)
 
+	inURL := urlParams(url)
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
-	} else if !urlSets(url, "pool_max_conns") {
+	} else if !inURL.Has("pool_max_conns") {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
-	if !urlSets(url, "pool_max_conn_lifetime") {
+	if !inURL.Has("pool_max_conn_lifetime") {
 		cfg.MaxConnLifetime = defaultConnLifetime
-		if !urlSets(url, "pool_max_conn_lifetime_jitter") {
+		if !inURL.Has("pool_max_conn_lifetime_jitter") {
 			cfg.MaxConnLifetimeJitter = defaultConnLifetimeJitter
 		}
 	}
@@ -244,10 +245,14 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 	return cfg, secrets, nil
 }
 
-// urlSets reports whether url sets the parameter name itself.
-func urlSets(raw, name string) bool {
+// urlParams is the parameters url sets itself (none when it does not
+// parse as a URL: pgx parsed it already).
+func urlParams(raw string) neturl.Values {
 	u, err := neturl.Parse(raw)
-	return err == nil && u.Query().Has(name)
+	if err != nil {
+		return nil
+	}
+	return u.Query()
 }
 
 // renewReadOnly has the pool close, when it is given back, a session

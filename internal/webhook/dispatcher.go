@@ -79,15 +79,15 @@ type Dispatcher struct {
 	owner   string
 	stats   stats
 	retries retryTimes
-	// busy counts the workers serving a subscriber (Run's slots taken).
-	busy atomic.Int64
+	// slots holds a token for each worker serving a subscriber.
+	slots chan struct{}
 }
 
 // othersMayWait says whether a subscriber may be waiting for a worker:
 // every worker is busy, so Run claims none. With a worker free, any
 // subscriber due is claimed by it at the next claim, and a turn that ends
 // goes on (maxTurn).
-func (d *Dispatcher) othersMayWait() bool { return d.busy.Load() >= int64(d.cfg.Workers) }
+func (d *Dispatcher) othersMayWait() bool { return len(d.slots) == cap(d.slots) }
 
 // retryTimes holds when the retries this dispatcher scheduled fall due,
 // so that Run claims then rather than at its next poll: a retry's wait
@@ -208,7 +208,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.MaxDefer <= 0 {
 		cfg.MaxDefer = DefaultMaxDefer
 	}
-	return &Dispatcher{cfg: cfg, owner: newOwner()}, nil
+	return &Dispatcher{cfg: cfg, owner: newOwner(), slots: make(chan struct{}, cfg.Workers)}, nil
 }
 
 // DefaultMaxDefer is how long deliveries wait, at most, for clients'
@@ -265,9 +265,9 @@ func (d *Dispatcher) Stats() Stats {
 
 // Run sends deliveries until ctx ends. Then it stops claiming, lets the
 // attempts in flight finish (each is bounded by the client's timeout),
-// records them, releases its leases, and returns.
+// records them, releases its leases, and returns. Call it once.
 func (d *Dispatcher) Run(ctx context.Context) {
-	slots := make(chan struct{}, d.cfg.Workers)
+	slots := d.slots
 	finished := make(chan struct{}, d.cfg.Workers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -304,10 +304,8 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 			for _, sub := range subs {
 				slots <- struct{}{}
-				d.busy.Add(1)
 				wg.Go(func() {
 					progress := d.serveSubscriber(ctx, sub)
-					d.busy.Add(-1)
 					<-slots
 					// A worker that found nothing to send (its due deliveries
 					// wait behind their plants' retries) does not make the

@@ -181,6 +181,7 @@ func run() error {
 	instanceList := flag.String("instances", "1,3", "with -postgres: how many plantstore serve processes share the database, one target per count; connections are spread round-robin over them")
 	flag.IntVar(&c.pgMaxConns, "pg-max-conns", 0, "with -postgres: each instance's --db-max-conns (0: plantstore's default)")
 	flag.BoolVar(&c.durableBaseline, "durable-baseline", false, "also measure the durable baseline: the bare baseline whose creates are group-committed to a file with one write and one fdatasync a batch before the answer (no database), to tell the cost of durability on this machine from plantstore's own")
+	history := flag.Bool("history", false, "only print, from the results FILES named after the options (full runs' -out), every run's ratios against the targets side by side and how often each target was met, in the order git first committed the files")
 	redraw := flag.Bool("redraw", false, "only draw -chart again from the results in -out")
 	events := flag.Bool("events", false, "only measure the change feed's costs in each shape: creates against a binary from before it (-before), and with -streams streams open against none (results in docs/benchmarks/events.json unless -out is given)")
 	before := flag.String("before", "", "with -events: a git `REV` from before the change feed, to build and measure against")
@@ -231,6 +232,9 @@ func run() error {
 		}
 	}
 
+	if *history {
+		return runHistory(flag.Args())
+	}
 	if *redraw {
 		return redrawChart(c)
 	}

@@ -15,7 +15,7 @@ func TestHistoryCell(t *testing.T) {
 	}
 	cases := []struct {
 		shape, scenario, cell string
-		met, measured        bool
+		met, measured         bool
 	}{
 		// 0.70 is over 0.65 but a p99 1.6 times the baseline's is not met.
 		{"pinned", "create", "0.70 / 1.60 (d 0.80)", false, true},

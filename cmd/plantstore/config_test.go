@@ -196,3 +196,33 @@ func TestStoreFlagMistakes(t *testing.T) {
 		}
 	}
 }
+
+// At --log-level debug, serve's first line is every setting with where it
+// came from, the database's password masked; at info there is no such
+// line.
+func TestDebugLogShowsTheSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A server that cannot be reached: serve logs its settings, then
+	// fails to open the store.
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", "postgres://plants:sekrit@127.0.0.1:1/plants", "--log-level", "debug"}
+	r := cli(t, dir, []string{"PLANTSTORE_MAX_BODY_BYTES=2048"}, args...)
+	line, _, _ := strings.Cut(r.stderr, "\n")
+	for _, want := range []string{
+		`"level":"DEBUG","msg":"settings"`,
+		`"db":{"value":"postgres://plants:xxxxx@127.0.0.1:1/plants","from":"flag"}`,
+		`"max-body-bytes":{"value":"2048","from":"PLANTSTORE_MAX_BODY_BYTES"}`,
+		`"request-timeout":{"value":"10s","from":"default"}`,
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the first line lacks %s:\n%s", want, r.stderr)
+		}
+	}
+	if r.exit != 1 || strings.Contains(r.stderr, "sekrit") {
+		t.Errorf("exit %d, stderr:\n%s", r.exit, r.stderr)
+	}
+	r = cli(t, dir, []string{"PLANTSTORE_MAX_BODY_BYTES=2048"}, args[:len(args)-2]...)
+	if strings.Contains(r.stderr, `"settings"`) {
+		t.Errorf("settings logged at info:\n%s", r.stderr)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -112,6 +113,30 @@ func (fs *flagSet) given(name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set || fs.fromVars[name] && len(fs.variablesSet(name)) > 0
+}
+
+// settings are every flag's value and where it came from (flag, the
+// variable's name, or default), for serve's debug log: the first thing to
+// look at when a server does not do what its settings seemed to say. A
+// value shows as in the usage text: --db with its password masked, a
+// secret not at all. After parse.
+func (fs *flagSet) settings() []any {
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	var attrs []any
+	fs.VisitAll(func(f *flag.Flag) {
+		from := "default"
+		switch {
+		case onCommandLine[f.Name]:
+			from = "flag"
+		case fs.fromFile[f.Name]:
+			from = envName(f.Name) + "_FILE"
+		case fs.fromVars[f.Name] && fs.getenv(envName(f.Name)) != "":
+			from = envName(f.Name)
+		}
+		attrs = append(attrs, slog.Group(f.Name, "value", f.Value.String(), "from", from))
+	})
+	return attrs
 }
 
 // variablesSet are those of the flag name's variables that are set: its

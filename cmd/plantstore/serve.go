@@ -52,6 +52,7 @@ shown beside it.`, env.getenv, stdout, stderr)
 	for _, w := range warnings {
 		log.Warn(w)
 	}
+	log.Debug("settings", fs.settings()...)
 	fitProcsToQuota(env.getenv, log)
 	cfg, err := flags.config(ctx, log, logs)
 	if err != nil {

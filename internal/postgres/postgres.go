@@ -129,6 +129,9 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	cfg, secrets, err := poolConfig(url, opts)
 	if err != nil {
 		return nil, err
@@ -138,9 +141,6 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	// server stops the statement rather than run it on, holding locks or
 	// even committing, after its caller was told it failed. pgx's default
 	// is what we want.
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
 	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch,
 		eventsWritten: opts.EventsWritten, log: opts.Logger}
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
@@ -222,7 +222,7 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 			cfg.MaxConnLifetimeJitter = defaultConnLifetimeJitter
 		}
 	}
-	renewReadOnly(cfg)
+	sessionLifecycle(cfg, opts.Logger)
 	newDialGate(cfg.ConnConfig.DialFunc).install(&cfg.ConnConfig.Config)
 	params := cfg.ConnConfig.RuntimeParams
 	// A nil error from a write promises a durable commit; a session with
@@ -255,24 +255,35 @@ func urlParams(raw string) neturl.Values {
 	return u.Query()
 }
 
-// renewReadOnly has the pool close, when it is given back, a session
+// sessionLifecycle has the pool close, when it is given back, a session
 // that reports itself read-only and is readOnlyRenewal old (see
-// defaultConnLifetime).
-func renewReadOnly(cfg *pgxpool.Config) {
-	const born = "plantstore.born"
+// defaultConnLifetime), and logs at debug level each session's start and
+// end: with --log-level debug an operator sees the pool renew its
+// sessions (their lifetime, a read-only database, a broken connection).
+func sessionLifecycle(cfg *pgxpool.Config, log *slog.Logger) {
+	const born, closing = "plantstore.born", "plantstore.closing"
+	debug := log != nil && log.Enabled(context.Background(), slog.LevelDebug)
 	afterConnect := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		c.PgConn().CustomData()[born] = time.Now()
+		pc := c.PgConn()
+		pc.CustomData()[born] = time.Now()
 		if afterConnect != nil {
-			return afterConnect(ctx, c)
+			if err := afterConnect(ctx, c); err != nil {
+				return err
+			}
+		}
+		if debug {
+			log.Debug("database session started", "server_pid", pc.PID(), "host", pc.Conn().RemoteAddr().String(),
+				"read_only", readOnly(pc))
 		}
 		return nil
 	}
 	afterRelease := cfg.AfterRelease
 	cfg.AfterRelease = func(c *pgx.Conn) bool {
 		pc := c.PgConn()
-		if pc.ParameterStatus("default_transaction_read_only") == "on" || pc.ParameterStatus("in_hot_standby") == "on" {
+		if readOnly(pc) {
 			if t, ok := pc.CustomData()[born].(time.Time); ok && time.Since(t) >= readOnlyRenewal {
+				pc.CustomData()[closing] = "read-only"
 				return false
 			}
 		}
@@ -281,6 +292,29 @@ func renewReadOnly(cfg *pgxpool.Config) {
 		}
 		return true
 	}
+	if debug {
+		beforeClose := cfg.BeforeClose
+		cfg.BeforeClose = func(c *pgx.Conn) {
+			pc := c.PgConn()
+			attrs := []any{"server_pid", pc.PID()}
+			if t, ok := pc.CustomData()[born].(time.Time); ok {
+				attrs = append(attrs, "age", time.Since(t).Round(time.Millisecond).String())
+			}
+			if why, ok := pc.CustomData()[closing].(string); ok {
+				attrs = append(attrs, "why", why)
+			}
+			log.Debug("database session closed", attrs...)
+			if beforeClose != nil {
+				beforeClose(c)
+			}
+		}
+	}
+}
+
+// readOnly reports whether a session says it cannot write: its database or
+// role defaults transactions to read-only, or its server is a standby.
+func readOnly(pc *pgconn.PgConn) bool {
+	return pc.ParameterStatus("default_transaction_read_only") == "on" || pc.ParameterStatus("in_hot_standby") == "on"
 }
 
 // Close commits the creates already queued and refuses new ones, waits

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	neturl "net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
 	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 	"github.com/plantstore/plantstore/internal/storetest"
@@ -808,7 +810,9 @@ func TestWritesComeBackAfterTheDatabaseIsNoLongerReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := strings.TrimPrefix(u.Path, "/")
-	db, err := postgres.Open(context.Background(), url, postgres.Options{})
+	var logs apitest.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	db, err := postgres.Open(context.Background(), url, postgres.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,6 +874,17 @@ func TestWritesComeBackAfterTheDatabaseIsNoLongerReadOnly(t *testing.T) {
 	for range 20 {
 		if err := create(); err != nil {
 			t.Fatalf("a create after the first one that succeeded: %v", err)
+		}
+	}
+	// At debug level the log shows the renewal.
+	for _, want := range []string{
+		`"msg":"database session started","server_pid":`,
+		`"read_only":true`,
+		`"msg":"database session closed","server_pid":`,
+		`"why":"read-only"`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the debug log lacks %s:\n%s", want, logs.String())
 		}
 	}
 }

@@ -349,6 +349,13 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // It reports whether it recorded any attempt.
 func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscriber) (progress bool) {
 	log := d.cfg.Log.With("subscriber", sub.ID, "url", RedactURL(sub.URL))
+	// At debug level, each turn is told: which instance serves whom, and
+	// why it stopped.
+	claimed, why := time.Now(), "stopping"
+	log.Debug("webhook subscriber claimed")
+	defer func() {
+		log.Debug("webhook subscriber given back", "why", why, "held", time.Since(claimed).Round(time.Millisecond).String())
+	}()
 	// Bookkeeping outlives ctx: what was attempted is recorded even when the
 	// process is stopping.
 	record := func(results []plantstore.AttemptResult, release bool) bool {
@@ -367,6 +374,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	}
 	key, err := ParseSecret(sub.Secret)
 	if err != nil {
+		why = "disabled"
 		d.disable(ctx, log, sub.ID, "its signing secret is unusable: "+err.Error())
 		return true
 	}
@@ -378,6 +386,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	turnOver := func() bool { return !time.Now().Before(turnEnds) && d.othersMayWait() }
 	for {
 		if turnOver() {
+			why = "others' turn"
 			record(nil, true) // the others' turn
 			return true
 		}
@@ -406,7 +415,11 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		last = time.Now()
 		ds, err := d.cfg.Store.DueDeliveries(ctx, sub.ID, n)
 		if err != nil || len(ds) == 0 {
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err == nil:
+				why = "nothing due"
+			case ctx.Err() == nil:
+				why = "deliveries not read"
 				log.Warn("webhook deliveries not read", "error", err)
 			}
 			record(nil, true)
@@ -418,9 +431,11 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record, turnOver)
 		switch end {
 		case windowGone:
+			why = "disabled"
 			d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", goneOn))
 			return true
 		case windowLost:
+			why = "lease lost or attempts not recorded"
 			return progress
 		}
 		if ctx.Err() != nil {

@@ -929,3 +929,31 @@ func TestTurnGoesOnWhileAWorkerIsFree(t *testing.T) {
 		t.Fatal("nothing was delivered: the test tested nothing")
 	}
 }
+
+// At debug level each turn is logged: the claim, and the giving back with
+// why (here, nothing more was due; then, a 410 that disabled it).
+func TestTurnsLoggedAtDebugLevel(t *testing.T) {
+	logs := &syncBuffer{}
+	f := startWith(t, webhook.DispatcherConfig{Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Schedule: fast})
+	var gone atomic.Bool
+	_, sub := f.subscribe(func(int, delivery) (int, http.Header) {
+		if gone.Load() {
+			return http.StatusGone, nil
+		}
+		return http.StatusOK, nil
+	})
+	f.create(1)
+	eventually(t, "plant 1 delivered and the subscriber given back", func() bool {
+		return f.subscriber(sub.ID).Delivered == 1 && strings.Contains(logs.String(), `"why":"nothing due"`)
+	})
+	gone.Store(true)
+	f.create(2)
+	eventually(t, "the subscriber given back, disabled", func() bool {
+		return strings.Contains(logs.String(), `"msg":"webhook subscriber given back","subscriber":`+strconv.FormatInt(sub.ID, 10)) &&
+			strings.Contains(logs.String(), `"why":"disabled"`)
+	})
+	if n := strings.Count(logs.String(), `"msg":"webhook subscriber claimed"`); n < 2 {
+		t.Errorf("%d claims logged, want 2 at least:\n%s", n, logs)
+	}
+}

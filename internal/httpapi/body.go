@@ -34,7 +34,10 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 		}
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return nil, errorStatus(http.StatusUnsupportedMediaType, "Content-Encoding %q is not supported", truncate(ce, 40))
+		// Says which codings a request may take (RFC 9110, section
+		// 15.5.16; RFC 7694): none.
+		w.Header().Set("Accept-Encoding", "identity")
+		return nil, errorStatus(http.StatusUnsupportedMediaType, "Content-Encoding %q is not supported; send the body unencoded", truncate(ce, 40))
 	}
 	limit := s.cfg.MaxBodyBytes
 	if r.ContentLength > limit {

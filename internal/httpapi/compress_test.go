@@ -142,6 +142,12 @@ func TestNextLinkAbsolute(t *testing.T) {
 				if resp.StatusCode != http.StatusOK || !strings.Contains(strings.ReplaceAll(string(body), `"url": "`, `"url":"`), want) {
 					t.Errorf("%s: %s's servers do not hold %s", tc.name, path, want)
 				}
+				// A cache between a trusted proxy and the server keys the
+				// document on what the proxy said, as the document does.
+				vary := strings.Join(resp.Header.Values("Vary"), ", ")
+				if strings.Contains(vary, "X-Forwarded-Host") != (tc.e == proxied) {
+					t.Errorf("%s: %s's Vary is %q", tc.name, path, vary)
+				}
 			}
 		}
 	})

@@ -57,10 +57,19 @@ func appendField(b []byte, s string) []byte {
 	return append(binary.BigEndian.AppendUint64(b, uint64(len(s))), s...)
 }
 
-// pageETag is the weak ETag of a page's body.
-func pageETag(body []byte) string {
-	sum := sha256.Sum256(body)
-	return "W/" + quoteTag(sum[:])
+// pageETag is the weak ETag of a page: of its body, and of whether it
+// links a next page. A 304 leaves the Link a client's cache holds in place
+// (RFC 9111, section 4.3.4), so a page whose body stayed the same while
+// its next page went away (its plants deleted) must not revalidate a copy
+// that still links it.
+func pageETag(linksNext bool) func(body []byte) string {
+	return func(body []byte) string {
+		sum := sha256.Sum256(body)
+		if linksNext {
+			sum[0] ^= 1
+		}
+		return "W/" + quoteTag(sum[:])
+	}
 }
 
 // quoteTag makes an opaque tag of a hash: 128 bits, base64url.
@@ -72,25 +81,54 @@ func quoteTag(sum []byte) string {
 }
 
 // etagList reads the entity-tags of an If-Match or If-None-Match header
-// (a comma-separated list, or "*"); present is whether the header was
-// sent at all.
-func etagList(h http.Header, name string) (tags []string, any, present bool) {
+// (a comma-separated list of them, or "*" alone); present is whether the
+// header was sent at all, and malformed whether it was not such a field
+// (RFC 9110, sections 13.1.1 and 13.1.2): a member that is no quoted tag,
+// or a "*" among tags. A malformed field never lets a write through and
+// never gives a 304 (preconditionOf, notModified): the client meant a
+// condition the service cannot read.
+func etagList(h http.Header, name string) (tags []string, any, present, malformed bool) {
 	values := h.Values(name)
 	if len(values) == 0 {
-		return nil, false, false
+		return nil, false, false, false
 	}
+	members := 0
 	for _, v := range values {
 		for tag := range strings.SplitSeq(v, ",") {
 			tag = strings.TrimSpace(tag)
 			switch {
+			case tag == "":
+				continue // empty list elements are allowed (RFC 9110, section 5.6.1)
 			case tag == "*":
 				any = true
-			case tag != "":
+			case entityTag(tag):
 				tags = append(tags, tag)
+			default:
+				malformed = true
 			}
+			members++
 		}
 	}
-	return tags, any, true
+	if any && members > 1 {
+		malformed = true
+	}
+	return tags, any, true, malformed
+}
+
+// entityTag tells whether tag is an entity-tag: optionally W/, then a
+// quoted string of visible characters other than '"' (RFC 9110, section
+// 8.8.3).
+func entityTag(tag string) bool {
+	tag = strings.TrimPrefix(tag, "W/")
+	if len(tag) < 2 || tag[0] != '"' || tag[len(tag)-1] != '"' {
+		return false
+	}
+	for i := 1; i < len(tag)-1; i++ {
+		if c := tag[i]; c < 0x21 || c == '"' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // strongMatch is If-Match's comparison: equal tags, neither weak.
@@ -119,32 +157,40 @@ func weakMatch(tags []string, current string) bool {
 // when neither was sent. If-Match holds when the plant has one of the named ETags
 // (strong comparison; "*": the plant exists); If-None-Match holds when it
 // has none of them (weak comparison; "*": it does not exist). Either
-// coding's tag names the plant's state.
+// coding's tag names the plant's state. A malformed field holds for no
+// plant. A missing plant is 404 whatever the preconditions: they are
+// ignored when the write without them would not succeed (RFC 9110,
+// section 13.2.1).
 type writeCondition struct {
 	check plantstore.Precondition
-	// ifMatch is whether If-Match was sent: then a missing plant fails
-	// the condition (412), where with If-None-Match alone it is simply
-	// not found (404).
-	ifMatch bool
 	// noneMatched is set when If-None-Match is what failed; the writer
 	// sets it before the caller is answered.
 	noneMatched *bool
+	// malformed names the header that is no list of ETags, if one is not.
+	malformed string
 }
 
 func writeConditionOf(r *http.Request) writeCondition {
-	matchTags, matchAny, hasMatch := etagList(r.Header, "If-Match")
-	noneTags, noneAny, hasNone := etagList(r.Header, "If-None-Match")
+	matchTags, matchAny, hasMatch, badMatch := etagList(r.Header, "If-Match")
+	noneTags, noneAny, hasNone, badNone := etagList(r.Header, "If-None-Match")
 	if !hasMatch && !hasNone {
 		return writeCondition{}
 	}
 	noneMatched := new(bool)
-	return writeCondition{ifMatch: hasMatch, noneMatched: noneMatched, check: func(stored plantstore.Plant) bool {
+	malformed := ""
+	if badNone {
+		malformed = "If-None-Match"
+	}
+	if badMatch {
+		malformed = "If-Match"
+	}
+	return writeCondition{noneMatched: noneMatched, malformed: malformed, check: func(stored plantstore.Plant) bool {
 		tag := plantETag(stored)
 		gz := gzipETag(tag)
-		if hasMatch && !(matchAny || strongMatch(matchTags, tag) || strongMatch(matchTags, gz)) {
+		if hasMatch && (badMatch || !(matchAny || strongMatch(matchTags, tag) || strongMatch(matchTags, gz))) {
 			return false
 		}
-		if hasNone && (noneAny || weakMatch(noneTags, tag) || weakMatch(noneTags, gz)) {
+		if hasNone && (badNone || noneAny || weakMatch(noneTags, tag) || weakMatch(noneTags, gz)) {
 			*noneMatched = true
 			return false
 		}
@@ -152,47 +198,52 @@ func writeConditionOf(r *http.Request) writeCondition {
 	}}
 }
 
-// failed is the error of a write under c: 412 when c did not hold, or
-// when the plant is missing and If-Match asked for a state of it (RFC
-// 9110 section 13.1.1: If-Match is false without a current
-// representation).
+// failed is the error of a write under c: 412 when c did not hold.
 func (c writeCondition) failed(err error, id int64) error {
-	switch plantstore.ErrorCode(err) {
-	case plantstore.EPRECONDITION:
-		if c.noneMatched != nil && *c.noneMatched {
-			return errorStatus(http.StatusPreconditionFailed,
-				"plant %d matches If-None-Match: it has an ETag you named (or exists, for *), so nothing was changed", id)
-		}
-		return preconditionFailed(id)
-	case plantstore.ENOTFOUND:
-		if c.ifMatch {
-			return preconditionFailed(id)
-		}
+	if plantstore.ErrorCode(err) != plantstore.EPRECONDITION {
+		return err
 	}
-	return err
+	switch {
+	case c.malformed != "":
+		return errorStatus(http.StatusPreconditionFailed, malformedCondition+", so nothing was changed", c.malformed)
+	case c.noneMatched != nil && *c.noneMatched:
+		return errorStatus(http.StatusPreconditionFailed,
+			"plant %d matches If-None-Match: it has an ETag you named (or exists, for *), so nothing was changed", id)
+	}
+	return preconditionFailed(id)
 }
 
 // notModified reports whether If-None-Match names one of current (the
 // tags of one state of the resource), so a GET answers 304.
 func notModified(r *http.Request, current ...string) bool {
-	tags, any, present := etagList(r.Header, "If-None-Match")
-	if !present {
+	tags, any, present, malformed := etagList(r.Header, "If-None-Match")
+	if !present || malformed {
 		return false
 	}
 	return any || slices.ContainsFunc(current, func(c string) bool { return weakMatch(tags, c) })
 }
 
-// readPreconditionFails says whether a read's If-Match does not hold
-// (RFC 9110, section 13.1.1: evaluated for any method that selects a
+// readPrecondition is the 412 of a read whose If-Match does not hold (RFC
+// 9110, section 13.1.1: evaluated for any method that selects a
 // representation, a GET too): sent, and neither "*" nor a strong match of
-// a current tag. A page's weak tag never matches strongly.
-func readPreconditionFails(r *http.Request, current ...string) bool {
-	tags, any, present := etagList(r.Header, "If-Match")
-	if !present || any {
-		return false
+// a current tag, or malformed; nil when it holds or was not sent. A
+// page's weak tag never matches strongly.
+func readPrecondition(r *http.Request, current ...string) error {
+	tags, any, present, malformed := etagList(r.Header, "If-Match")
+	switch {
+	case !present:
+		return nil
+	case malformed:
+		return errorStatus(http.StatusPreconditionFailed, malformedCondition, "If-Match")
+	case any || slices.ContainsFunc(current, func(c string) bool { return strongMatch(tags, c) }):
+		return nil
 	}
-	return !slices.ContainsFunc(current, func(c string) bool { return strongMatch(tags, c) })
+	return errStaleIfMatch
 }
+
+// malformedCondition is the message of a 412 for a precondition header
+// the service cannot read.
+const malformedCondition = `%s is not "*" alone or a list of quoted ETags ("…" or W/"…")`
 
 // errStaleIfMatch is the answer to a read whose If-Match names no current
 // state of what it reads (RFC 9110, section 13.1.1).
@@ -211,10 +262,10 @@ func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, v any, etag f
 }
 
 // preconditionFailed is the answer to a write whose If-Match does not
-// hold: the plant has changed since the client read it, or is gone.
+// hold: the plant has changed since the client read it.
 func preconditionFailed(id int64) error {
 	return errorStatus(http.StatusPreconditionFailed,
-		"plant %d does not match If-Match: it has changed or is gone since you read it; GET it for its current ETag", id)
+		"plant %d does not match If-Match: it has changed since you read it; GET it for its current ETag", id)
 }
 
 // answerNotModified answers 304 with the ETag and no body.

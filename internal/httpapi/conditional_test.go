@@ -141,12 +141,13 @@ func TestIfMatchOnWrites(t *testing.T) {
 		if resp, body := e.send("DELETE", "/plants/2", "", map[string]string{"If-Match": read.Header.Get("ETag")}); resp.StatusCode != 204 {
 			t.Fatalf("DELETE with the current ETag: %d %s", resp.StatusCode, body)
 		}
-		// Gone: If-Match cannot hold, even "*"; without it, 404 as ever.
-		for _, im := range []string{"*", read.Header.Get("ETag")} {
+		// Gone: 404, as without If-Match; a precondition is ignored when
+		// the request without it would fail (RFC 9110, section 13.2.1).
+		for _, im := range []string{"*", read.Header.Get("ETag"), `"x", *`} {
 			resp, body := e.send("PUT", "/plants/2", `{"name":"Aloe"}`, map[string]string{"If-Match": im})
-			wantError(t, resp, body, http.StatusPreconditionFailed)
+			wantError(t, resp, body, http.StatusNotFound, "not found")
 			resp, body = e.send("DELETE", "/plants/2", "", map[string]string{"If-Match": im})
-			wantError(t, resp, body, http.StatusPreconditionFailed)
+			wantError(t, resp, body, http.StatusNotFound, "not found")
 		}
 		resp, body = e.send("PUT", "/plants/2", `{"name":"Aloe"}`, nil)
 		wantError(t, resp, body, http.StatusNotFound)
@@ -282,6 +283,74 @@ func TestClientConditionalCalls(t *testing.T) {
 		}
 		if err := e.api.DeleteIf(ctx, 4, newTag); err != nil {
 			t.Errorf("DeleteIf with the current ETag: %v", err)
+		}
+	})
+}
+
+// A precondition header that is no list of quoted ETags, or "*" alone
+// (RFC 9110, sections 13.1.1 and 13.1.2), holds for nothing: a write gets
+// 412 and changes nothing, a read with If-Match gets 412, and a read with
+// If-None-Match gets the whole answer, never a 304.
+func TestMalformedPreconditions(t *testing.T) {
+	e := start(t, options{})
+	e.create(`{"id":5,"name":"Sage"}`)
+	read, _ := e.send("GET", "/plants/5", "", nil)
+	etag := read.Header.Get("ETag")
+	bare := strings.Trim(etag, `"`)
+	for _, bad := range []string{`"x", *`, `*, ` + etag, "garbage", bare, `garbage, ` + etag, `W/` + bare, `"a"b"`} {
+		resp, body := e.send("PUT", "/plants/5", `{"name":"changed"}`, map[string]string{"If-Match": bad})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-Match is not")
+		resp, body = e.send("DELETE", "/plants/5", "", map[string]string{"If-Match": bad})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-Match is not")
+		resp, body = e.send("PUT", "/plants/5", `{"name":"changed"}`, map[string]string{"If-None-Match": bad})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-None-Match is not")
+		resp, body = e.send("GET", "/plants/5", "", map[string]string{"If-Match": bad})
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-Match is not")
+		for _, path := range []string{"/plants/5", "/plants?limit=10"} {
+			if resp, body := e.send("GET", path, "", map[string]string{"If-None-Match": bad}); resp.StatusCode != 200 {
+				t.Errorf("GET %s with If-None-Match %s: %d %s, want 200", path, bad, resp.StatusCode, body)
+			}
+		}
+	}
+	if p, _ := e.stored(5); p.Name != "Sage" {
+		t.Errorf("writes under malformed preconditions changed the plant: %v", p)
+	}
+	// Well-formed lists, with empty elements and spaces, still work.
+	if resp, body := e.send("PUT", "/plants/5", `{"name":"Sage"}`, map[string]string{"If-Match": ` , "x",` + etag + `, `}); resp.StatusCode != 200 {
+		t.Errorf("If-Match with the current tag in a list with empty elements: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A page's weak ETag changes when its Link to a next page comes or goes,
+// though its body stays the same: a 304 would leave a cached Link in
+// place (RFC 9111, section 4.3.4).
+func TestPageETagFollowsTheNextLink(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		for _, path := range []string{"/plants?limit=1", "/events?limit=1&after=0"} {
+			e := start(t, options{})
+			e.create(`{"id":1,"name":"Fern"}`)
+			alone, _ := e.send("GET", path, "", nil)
+			if alone.Header.Get("Link") != "" {
+				t.Fatalf("GET %s with one item: Link %q", path, alone.Header.Get("Link"))
+			}
+			e.create(`{"id":2,"name":"Aloe"}`)
+			linked, _ := e.send("GET", path, "", map[string]string{"If-None-Match": alone.Header.Get("ETag")})
+			if linked.StatusCode != 200 || linked.Header.Get("Link") == "" {
+				t.Errorf("GET %s after a second item, with the ETag from before: %d, Link %q; want 200 with the Link", path, linked.StatusCode, linked.Header.Get("Link"))
+			}
+			if path != "/plants?limit=1" {
+				continue // events are not taken back
+			}
+			if resp, body := e.send("DELETE", "/plants/2", "", nil); resp.StatusCode != 204 {
+				t.Fatalf("DELETE: %d %s", resp.StatusCode, body)
+			}
+			again, _ := e.send("GET", path, "", map[string]string{"If-None-Match": linked.Header.Get("ETag")})
+			if again.StatusCode != 200 || again.Header.Get("Link") != "" {
+				t.Errorf("GET %s after the second plant went, with the linked page's ETag: %d, Link %q; want 200 without", path, again.StatusCode, again.Header.Get("Link"))
+			}
+			if same, _ := e.send("GET", path, "", map[string]string{"If-None-Match": again.Header.Get("ETag")}); same.StatusCode != http.StatusNotModified {
+				t.Errorf("GET %s with its current ETag: %d, want 304", path, same.StatusCode)
+			}
 		}
 	})
 }

@@ -142,17 +142,40 @@ func eventsNext(lastID int64, q eventQuery) string {
 	return "?" + v.Encode()
 }
 
-// acceptsEventStream says whether an Accept header names
-// text/event-stream (with a q above 0), as EventSource's does.
-func acceptsEventStream(header string) bool {
-	for part := range strings.SplitSeq(header, ",") {
-		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(media), "text/event-stream") {
+// acceptsEventStream says whether a request's Accept prefers a stream to
+// a page: it names text/event-stream, as EventSource's does, with a q
+// above 0 and no lower than the q it gives JSON (application/json, else
+// application/*, else */*: the most specific range that covers it; RFC
+// 9110, section 12.5.1). A malformed q counts as 1.
+func acceptsEventStream(values []string) bool {
+	stream, json := -1.0, -1.0 // the q of each; -1: not named
+	jsonSpecificity := 0
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 			q, ok := accept.Quality(params)
-			return !ok || q > 0 // a malformed q is no refusal
+			if !ok {
+				q = 1
+			}
+			media = strings.ToLower(strings.TrimSpace(media))
+			specificity := 0
+			switch media {
+			case "application/json":
+				specificity = 3
+			case "application/*":
+				specificity = 2
+			case "*/*":
+				specificity = 1
+			}
+			switch {
+			case media == "text/event-stream":
+				stream = q
+			case specificity > jsonSpecificity:
+				json, jsonSpecificity = q, specificity
+			}
 		}
 	}
-	return false
+	return stream > 0 && stream >= json
 }
 
 // bothWays refuses a request that sends a token in the Authorization
@@ -172,7 +195,7 @@ var bothWays = credentialError(http.StatusBadRequest, "invalid_request",
 // plants:read only for it.
 func (s *Server) queryToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !acceptsEventStream(r.Header.Get("Accept")) || !mayHoldToken(r.URL.RawQuery) {
+		if !acceptsEventStream(r.Header.Values("Accept")) || !mayHoldToken(r.URL.RawQuery) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -206,7 +229,7 @@ func (s *Server) handleEvents() http.Handler {
 	stream := s.limitStreams(http.HandlerFunc(s.serveEventStream))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Vary", "Accept")
-		if acceptsEventStream(r.Header.Get("Accept")) {
+		if acceptsEventStream(r.Header.Values("Accept")) {
 			stream.ServeHTTP(w, r)
 			return
 		}
@@ -239,7 +262,8 @@ func (s *Server) serveEventPage(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if len(events) > q.limit {
+	linksNext := len(events) > q.limit
+	if linksNext {
 		events = events[:q.limit]
 		next := eventsNext(events[q.limit-1].ID, q)
 		if base := s.baseURL(r); base != "" {
@@ -251,7 +275,7 @@ func (s *Server) serveEventPage(w http.ResponseWriter, r *http.Request) {
 		latest = max(latest, events[n-1].ID)
 	}
 	w.Header().Set(latestEventHeader, strconv.FormatInt(latest, 10))
-	s.writeRead(w, r, eventPage(events), pageETag)
+	s.writeRead(w, r, eventPage(events), pageETag(linksNext))
 }
 
 // limitStreams holds a stream slot, of the token's and of the service's,

@@ -740,6 +740,8 @@ type cutProxy struct {
 	// streams counts the streams the service began through it (their
 	// first comment, ": events after N", relayed).
 	streams atomic.Int64
+	// position is the highest "id: N" line relayed.
+	position atomic.Int64
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -765,7 +767,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 			p.mu.Unlock()
 			go func() { io.Copy(out, in); out.Close() }()
 			go func() {
-				io.Copy(countingWriter{in, &p.down, &p.streams}, out)
+				io.Copy(countingWriter{in, &p.down, &p.streams, &p.position}, out)
 				in.Close()
 			}()
 		}
@@ -774,8 +776,8 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 }
 
 type countingWriter struct {
-	w          io.Writer
-	n, streams *atomic.Int64
+	w                    io.Writer
+	n, streams, position *atomic.Int64
 }
 
 func (c countingWriter) Write(b []byte) (int, error) {
@@ -783,6 +785,13 @@ func (c countingWriter) Write(b []byte) (int, error) {
 	c.n.Add(int64(n))
 	if bytes.Contains(b[:n], []byte(": events after ")) {
 		c.streams.Add(1)
+	}
+	for line := range bytes.Lines(b[:n]) {
+		if v, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("id: ")); ok {
+			if id, err := strconv.ParseInt(string(v), 10, 64); err == nil && id > c.position.Load() {
+				c.position.Store(id)
+			}
+		}
 	}
 	return n, err
 }
@@ -822,10 +831,13 @@ func TestClientFollowsAFilteredFeedPastPruning(t *testing.T) {
 			}
 		}()
 		e.create(`{"id":2,"name":"b"}`)
-		// Keep-alives, with the position, go by: every 50ms, so thirty
-		// in this wait, which a loaded machine (the race detector, CI)
-		// needs for the stream to see the create and send one.
-		time.Sleep(1500 * time.Millisecond)
+		// A keep-alive, every 50 ms, carries the position past the create
+		// the filter leaves out: wait until one has gone by.
+		for deadline := time.Now().Add(20 * time.Second); proxy.position.Load() < 2; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no position past the create reached the client in 20 s (the highest: %d)", proxy.position.Load())
+			}
+		}
 		proxy.cut()
 		if _, err := e.db.PruneEvents(context.Background(), time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
@@ -1005,4 +1017,44 @@ func TestClientFollowsEvents(t *testing.T) {
 			t.Errorf("ListEvents, all pruned: %+v, %v", page, err)
 		}
 	})
+}
+
+// A GET /events is a stream when Accept names text/event-stream with a q
+// above 0 and no lower than the one it gives JSON (RFC 9110, section
+// 12.5.1); otherwise a page. (HEAD answers what GET would, and ends.)
+func TestEventsAcceptPreference(t *testing.T) {
+	e := start(t, options{})
+	for _, c := range []struct {
+		accept string
+		stream bool
+	}{
+		{"text/event-stream", true},
+		{"TEXT/Event-Stream", true},
+		{"application/json, text/event-stream", true},
+		{"text/event-stream;q=0.5, */*;q=0.1", true},
+		{"text/event-stream;q=x", true},
+		{"text/event-stream;q=0.5, application/json;q=0.1, */*", true},
+		{"", false},
+		{"*/*", false},
+		{"application/json", false},
+		{"text/event-stream;q=0", false},
+		{"application/json, text/event-stream;q=0.9", false},
+		{"text/event-stream;q=0.5, */*", false},
+		{"text/event-stream;q=0.5, application/*;q=0.8", false},
+	} {
+		resp, body := e.do("HEAD", "/events", map[string]string{"Authorization": "Bearer " + e.readToken, "Accept": c.accept}, nil)
+		want := "application/json"
+		if c.stream {
+			want = "text/event-stream"
+		}
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != want {
+			t.Errorf("Accept %q: %d %q %s, want 200 %s", c.accept, resp.StatusCode, resp.Header.Get("Content-Type"), body, want)
+		}
+	}
+	// Two Accept fields are one list (RFC 9110, section 5.3).
+	resp, body := e.raw("HEAD /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.readToken +
+		"\r\nAccept: application/json;q=0.5\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("two Accept fields: %d %q %s, want the stream", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
 }

@@ -185,9 +185,11 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 		// Either coding's tag names the same state of the resource,
 		// whichever coding this answer takes. If-Match first (RFC 9110,
 		// section 13.2.2).
-		if r != nil && readPreconditionFails(r, tag, gzTag) {
-			putBuffer(bp, b)
-			return errStaleIfMatch
+		if r != nil {
+			if err := readPrecondition(r, tag, gzTag); err != nil {
+				putBuffer(bp, b)
+				return err
+			}
 		}
 		if r != nil && notModified(r, tag, gzTag) {
 			answerNotModified(w, sent)

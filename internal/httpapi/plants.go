@@ -141,7 +141,8 @@ func (s *Server) handleListPlants() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		if len(plants) > want {
+		linksNext := len(plants) > want
+		if linksNext {
 			plants = plants[:want]
 			next := nextPage(plants[want-1].ID, want, opts.Tag)
 			if base := s.baseURL(r); base != "" {
@@ -149,7 +150,7 @@ func (s *Server) handleListPlants() http.Handler {
 			}
 			w.Header().Set("Link", fmt.Sprintf(`<%s>; rel="next"`, next))
 		}
-		s.writeRead(w, r, plantPage(plants), pageETag)
+		s.writeRead(w, r, plantPage(plants), pageETag(linksNext))
 	})
 }
 

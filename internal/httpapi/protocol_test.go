@@ -185,6 +185,10 @@ func TestUnsupportedMediaType(t *testing.T) {
 			if _, ok := e.stored(60); ok {
 				t.Fatalf("Content-Type %q stored a plant", tc.contentType)
 			}
+			// A coding refused names the codings taken (RFC 9110, section 15.5.16).
+			if got := resp.Header.Get("Accept-Encoding"); (tc.encoding != "") != (got == "identity") {
+				t.Errorf("Content-Encoding %q: 415 with Accept-Encoding %q", tc.encoding, got)
+			}
 		}
 		resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
 			"\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: 20\r\n\r\n{\"id\":60,\"name\":\"a\"}")

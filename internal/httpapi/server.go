@@ -551,6 +551,12 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 		h.Set("Content-Type", contentType)
 		h.Set("Cache-Control", "public, max-age=300")
 		h.Add("Vary", "Accept-Encoding")
+		if s.cfg.PublicURL == "" && len(s.cfg.TrustedProxies) > 0 {
+			// The servers named depend on what a trusted proxy says the
+			// client asked for: a cache between that proxy and this
+			// server must not give one client's document to another.
+			h.Add("Vary", "X-Forwarded-Proto, X-Forwarded-Host, Forwarded")
+		}
 		body := v.plain
 		if acceptsGzip(r) {
 			h.Set("Content-Encoding", "gzip")

@@ -214,8 +214,8 @@ func (c *Client) Update(ctx context.Context, p Plant) (Plant, error) {
 
 // UpdateIf is Update only while the plant still has etag (from GetETag or
 // an earlier UpdateIf; "*": while it exists): otherwise nothing changes
-// and the error is a 412 *Error. An empty etag makes it Update. It returns
-// the plant's new ETag.
+// and the error is a 412 *Error. A missing plant is a 404 *Error, as for
+// Update. An empty etag makes it Update. It returns the plant's new ETag.
 func (c *Client) UpdateIf(ctx context.Context, p Plant, etag string) (Plant, string, error) {
 	var got Plant
 	var h http.Header
@@ -238,7 +238,8 @@ func (c *Client) UpdateIf(ctx context.Context, p Plant, etag string) (Plant, str
 func (c *Client) Delete(ctx context.Context, id int64) error { return c.DeleteIf(ctx, id, "") }
 
 // DeleteIf is Delete only while the plant still has etag ("*": while it
-// exists); otherwise nothing changes and the error is a 412 *Error.
+// exists); otherwise nothing changes and the error is a 412 *Error. A
+// missing plant is a 404 *Error, as for Delete.
 func (c *Client) DeleteIf(ctx context.Context, id int64, etag string) error {
 	return c.send(ctx, request{method: http.MethodDelete, target: c.url("/plants/"+strconv.FormatInt(id, 10), nil), ifMatch: etag})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -187,13 +188,15 @@ func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results [
 	for range insertAttempts {
 		first := make(map[int64]int, len(pending)) // id -> its first request
 		var candidates []plantstore.Plant
+		var deadlines []time.Time
 		for _, i := range pending {
 			if _, ok := first[batch[i].plant.ID]; !ok {
 				first[batch[i].plant.ID] = i
 				candidates = append(candidates, batch[i].plant)
+				deadlines = append(deadlines, deadlineOf(batch[i].ctx))
 			}
 		}
-		inserted, err := db.insertPlants(ctx, candidates)
+		inserted, late, err := db.insertPlants(ctx, candidates, deadlines)
 		if err != nil {
 			return results, settled, err
 		}
@@ -205,7 +208,7 @@ func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results [
 		for _, p := range candidates {
 			if _, ok := inserted[p.ID]; ok {
 				stored[p.ID] = p
-			} else {
+			} else if !late[p.ID] {
 				taken = append(taken, p.ID)
 			}
 		}
@@ -220,6 +223,11 @@ func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results [
 			s, ok := stored[p.ID]
 			_, created := inserted[p.ID]
 			switch {
+			case late[p.ID] && first[p.ID] == i:
+				results[i] = createResult{err: errLate} // its caller was answered, most likely
+			case late[p.ID]:
+				again = append(again, i) // a later request of the id, whose turn it is now
+				continue
 			case !ok:
 				again = append(again, i) // deleted since the insert saw it
 				continue
@@ -243,27 +251,34 @@ func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results [
 	return results, settled, nil
 }
 
-// insertPlants runs insertPlantsSQL for plants, whose ids are distinct, and
-// returns the ids it inserted.
-func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant) (map[int64]struct{}, error) {
+// insertPlants runs insertPlantsSQL for plants, whose ids are distinct,
+// each with the deadline of the caller it is inserted for, and returns the
+// ids it inserted and those it left out as late (gate).
+func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadlines []time.Time) (map[int64]struct{}, map[int64]bool, error) {
 	// In id order: two batches that share ids then lock them in the same
 	// order, and cannot deadlock on each other.
-	plants = slices.SortedFunc(slices.Values(plants), func(a, b plantstore.Plant) int { return cmp.Compare(a.ID, b.ID) })
+	order := make([]int, len(plants))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(plants[a].ID, plants[b].ID) })
 	ids := make([]int64, len(plants))
 	names := make([]string, len(plants))
 	tags := make([]*string, len(plants))
 	events := make([]string, len(plants))
-	for i, p := range plants {
-		ids[i], names[i], tags[i], events[i] = p.ID, p.Name, p.Tag, plantstore.NewEventID()
+	until := make([]time.Time, len(plants))
+	for i, j := range order {
+		p := plants[j]
+		ids[i], names[i], tags[i], events[i], until[i] = p.ID, p.Name, p.Tag, plantstore.NewEventID(), deadlines[j]
 	}
-	var inserted []int64
+	var inserted, lateIDs []int64
 	var enqueued int
 	var event *int64
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, insertPlantsSQL, ids, names, tags, events, db.now()).Scan(&inserted, &enqueued, &event)
+		return db.pool.QueryRow(ctx, insertPlantsSQL, ids, names, tags, events, db.now(), until).Scan(&inserted, &enqueued, &event, &lateIDs)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if enqueued > 0 && db.enqueued != nil {
 		db.enqueued()
@@ -273,18 +288,29 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant) (map[
 	for _, id := range inserted {
 		set[id] = struct{}{}
 	}
-	return set, nil
+	var late map[int64]bool
+	if len(lateIDs) > 0 {
+		late = make(map[int64]bool, len(lateIDs))
+		for _, id := range lateIDs {
+			late[id] = true
+		}
+	}
+	return set, late, nil
 }
 
 // insertPlantsSQL is insertPlantSQL for many plants: it inserts each plant
 // of the arrays ($1 ids, distinct and ascending, $2 names, $3 tags, $4
-// webhook event ids) whose id is free and, for each plant it inserted, its
-// event, with ids in the order of the plants', and one webhook delivery per
-// active subscriber of plant.created. One statement, so one transaction, holds all of them
-// or none. It returns the ids inserted, the number of deliveries written
-// and the id of the last event recorded (NULL when none).
-const insertPlantsSQL = `WITH input AS (
-		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u (id, name, tag, event_id)
+// webhook event ids, $6 their callers' deadlines) whose id is free and
+// whose deadline has not passed by the server's clock (gate) and, for each
+// plant it inserted, its event, with ids in the order of the plants', and
+// one webhook delivery per active subscriber of plant.created. One
+// statement, so one transaction, holds all of them or none. It returns the
+// ids inserted, the number of deliveries written, the id of the last
+// event recorded (NULL when none) and the ids left out as late.
+const insertPlantsSQL = `WITH now_at AS MATERIALIZED (SELECT clock_timestamp() AS t), offered AS (
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $6::timestamptz[]) AS u (id, name, tag, event_id, deadline)
+	), input AS (
+		SELECT o.id, o.name, o.tag, o.event_id FROM offered o, now_at WHERE now_at.t <= o.deadline
 	), changed AS (
 		INSERT INTO plants (id, name, tag, created_at)
 		SELECT id, name, tag, $5::timestamptz FROM input ORDER BY id
@@ -307,7 +333,8 @@ const insertPlantsSQL = `WITH input AS (
 		FROM changed i CROSS JOIN counter c
 		RETURNING id
 	)
-	SELECT (SELECT coalesce(array_agg(id), '{}') FROM changed), (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
+	SELECT (SELECT coalesce(array_agg(id), '{}') FROM changed), (SELECT count(*) FROM enqueued)::int, ` + notifyEvents + `,
+		(SELECT coalesce(array_agg(o.id), '{}') FROM offered o, now_at WHERE now_at.t > o.deadline)`
 
 // readPlants adds the plants stored under ids to into. Under READ
 // COMMITTED it is a new snapshot, which sees the rows that made the insert

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,6 +14,37 @@ import (
 // insertAttempts bounds how often a create retries when the plant it
 // collided with is deleted before it can be read.
 const insertAttempts = 3
+
+// Writes carry their caller's deadline to the server, and change nothing
+// once it has passed by the server's clock (the clause gate): a statement
+// that reached the server late, or waited in its socket while the server
+// or the network stalled, would otherwise commit after its caller was
+// answered 503, and undo what came after (a delete answered 204 since,
+// say). What remains is a statement that passed the gate and then ran
+// past the deadline: a write that timed out while it was being committed.
+
+// gate is the clause "gate" of a write: whether the server's clock is
+// still within the deadline, the parameter deadline; read once, as a
+// MATERIALIZED clause is.
+func gate(deadline string) string {
+	return `gate AS MATERIALIZED (SELECT clock_timestamp() <= ` + deadline + `::timestamptz AS open)`
+}
+
+// deadlineOf is the deadline gate compares with: ctx's, else one that
+// never passes.
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return noDeadline
+}
+
+var noDeadline = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// errLate is the answer to a write that reached the server after its
+// deadline, and was not made. Its caller was most likely answered
+// already.
+var errLate = plantstore.Errorf(plantstore.EUNAVAILABLE, "the store did not answer in time: the write reached the database after its deadline, and was not made")
 
 // createPlant runs one create, which Options.NoBatch asks for and a
 // failed batch falls back to. Under READ COMMITTED the insert waits for a
@@ -25,9 +57,14 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 	for range insertAttempts {
 		var inserted, enqueued int
 		var event *int64
-		err := db.pool.QueryRow(ctx, insertPlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&inserted, &enqueued, &event)
+		var open bool
+		err := db.pool.QueryRow(ctx, insertPlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).
+			Scan(&inserted, &enqueued, &event, &open)
 		if err != nil {
 			return false, err
+		}
+		if !open {
+			return false, errLate
 		}
 		if enqueued > 0 && db.enqueued != nil {
 			db.enqueued()
@@ -56,10 +93,12 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 // plant.created (those without a webhook_subscriber_events row too): one
 // statement, so one transaction, holds all of them or none. Data-modifying
 // WITH clauses run whether or not the outer query reads them. It returns
-// whether it inserted, the number of deliveries written and the id of the
-// event recorded (NULL when none).
-const insertPlantSQL = `WITH changed AS (
-		INSERT INTO plants (id, name, tag, created_at) VALUES ($1, $2, $3, $4)
+// whether it inserted, the number of deliveries written, the id of the
+// event recorded (NULL when none) and whether it was within the deadline
+// $6 (gate).
+var insertPlantSQL = `WITH ` + gate("$6") + `, changed AS (
+		INSERT INTO plants (id, name, tag, created_at)
+		SELECT $1::bigint, $2::text, $3::text, $4::timestamptz FROM gate WHERE gate.open
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id, name, tag, created_at
 	), ` + takeEventIDs + `, enqueued AS (
@@ -76,7 +115,7 @@ const insertPlantSQL = `WITH changed AS (
 		FROM changed i CROSS JOIN counter c
 		RETURNING id
 	)
-	SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
+	SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM enqueued)::int, ` + notifyEvents + `, (SELECT open FROM gate)`
 
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
 	p, err := getPlant(ctx, db.pool, id)
@@ -143,7 +182,11 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 				return nil, nil // no change, no event
 			}
 			var event *int64
-			err := tx.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
+			var open bool
+			err := tx.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
+			if err == nil && !open {
+				err = errLate
+			}
 			return event, err
 		})
 		db.wake(err, enqueued)
@@ -152,11 +195,15 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 	for range insertAttempts {
 		var event *int64
 		var enqueued int
+		var open bool
 		err := retry(ctx, func(ctx context.Context) error {
-			return db.pool.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
+			return db.pool.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
 		})
 		if err != nil {
 			return db.storeError(op, err)
+		}
+		if !open {
+			return errLate
 		}
 		if event != nil {
 			db.wake(nil, enqueued)
@@ -185,13 +232,14 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 // delivery (webhook-id $5) per active subscriber of plant.updated: an
 // update that changes nothing records none. It returns the number of
 // deliveries and the event's id, NULL when it changed nothing (the plant
-// is missing, or already so).
-var updatePlantSQL = `WITH changed AS (
+// is missing, or already so, or the deadline $6 had passed), and whether
+// it was within that deadline (gate).
+var updatePlantSQL = `WITH ` + gate("$6") + `, changed AS (
 		UPDATE plants SET name = $2, tag = $3
-		WHERE id = $1 AND (name IS DISTINCT FROM $2 OR tag IS DISTINCT FROM $3)
+		WHERE id = $1 AND (name IS DISTINCT FROM $2 OR tag IS DISTINCT FROM $3) AND (SELECT open FROM gate)
 		RETURNING id, name, tag
 	), ` + recordChange("plant.updated", "updated", "$4", "$5") + `
-	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
+	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents + `, (SELECT open FROM gate)`
 
 func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) error {
 	op := fmt.Sprintf("delete plant %d", id)
@@ -199,7 +247,11 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 		var enqueued int
 		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
 			var event *int64
-			err := tx.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
+			var open bool
+			err := tx.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
+			if err == nil && !open {
+				err = errLate
+			}
 			return event, err
 		})
 		db.wake(err, enqueued)
@@ -207,11 +259,15 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 	}
 	var event *int64
 	var enqueued int
+	var open bool
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID()).Scan(&enqueued, &event)
+		return db.pool.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
 	})
 	if err != nil {
 		return db.storeError(op, err)
+	}
+	if !open {
+		return errLate
 	}
 	if event == nil {
 		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
@@ -224,12 +280,13 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 // deletePlantSQL deletes plant $1 and records the event, at $2, with the
 // content it had, and one webhook delivery (webhook-id $3) per active
 // subscriber of plant.deleted. It returns the number of deliveries and the
-// event's id, NULL when there was no plant.
-var deletePlantSQL = `WITH changed AS (
-		DELETE FROM plants WHERE id = $1
+// event's id, NULL when there was no plant (or the deadline $4 had
+// passed), and whether it was within that deadline (gate).
+var deletePlantSQL = `WITH ` + gate("$4") + `, changed AS (
+		DELETE FROM plants WHERE id = $1 AND (SELECT open FROM gate)
 		RETURNING id, name, tag
 	), ` + recordChange("plant.deleted", "deleted", "$2", "$3") + `
-	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents
+	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents + `, (SELECT open FROM gate)`
 
 // recordChange is the tail of the statements that change one plant
 // (their clause "changed"): the counter's id (takeEventIDs), the event of

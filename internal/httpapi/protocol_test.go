@@ -151,6 +151,41 @@ func TestOpenAPIServed(t *testing.T) {
 		if resp.Header.Get("Content-Encoding") != "gzip" || !slices.Contains(resp.Header.Values("Vary"), "Accept-Encoding") || len(gz) >= len(body)/2 {
 			t.Errorf("/openapi.json to a gzip client: Content-Encoding %q, Vary %q, %d bytes", resp.Header.Get("Content-Encoding"), resp.Header.Values("Vary"), len(gz))
 		}
+		// Conditional requests (RFC 9110, section 13): a strong tag a
+		// coding, either naming the document.
+		plain, _ := e.do("GET", "/openapi.json", map[string]string{"Accept-Encoding": "identity"}, nil)
+		tag, gzTag := plain.Header.Get("ETag"), resp.Header.Get("ETag")
+		if !strongETag.MatchString(tag) || gzTag != strings.TrimSuffix(tag, `"`)+`-gz"` {
+			t.Errorf("/openapi.json's ETags: %q and, gzipped, %q", tag, gzTag)
+		}
+		for _, inm := range []string{tag, gzTag, "W/" + tag, `"x", ` + tag} {
+			resp, body := e.do("GET", "/openapi.json", map[string]string{"If-None-Match": inm, "Accept-Encoding": "identity"}, nil)
+			if resp.StatusCode != http.StatusNotModified || len(body) != 0 || resp.Header.Get("ETag") != tag || resp.Header.Get("Cache-Control") == "" {
+				t.Errorf("/openapi.json with If-None-Match %s: %d, ETag %q, %d bytes; want 304 with the ETag", inm, resp.StatusCode, resp.Header.Get("ETag"), len(body))
+			}
+		}
+		if resp, _ := e.do("GET", "/openapi.yaml", map[string]string{"If-None-Match": tag}, nil); resp.StatusCode != 200 {
+			t.Errorf("/openapi.yaml with the JSON document's ETag: %d, want 200", resp.StatusCode)
+		}
+		resp, body = e.do("GET", "/openapi.json", map[string]string{"If-Match": `"stale"`}, nil)
+		wantError(t, resp, body, http.StatusPreconditionFailed, "If-Match")
+		if resp, _ := e.do("GET", "/openapi.json", map[string]string{"If-Match": tag}, nil); resp.StatusCode != 200 {
+			t.Errorf("/openapi.json with If-Match its ETag: %d, want 200", resp.StatusCode)
+		}
+		// Both documents, by GET and by HEAD alike.
+		for _, path := range []string{"/openapi.json", "/openapi.yaml"} {
+			current := e.headLikeGet(path, nil)
+			got, _ := e.do("HEAD", path, map[string]string{"Accept-Encoding": "identity"}, nil)
+			if current != 200 || got.Header.Get("ETag") == "" {
+				t.Fatalf("HEAD %s: %d, ETag %q", path, current, got.Header.Get("ETag"))
+			}
+			if status := e.headLikeGet(path, map[string]string{"If-None-Match": got.Header.Get("ETag"), "Accept-Encoding": "identity"}); status != http.StatusNotModified {
+				t.Errorf("%s with If-None-Match its ETag: %d, want 304", path, status)
+			}
+			if status := e.headLikeGet(path, map[string]string{"If-Match": `"stale"`}); status != http.StatusPreconditionFailed {
+				t.Errorf("%s with a stale If-Match: %d, want 412", path, status)
+			}
+		}
 		// The reference page, and the script it loads, are served without a
 		// token; the page is read by a browser in cmd/plantstore's tests.
 		resp, body = e.do("GET", "/docs", nil, nil)

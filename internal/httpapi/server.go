@@ -7,6 +7,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
@@ -547,8 +548,15 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 			}
 			mu.Unlock()
 		}
+		// Conditional requests as for a plant (RFC 9110, section 13): a
+		// strong tag of the variant's bytes, its gzipped copy's ending in
+		// -gz.
+		gzTag := gzipETag(v.etag)
+		if err := readPrecondition(r, v.etag, gzTag); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		h := w.Header()
-		h.Set("Content-Type", contentType)
 		h.Set("Cache-Control", "public, max-age=300")
 		h.Add("Vary", "Accept-Encoding")
 		if s.cfg.PublicURL == "" && len(s.cfg.TrustedProxies) > 0 {
@@ -557,10 +565,18 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 			// server must not give one client's document to another.
 			h.Add("Vary", "X-Forwarded-Proto, X-Forwarded-Host, Forwarded")
 		}
-		body := v.plain
-		if acceptsGzip(r) {
+		body, tag, gz := v.plain, v.etag, acceptsGzip(r)
+		if gz {
+			body, tag = v.gzipped, gzTag
+		}
+		h.Set("ETag", tag)
+		if notModified(r, v.etag, gzTag) {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		h.Set("Content-Type", contentType)
+		if gz {
 			h.Set("Content-Encoding", "gzip")
-			body = v.gzipped
 		}
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 		w.Write(body)
@@ -571,14 +587,18 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 // Host header is the client's to choose.
 const maxDocumentVariants = 16
 
-type documentVariant struct{ plain, gzipped []byte }
+type documentVariant struct {
+	plain, gzipped []byte
+	etag           string // strong, of plain
+}
 
 func newDocumentVariant(doc []byte, base string, withBase func([]byte, string) []byte) *documentVariant {
 	plain := doc
 	if base != "" {
 		plain = withBase(doc, base)
 	}
-	return &documentVariant{plain: plain, gzipped: gzipTo(nil, plain)}
+	sum := sha256.Sum256(plain)
+	return &documentVariant{plain: plain, gzipped: gzipTo(nil, plain), etag: quoteTag(sum[:])}
 }
 
 // countServing counts the plant operations in flight, and notes when the

@@ -85,8 +85,8 @@ func quoteTag(sum []byte) string {
 // header was sent at all, and malformed whether it was not such a field
 // (RFC 9110, sections 13.1.1 and 13.1.2): a member that is no quoted tag,
 // or a "*" among tags. A malformed field never lets a write through and
-// never gives a 304 (preconditionOf, notModified): the client meant a
-// condition the service cannot read.
+// never gives a 304 (writeConditionOf, readPrecondition, notModified):
+// the client meant a condition the service cannot read.
 func etagList(h http.Header, name string) (tags []string, any, present, malformed bool) {
 	values := h.Values(name)
 	if len(values) == 0 {

@@ -733,7 +733,7 @@ func TestEventStreamsAcrossInstances(t *testing.T) {
 // cutProxy relays TCP connections to a service, and can cut them all, as
 // a network failure or a restarted load balancer would.
 type cutProxy struct {
-	ln    net.Listener
+	addr  net.Addr
 	mu    sync.Mutex
 	conns []net.Conn
 	down  atomic.Int64 // bytes relayed from the service
@@ -745,33 +745,16 @@ type cutProxy struct {
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, in, out)
-			p.mu.Unlock()
-			go func() { io.Copy(out, in); out.Close() }()
-			go func() {
-				io.Copy(countingWriter{in, &p.down, &p.streams, &p.position}, out)
-				in.Close()
-			}()
-		}
-	}()
+	p := &cutProxy{}
+	t.Cleanup(p.cut)
+	p.addr = apitest.Relay(t, target, func(in, out net.Conn) {
+		p.mu.Lock()
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		go func() { io.Copy(out, in); out.Close() }()
+		io.Copy(countingWriter{in, &p.down, &p.streams, &p.position}, out)
+		in.Close()
+	})
 	return p
 }
 
@@ -812,7 +795,7 @@ func TestClientFollowsAFilteredFeedPastPruning(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{cfg: httpapi.Config{StreamKeepAlive: 50 * time.Millisecond}})
 		proxy := newCutProxy(t, e.addr)
-		c, err := client.New("http://"+proxy.ln.Addr().String(), e.readToken)
+		c, err := client.New("http://"+proxy.addr.String(), e.readToken)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -913,7 +896,7 @@ func TestClientFollowsEvents(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{})
 		proxy := newCutProxy(t, e.addr)
-		c, err := client.New("http://"+proxy.ln.Addr().String(), e.readToken)
+		c, err := client.New("http://"+proxy.addr.String(), e.readToken)
 		if err != nil {
 			t.Fatal(err)
 		}

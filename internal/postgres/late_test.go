@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
 	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 )
@@ -22,54 +23,37 @@ import (
 // stops reading, with the statements queued on the way. Released, it
 // sends what it kept, even for a client that has hung up since.
 type holdingProxy struct {
-	ln     net.Listener
+	addr   net.Addr
 	mu     sync.Mutex
 	held   bool
 	resume *sync.Cond
 }
 
 func newHoldingProxy(t *testing.T, target string) *holdingProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &holdingProxy{ln: ln}
+	p := &holdingProxy{}
 	p.resume = sync.NewCond(&p.mu)
-	t.Cleanup(func() { ln.Close(); p.release() })
-	go func() {
+	t.Cleanup(p.release)
+	p.addr = apitest.Relay(t, target, func(in, out net.Conn) {
+		go func() { io.Copy(in, out); in.Close() }()
+		defer out.Close()
+		buf := make([]byte, 64<<10)
 		for {
-			in, err := ln.Accept()
+			n, err := in.Read(buf)
+			p.mu.Lock()
+			for p.held {
+				p.resume.Wait()
+			}
+			p.mu.Unlock()
+			if n > 0 {
+				if _, werr := out.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
 			if err != nil {
 				return
 			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			go func() { io.Copy(in, out); in.Close() }()
-			go func() {
-				defer out.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := in.Read(buf)
-					p.mu.Lock()
-					for p.held {
-						p.resume.Wait()
-					}
-					p.mu.Unlock()
-					if n > 0 {
-						if _, werr := out.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	})
 	return p
 }
 
@@ -96,7 +80,7 @@ func TestWritesThatArriveAfterTheirDeadlineAreNotMade(t *testing.T) {
 	}
 	proxy := newHoldingProxy(t, u.Host)
 	viaProxy := *u
-	viaProxy.Host = proxy.ln.Addr().String()
+	viaProxy.Host = proxy.addr.String()
 	q := viaProxy.Query()
 	q.Set("pool_max_conns", "1") // one session: the warm-up prepares what the held write sends
 	viaProxy.RawQuery = q.Encode()

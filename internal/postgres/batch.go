@@ -274,8 +274,12 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 	var inserted, lateIDs []int64
 	var enqueued int
 	var event *int64
+	// Lock waits end by the earliest deadline: a row left in past its
+	// caller's would otherwise land after its 503. A batch that fails so
+	// is tried a create at a time, each under its own (commit).
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, insertPlantsSQL, ids, names, tags, events, db.now(), until).Scan(&inserted, &enqueued, &event, &lateIDs)
+		return db.writeRow(ctx, slices.MinFunc(until, time.Time.Compare), insertPlantsSQL, []any{ids, names, tags, events, db.now(), until},
+			&inserted, &enqueued, &event, &lateIDs)
 	})
 	if err != nil {
 		return nil, nil, err

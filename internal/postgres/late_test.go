@@ -158,3 +158,107 @@ func TestWritesThatArriveAfterTheirDeadlineAreNotMade(t *testing.T) {
 		db.Close()
 	}
 }
+
+// A write that reached the server in time but then waits for a lock held
+// by a stalled session, while its caller's cancel cannot reach the server
+// (held here), gives up by its deadline: it does not go on when the lock
+// is freed, after its caller was answered 503.
+func TestWritesDoNotWaitForLocksPastTheirDeadline(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newHoldingProxy(t, u.Host)
+	viaProxy := *u
+	viaProxy.Host = proxy.addr.String()
+	db, err := postgres.Open(context.Background(), viaProxy.String(), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	for id := int64(1); id <= 2; id++ {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "before"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	watcher, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	for _, w := range []struct {
+		name  string
+		lock  string // what the stalled session holds
+		write func(ctx context.Context) error
+		check string // the plant's name afterwards ("" for none)
+		id    int64
+	}{
+		{"update", `SELECT 1 FROM plants WHERE id = 1 FOR UPDATE`, func(ctx context.Context) error {
+			return db.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "late"}, nil)
+		}, "before", 1},
+		{"delete", `SELECT 1 FROM plants WHERE id = 2 FOR UPDATE`, func(ctx context.Context) error {
+			return db.DeletePlant(ctx, 2, nil)
+		}, "before", 2},
+		{"create", `INSERT INTO plants (id, name, created_at) VALUES (3, 'held', now())`, func(ctx context.Context) error {
+			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 3, Name: "late"})
+			return err
+		}, "", 3},
+	} {
+		tx, err := holder.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, w.lock); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			done <- w.write(wctx)
+		}()
+		// Once the write waits for the lock, nothing more reaches the
+		// server from this side: not its cancel.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			var waiting int
+			if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				select {
+				case err := <-done:
+					t.Fatalf("%s: the write never waited for the lock; it ended: %v", w.name, err)
+				default:
+					t.Fatalf("%s: the write never waited for the lock", w.name)
+				}
+			}
+		}
+		proxy.hold()
+		if err := <-done; plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			t.Errorf("%s past its deadline: %v, want EUNAVAILABLE", w.name, err)
+		}
+		time.Sleep(500 * time.Millisecond) // the lock outlives the deadline
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // what would go on, goes on
+		var name string
+		if err := watcher.QueryRow(ctx, `SELECT coalesce((SELECT name FROM plants WHERE id = $1), '')`, w.id).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		if name != w.check {
+			t.Errorf("%s answered EUNAVAILABLE, then its lock freed: the plant's name is %q, want %q (as before)", w.name, name, w.check)
+		}
+		proxy.release()
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,8 +21,11 @@ const insertAttempts = 3
 // that reached the server late, or waited in its socket while the server
 // or the network stalled, would otherwise commit after its caller was
 // answered 503, and undo what came after (a delete answered 204 since,
-// say). What remains is a statement that passed the gate and then ran
-// past the deadline: a write that timed out while it was being committed.
+// say). A statement that passed the gate may still wait for a lock (a
+// plant's row, the event counter) that a stalled session holds, while its
+// caller's cancel cannot reach the server: its wait is capped at what is
+// left until the deadline (capLockTimeout). What remains is a write that
+// timed out while it was being committed.
 
 // gate is the clause "gate" of a write: whether the server's clock is
 // still within the deadline, the parameter deadline; read once, as a
@@ -41,6 +45,33 @@ func deadlineOf(ctx context.Context) time.Time {
 
 var noDeadline = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
+// capLockTimeout lowers lock_timeout, for the rest of the transaction, to
+// $1 (an interval: "250ms"), unless it is lower already: --busy-timeout
+// still bounds a wait when the deadline is further.
+const capLockTimeout = `SELECT set_config('lock_timeout',
+		CASE WHEN t.cur = '0' OR t.cur > $1::text::interval THEN $1::text ELSE current_setting('lock_timeout') END, true)
+	FROM (SELECT current_setting('lock_timeout')::interval AS cur) t`
+
+// queueLockCap queues capLockTimeout for what is left until deadline, at
+// least a millisecond; nothing for noDeadline.
+func queueLockCap(b *pgx.Batch, deadline time.Time) {
+	if deadline.Equal(noDeadline) {
+		return
+	}
+	ms := max(time.Until(deadline).Milliseconds(), 1)
+	b.Queue(capLockTimeout, strconv.FormatInt(ms, 10)+"ms")
+}
+
+// writeRow runs sql, a write that answers one row, into dest, with its
+// lock waits capped by deadline (queueLockCap), in one round trip: a
+// batch is one implicit transaction, so the cap ends with it.
+func (db *DB) writeRow(ctx context.Context, deadline time.Time, sql string, args []any, dest ...any) error {
+	b := &pgx.Batch{}
+	queueLockCap(b, deadline)
+	b.Queue(sql, args...).QueryRow(func(r pgx.Row) error { return r.Scan(dest...) })
+	return db.pool.SendBatch(ctx, b).Close()
+}
+
 // errLate is the answer to a write that reached the server after its
 // deadline, and was not made. Its caller was most likely answered
 // already.
@@ -58,8 +89,9 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 		var inserted, enqueued int
 		var event *int64
 		var open bool
-		err := db.pool.QueryRow(ctx, insertPlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).
-			Scan(&inserted, &enqueued, &event, &open)
+		deadline := deadlineOf(ctx)
+		err := db.writeRow(ctx, deadline, insertPlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
+			&inserted, &enqueued, &event, &open)
 		if err != nil {
 			return false, err
 		}
@@ -196,8 +228,10 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 		var event *int64
 		var enqueued int
 		var open bool
+		deadline := deadlineOf(ctx)
 		err := retry(ctx, func(ctx context.Context) error {
-			return db.pool.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
+			return db.writeRow(ctx, deadline, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
+				&enqueued, &event, &open)
 		})
 		if err != nil {
 			return db.storeError(op, err)
@@ -260,8 +294,9 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 	var event *int64
 	var enqueued int
 	var open bool
+	deadline := deadlineOf(ctx)
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
+		return db.writeRow(ctx, deadline, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
 	})
 	if err != nil {
 		return db.storeError(op, err)
@@ -329,7 +364,12 @@ func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Preco
 	err := retry(ctx, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) (err error) {
 			stored := plantstore.Plant{ID: id}
-			err = tx.QueryRow(ctx, `SELECT name, tag FROM plants WHERE id = $1 FOR UPDATE`, id).Scan(&stored.Name, &stored.Tag)
+			b := &pgx.Batch{}
+			queueLockCap(b, deadlineOf(ctx)) // for the lock below and the write's
+			b.Queue(`SELECT name, tag FROM plants WHERE id = $1 FOR UPDATE`, id).QueryRow(func(r pgx.Row) error {
+				return r.Scan(&stored.Name, &stored.Tag)
+			})
+			err = tx.SendBatch(ctx, b).Close()
 			if errors.Is(err, pgx.ErrNoRows) {
 				return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
 			}

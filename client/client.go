@@ -4,10 +4,12 @@
 //	p, err := c.Create(ctx, client.Plant{ID: 1, Name: "Monstera", Tag: client.Tag("tropical")})
 //	for p, err := range c.All(ctx, client.ListOptions{}) { ... }
 //
-// Every method takes a context. A non-2xx answer comes back as an *Error
-// carrying the status, the server's message and its Retry-After.
-// WithRetries makes the client retry what the service refused for now
-// (429, 503) and dropped connections; it does not by default.
+// Every method takes a context; each attempt is also bounded by
+// DefaultTimeout unless WithHTTPClient gives a client of your own. A
+// non-2xx answer comes back as an *Error carrying the status, the
+// server's message, its Retry-After and its request id. WithRetries makes
+// the client retry what the service refused for now (429, 503) and
+// connections dropped before the answer; it does not by default.
 // WithTLSConfig trusts a private CA. A redirect is followed only within
 // the origin of the base URL: the token goes nowhere else.
 package client
@@ -56,9 +58,17 @@ type Error struct {
 	// trying again (its Retry-After, which it sends with 429 and 503); 0
 	// when it did not say.
 	RetryAfter time.Duration
+	// RequestID is the answer's X-Request-Id: the service's log has the
+	// request under it (a 500's cause, say). Error quotes it for a 5xx.
+	RequestID string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("plantstore: %d: %s", e.StatusCode, e.Message) }
+func (e *Error) Error() string {
+	if e.StatusCode >= 500 && e.RequestID != "" {
+		return fmt.Sprintf("plantstore: %d: %s (request %s)", e.StatusCode, e.Message, e.RequestID)
+	}
+	return fmt.Sprintf("plantstore: %d: %s", e.StatusCode, e.Message)
+}
 
 // StatusCode returns the HTTP status of an *Error in err's chain, or 0.
 func StatusCode(err error) int {
@@ -84,11 +94,26 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithHTTPClient sets the *http.Client requests go through (default
-// http.DefaultClient). New keeps a copy of it, with a CheckRedirect that
-// keeps the token on the base URL's origin: later changes to h are not
-// seen.
+// WithHTTPClient sets the *http.Client requests go through (default: one
+// on http.DefaultTransport whose Timeout is DefaultTimeout). New keeps a
+// copy of it, with a CheckRedirect that keeps the token on the base URL's
+// origin: later changes to h are not seen. Its Timeout bounds each
+// attempt of a request (0: none, ctx alone); an event stream ignores it
+// (see Events).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// DefaultTimeout bounds each attempt of a request of a client made
+// without WithHTTPClient, answer included: a server or proxy that accepts
+// the connection and never answers fails the call rather than hanging it.
+// The service gives up on a request after its --request-timeout (10 s by
+// default), so an attempt that takes longer has lost its server.
+const DefaultTimeout = 30 * time.Second
+
+// defaultHTTP is the *http.Client of a client made without WithHTTPClient.
+var defaultHTTP = &http.Client{Timeout: DefaultTimeout}
+
+// userAgent names the client in the service's and proxies' logs.
+const userAgent = "plantstore-go-client"
 
 // New returns a Client for the service at baseURL (which may carry a path
 // prefix) that sends token as a bearer credential.
@@ -98,12 +123,12 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("plantstore: base URL %q must be an absolute http(s) URL, such as http://127.0.0.1:8080", baseURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	c := &Client{base: u, token: token, http: http.DefaultClient}
+	c := &Client{base: u, token: token, http: defaultHTTP}
 	for _, o := range opts {
 		o(c)
 	}
 	if c.http == nil {
-		c.http = http.DefaultClient // WithHTTPClient(nil)
+		c.http = defaultHTTP // WithHTTPClient(nil)
 	}
 	if err := c.applyTLS(); err != nil {
 		return nil, err
@@ -319,20 +344,22 @@ func (c *Client) nextPage(current string, header http.Header) (string, error) {
 	}
 	base, _ := url.Parse(current)
 	resolved := base.ResolveReference(ref)
+	// The next page is the same resource with the link's query, on the
+	// client's base URL: a server behind a proxy names it under its
+	// public URL (--public-url), which a client of its own address (an
+	// operator on the host) does not reach, and a proxy that adds a path
+	// prefix the server cannot see has the server link it without that
+	// prefix. The token goes with every request: a link to another
+	// resource is followed only on the client's own origin.
+	if path.Base(resolved.Path) == path.Base(base.Path) {
+		rebased := *base
+		rebased.RawQuery = resolved.RawQuery
+		return rebased.String(), nil
+	}
 	if resolved.Scheme == c.base.Scheme && resolved.Host == c.base.Host {
 		return resolved.String(), nil
 	}
-	// The token goes with every request: never follow a link elsewhere.
-	// A server behind a proxy names the next page under its public URL
-	// (--public-url), which a client of its own address (an operator on
-	// the host) does not reach: the same resource with the link's query
-	// is the next page on the client's base URL.
-	if path.Base(resolved.Path) != path.Base(base.Path) {
-		return "", fmt.Errorf("plantstore: the next page %q is not on %s://%s; not following it", link, c.base.Scheme, c.base.Host)
-	}
-	rebased := *base
-	rebased.RawQuery = resolved.RawQuery
-	return rebased.String(), nil
+	return "", fmt.Errorf("plantstore: the next page %q is not on %s://%s; not following it", link, c.base.Scheme, c.base.Host)
 }
 
 // All yields every plant opts select, in id order, reading page after
@@ -437,6 +464,7 @@ func (c *Client) sendOnce(ctx context.Context, r request) error {
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", userAgent)
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -455,6 +483,7 @@ func (c *Client) sendOnce(ctx context.Context, r request) error {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		e := errorOf(resp.StatusCode, data)
 		e.RetryAfter = retryAfter(resp.Header, time.Now())
+		e.RequestID = resp.Header.Get("X-Request-Id")
 		return e
 	}
 	if r.header != nil {

@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,5 +190,90 @@ func TestAnswerThatIsNoPlantRefused(t *testing.T) {
 	}
 	if p, _, err := c.UpdateIf(t.Context(), Plant{ID: 7, Name: "Fern"}, ""); err != nil || p.ID != 7 {
 		t.Errorf("Update of 7 answered without an id: %+v, %v; want plant 7", p, err)
+	}
+}
+
+// A client made without WithHTTPClient bounds each attempt by
+// DefaultTimeout; one given a client keeps that client's.
+func TestDefaultTimeout(t *testing.T) {
+	c, err := New("http://127.0.0.1:1", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.http.Timeout != DefaultTimeout || DefaultTimeout <= 0 {
+		t.Errorf("the default client's Timeout is %v, want DefaultTimeout (%v)", c.http.Timeout, DefaultTimeout)
+	}
+	c, err = New("http://127.0.0.1:1", "t", WithHTTPClient(&http.Client{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.http.Timeout != 0 {
+		t.Errorf("a client of the caller's: Timeout %v, want its own 0", c.http.Timeout)
+	}
+}
+
+// A base URL with a path prefix, behind a proxy that strips it: the
+// server links the next page without the prefix, and the client follows
+// it under its base URL all the same. Requests name the client.
+func TestPagesUnderAPathPrefix(t *testing.T) {
+	var agents []string
+	var mu sync.Mutex
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		agents = append(agents, r.Header.Get("User-Agent"))
+		mu.Unlock()
+		if r.URL.Path != "/api/plants" {
+			http.Error(w, `{"error":404,"message":"not under the prefix"}`, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("after") == "" {
+			w.Header().Set("Link", `<`+srv.URL+`/plants?after=1&limit=1>; rel="next"`)
+			io.WriteString(w, `[{"id":1,"name":"a"}]`)
+			return
+		}
+		io.WriteString(w, `[{"id":2,"name":"b"}]`)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL+"/api/", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for p, err := range c.All(t.Context(), ListOptions{Limit: 1}) {
+		if err != nil {
+			t.Fatalf("after %v: %v", ids, err)
+		}
+		ids = append(ids, p.ID)
+	}
+	if fmt.Sprint(ids) != "[1 2]" {
+		t.Errorf("plants %v, want [1 2]", ids)
+	}
+	for _, a := range agents {
+		if a != "plantstore-go-client" {
+			t.Errorf("User-Agent %q", a)
+		}
+	}
+}
+
+// A 5xx's *Error carries the request id the service logged it under, and
+// says it.
+func TestErrorCarriesTheRequestID(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", "ps-abc-1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"error":500,"message":"internal error"}`)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Get(t.Context(), 1)
+	e, ok := errors.AsType[*Error](err)
+	if !ok || e.RequestID != "ps-abc-1" || err.Error() != "plantstore: 500: internal error (request ps-abc-1)" {
+		t.Errorf("Get against a 500: %v (%#v)", err, e)
 	}
 }

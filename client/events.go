@@ -2,7 +2,6 @@ package client
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -106,7 +105,10 @@ const (
 // Events follows the change feed as a stream: it yields each event after
 // the one with id after (0 for every event since the first, FromNow for
 // only those to come), of types when given, in order, as it happens,
-// until ctx ends or the loop stops.
+// until ctx ends or the loop stops. After 0 ends with a 410 once the
+// service has pruned its first events (--event-retention, 7 days by
+// default): to begin with the oldest kept, read one page of ListEvents
+// without After and follow after the id before its first event.
 //
 // When the connection breaks, or the service shuts down, it yields the
 // error and, if the loop goes on, reconnects after a pause with the id of
@@ -163,7 +165,8 @@ const (
 // stream that sends nothing for WithStreamSilence's time (45 s: three of
 // the service's keep-alive comments, one every 15 s), answer head
 // included, is taken for lost and read again from where it was, with an
-// error yielded as for any broken stream.
+// error yielded as for any broken stream. The time the loop spends on an
+// event does not count: a slow consumer is not a silent stream.
 func (c *Client) Events(ctx context.Context, after int64, types ...string) iter.Seq2[Event, error] {
 	return c.events(ctx, after, types, sleep)
 }
@@ -431,7 +434,10 @@ func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration,
 	// c.silence (nor its answer's head, in as long) has lost its server:
 	// a proxy that keeps the client's side open, a peer gone without a
 	// word. It is read again from where it was.
-	silence := cmp.Or(c.silence, DefaultStreamSilence)
+	silence := c.silence
+	if silence <= 0 {
+		silence = DefaultStreamSilence
+	}
 	silent := time.AfterFunc(silence, cancel)
 	defer silent.Stop()
 	wasSilent := func() bool { return ctx.Err() != nil && parent.Err() == nil }
@@ -512,9 +518,12 @@ func (c *Client) follow(ctx context.Context, after *int64, retry *time.Duration,
 			continue // never twice
 		}
 		*after, received = e.ID, true
+		// The loop's own time with an event is no silence of the stream.
+		silent.Stop()
 		if !yield(e, nil) {
 			return received, nil
 		}
+		silent.Reset(silence)
 	}
 	if err := lines.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -540,9 +549,9 @@ const DefaultStreamSilence = 45 * time.Second
 // WithStreamSilence sets how long a stream Events follows may send
 // nothing, not even the service's keep-alive comment, before the client
 // takes it for lost and reconnects, resuming where it was (default
-// DefaultStreamSilence). TCP alone can take many minutes to find a dead
-// peer, and never a proxy that keeps the client's side open after
-// losing the server's.
+// DefaultStreamSilence, which 0 or less also means). TCP alone can take
+// many minutes to find a dead peer, and never a proxy that keeps the
+// client's side open after losing the server's.
 func WithStreamSilence(d time.Duration) Option { return func(c *Client) { c.silence = d } }
 
 // retryField is the first reconnection pause a stream's retry field with

@@ -847,3 +847,46 @@ func TestEventsFromNowKeepsItsStart(t *testing.T) {
 		})
 	}
 }
+
+// The time the loop spends on an event is not the stream's silence: a
+// consumer slower than WithStreamSilence on one event, on a stream that
+// keeps talking, is not cut off and reconnected.
+func TestEventsSlowConsumerIsNoSilence(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, eventBlock(1))
+		w.(http.Flusher).Flush()
+		for range 8 { // keep-alives, then the next event
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			fmt.Fprint(w, ": keep-alive\n\n")
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprint(w, eventBlock(2))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, WithStreamSilence(300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var ids []int64
+	for e, err := range c.events(ctx, 0, nil, func(context.Context, time.Duration) bool { return true }) {
+		if err != nil {
+			t.Fatalf("after events %v: %v; want none, the stream never fell silent", ids, err)
+		}
+		if ids = append(ids, e.ID); len(ids) == 2 {
+			break
+		}
+		time.Sleep(600 * time.Millisecond) // twice the silence, on event 1
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests, want the one stream", n)
+	}
+}

@@ -61,6 +61,8 @@ func ExampleWithRetries() {
 		log.Fatal(err)
 	}
 	if _, err := c.Get(context.Background(), 42); client.StatusCode(err) == 429 {
-		fmt.Printf("still limited after 3 retries; the service says to wait %v\n", client.RetryAfter(err))
+		// After 3 retries, or at once when the service asked for a wait
+		// longer than the policy's MaxDelay (10 s).
+		fmt.Printf("still limited; the service says to wait %v\n", client.RetryAfter(err))
 	}
 }

@@ -22,12 +22,15 @@ import (
 // store busy), and a connection that dropped before the whole answer came
 // (reset, or closed by the server or a proxy). Never retried: other
 // answers, a connection that could not be made at all (a wrong address
-// fails at once), a timeout of the *http.Client, and a cancelled ctx.
+// fails at once, and so does a server that is restarting and refuses
+// connections), a timeout of the *http.Client, and a cancelled ctx.
+// (Go's net/http itself sends a GET again, once, when a kept-alive
+// connection turns out closed before any answer: retries or not.)
 // Every request this client makes may be repeated: GET, PUT and DELETE
 // are idempotent, and so is Create, as the service answers the same
 // create again as a replay (200, nothing changed). One consequence: when
 // an attempt took effect but its answer was lost, the retry reports what
-// it finds: a Delete 404, an UpdateIf or DeleteIf 412, a Create 409 if
+// it finds: a Delete or DeleteIf 404, an UpdateIf 412, a Create 409 if
 // another client changed the plant in between.
 type RetryPolicy struct {
 	// Max is how many times a request is retried after its first attempt.

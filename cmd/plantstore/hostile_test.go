@@ -30,6 +30,10 @@ func TestHostileServerTextEscaped(t *testing.T) {
 		case "/plants/3":
 			w.WriteHeader(404)
 			fmt.Fprintf(w, `{"error":404,"message":%s}`, jsonString(strings.Repeat("long ", 200_000)))
+		case "/plants/4": // a 500 names its request, which the service logged it under
+			w.Header().Set("X-Request-Id", "ps-1\u202e2")
+			w.WriteHeader(500)
+			fmt.Fprint(w, `{"error":500,"message":"internal error"}`)
 		case "/events":
 			fmt.Fprintf(w, `[{"id":1,"type":%s,"time":"2026-01-01T00:00:00Z","plant":{"id":1,"name":"a"}}]`, jsonString("plant.created"+evil))
 		}
@@ -45,6 +49,7 @@ func TestHostileServerTextEscaped(t *testing.T) {
 		{[]string{"plants", "get", "1"}, func(r result) string { return r.stderr }, `not found\x1b[2J\x1b]0;pwned\a \u202eevil\u202c\nplantstore: forged line (HTTP 404)`},
 		{[]string{"plants", "get", "2"}, func(r result) string { return r.stdout }, `"ab\u202ecd"`},
 		{[]string{"events"}, func(r result) string { return r.stdout }, `plant.created\x1b[2J`},
+		{[]string{"plants", "get", "4"}, func(r result) string { return r.stderr }, `internal error (HTTP 500, request ps-1\u202e2)`},
 	} {
 		r := cli(t, dir, env, tc.args...)
 		out := tc.out(r)

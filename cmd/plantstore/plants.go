@@ -420,6 +420,10 @@ func refusal(e *client.Error) string {
 	if asksToWait(e) {
 		msg = strings.TrimSuffix(msg, "; retry after the time in Retry-After")
 	}
+	if e.StatusCode >= 500 && e.RequestID != "" {
+		// What the operator finds the cause under in the service's log.
+		return fmt.Sprintf("%s (HTTP %d, request %s)", msg, e.StatusCode, serverMessage(e.RequestID))
+	}
 	return fmt.Sprintf("%s (HTTP %d)", msg, e.StatusCode)
 }
 

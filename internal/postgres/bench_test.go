@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/postgres"
@@ -49,7 +50,11 @@ func BenchmarkCreateParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					id := next.Add(1)
-					if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
+					// A deadline, as every request's context has one.
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")})
+					cancel()
+					if err != nil {
 						b.Error(err)
 						return
 					}

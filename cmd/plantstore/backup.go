@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/sqlite"
@@ -52,17 +53,21 @@ For PostgreSQL, use pg_dump (see docs/operations.md, Backups).`, getenv, stdout,
 // the command line only: a variable left set must never make a restore
 // destroy a store.
 func runRestore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("restore", `restore --from FILE [--db PATH] [--force]
+	fs := newFlagSet("restore", `restore --from FILE [--db PATH] [--force] [--feed-after ID]
 
 Makes the backup FILE (written by plantstore backup) the SQLite store at
 --db. Stop the server first: restore refuses while one serves the store.
 The backup is checked before anything changes. A store already at --db
 is replaced only with --force, and is then gone: back it up first if you
-may need it. For PostgreSQL, use pg_restore (see docs/operations.md, Backups
+may need it. The change feed goes on after the newest event of the store
+replaced, so that its followers resync; when that store cannot be read,
+or is gone, --feed-after gives the newest event id a client may have
+seen. For PostgreSQL, use pg_restore (see docs/operations.md, Backups
 section).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	from := fs.FlagSet.String("from", "", "the backup `FILE` to restore (required)")
 	force := fs.FlagSet.Bool("force", false, "replace the store at --db if there is one")
+	feedAfter := fs.FlagSet.String("feed-after", "", "the newest event `ID` a client may have seen from the store this one replaces (any higher id will do; 0: no client follows the feed): the change feed goes on after it")
 	if rest, err := fs.parse(args); err != nil {
 		return err
 	} else if len(rest) > 0 {
@@ -77,18 +82,32 @@ section).`, getenv, stdout, stderr)
 	if *from == "" {
 		return usageError("restore needs --from FILE")
 	}
-	info, err := sqlite.Restore(ctx, *from, db.db.raw, sqlite.RestoreOptions{Replace: *force})
+	opts := sqlite.RestoreOptions{Replace: *force}
+	if *feedAfter != "" {
+		id, err := strconv.ParseInt(*feedAfter, 10, 64)
+		if err != nil || id < 0 {
+			return usageError(fmt.Sprintf("--feed-after %q: want an event id, 0 or more", *feedAfter))
+		}
+		opts.FeedAfter = &id
+	}
+	info, err := sqlite.Restore(ctx, *from, db.db.raw, opts)
 	if errors.Is(err, sqlite.ErrStoreExists) {
 		return fmt.Errorf("%w; back it up first if you may need it (plantstore backup), then replace it with --force", err)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "restored %s to %s: schema version %d, %d plants; start the server with: plantstore serve --db %s\n",
-		*from, info.Path, info.SchemaVersion, info.Plants, info.Path)
+	fmt.Fprintf(stderr, "restored %s to %s: schema version %d, %d plants, %d active tokens, %d webhook subscribers; start the server with: plantstore serve --db %s\n",
+		*from, info.Path, info.SchemaVersion, info.Plants, info.Tokens, info.Subscribers, info.Path)
+	if info.Tokens > 0 || info.Subscribers > 0 {
+		fmt.Fprintln(stderr, "tokens revoked and webhook subscribers removed since the backup are active again, and those added since are gone: check plantstore token list and plantstore webhook list, and revoke or remove again what must stay so")
+	}
 	if info.FeedMovedPast > 0 {
-		fmt.Fprintf(stderr, "the change feed goes on after event %d, the newest of the store replaced: clients that followed it get 410 and read the plants again, as the changes they saw after the backup are undone\n",
-			info.FeedMovedPast)
+		fmt.Fprintf(stderr, "the change feed goes on after event %d, past event %d, the newest a client may have seen: clients that followed the store replaced get 410 and read the plants again, as the changes they saw after the backup are undone, then follow after %d\n",
+			info.FeedAfter, info.FeedMovedPast, info.FeedAfter)
+	} else {
+		fmt.Fprintf(stderr, "the change feed goes on after event %d, the backup's newest; if clients followed a store that went further (one lost, say), restore with --feed-after and the newest id they may have seen, so that they resync\n",
+			info.FeedAfter)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -222,9 +223,11 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 	if r := cli(t, dir, nil, "restore", "--from", garbage, "--force"); r.exit != 1 || !strings.Contains(r.stderr, "not a usable backup") {
 		t.Errorf("restore of garbage: %+v", r)
 	}
-	// The plant created after the backup made event 2: its followers resync.
-	if r := cli(t, dir, nil, "restore", "--from", file, "--force"); r.exit != 0 || !strings.Contains(r.stderr, "1 plants") ||
-		!strings.Contains(r.stderr, "the change feed goes on after event 2") {
+	// The plant created after the backup made event 2: its followers
+	// resync, and follow after 3, the horizon past it.
+	if r := cli(t, dir, nil, "restore", "--from", file, "--force"); r.exit != 0 || !strings.Contains(r.stderr, "1 plants, 1 active tokens, 0 webhook subscribers") ||
+		!strings.Contains(r.stderr, "tokens revoked and webhook subscribers removed since the backup are active again") ||
+		!strings.Contains(r.stderr, "the change feed goes on after event 3, past event 2") {
 		t.Fatalf("restore --force: %+v", r)
 	}
 	s = serve(t, dir)
@@ -303,4 +306,47 @@ func seedPlants(t *testing.T, path string, n int) map[int64]string {
 		names[int64(-i)] = fmt.Sprintf("seed %d %s", i, filler)
 	}
 	return names
+}
+
+// A store that cannot be read is not replaced without --feed-after: the
+// newest event id it gave is unknown, and the restored change feed could
+// give its ids again. With --feed-after the feed goes on past it; into a
+// new place, restore says where the feed goes on and how to move it.
+func TestRestoreOverADamagedStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if r := cli(t, dir, nil, "token", "create", "--name", "me"); r.exit != 0 {
+		t.Fatalf("token create: %+v", r)
+	}
+	file := filepath.Join(t.TempDir(), "backup.db")
+	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 0 {
+		t.Fatalf("backup: %+v", r)
+	}
+	store := filepath.Join(dir, "plantstore.db")
+	f, err := os.OpenFile(store, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, 64<<10), 4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if r := cli(t, dir, nil, "restore", "--from", file, "--force"); r.exit != 1 || !strings.Contains(r.stderr, "cannot be read") || !strings.Contains(r.stderr, "--feed-after ID") {
+		t.Errorf("restore over a damaged store: %+v", r)
+	}
+	for _, bad := range []string{"x", "-1", "1.5"} {
+		if r := cli(t, dir, nil, "restore", "--from", file, "--force", "--feed-after", bad); r.exit != 2 || !strings.Contains(r.stderr, "--feed-after") {
+			t.Errorf("--feed-after %s: %+v", bad, r)
+		}
+	}
+	if r := cli(t, dir, []string{"PLANTSTORE_FEED_AFTER=40"}, "restore", "--from", file, "--force"); r.exit != 1 {
+		t.Errorf("PLANTSTORE_FEED_AFTER took the flag's place: %+v", r)
+	}
+	if r := cli(t, dir, nil, "restore", "--from", file, "--force", "--feed-after", "40"); r.exit != 0 || !strings.Contains(r.stderr, "the change feed goes on after event 41, past event 40") {
+		t.Errorf("restore --feed-after 40 over a damaged store: %+v", r)
+	}
+	other := t.TempDir()
+	if r := cli(t, other, nil, "restore", "--from", file); r.exit != 0 || !strings.Contains(r.stderr, "the change feed goes on after event 0, the backup's newest; if clients followed a store that went further") {
+		t.Errorf("restore into a new place: %+v", r)
+	}
 }

@@ -46,6 +46,8 @@ var commandLineOnly = map[string]bool{
 	// events: which events, and whether to wait for more (a leftover
 	// PLANTSTORE_FOLLOW would make a script's "events" never return).
 	"type": true, "follow": true,
+	// restore's position of the change feed.
+	"feed-after": true,
 }
 
 // newFlagSet makes the flags of "plantstore NAME"; usage is what --help

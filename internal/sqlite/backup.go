@@ -25,10 +25,18 @@ type BackupInfo struct {
 	Bytes         int64
 	SchemaVersion int
 	Plants        int64
+	// Tokens and Subscribers count the active tokens and webhook
+	// subscribers it holds: a restore brings back those revoked or
+	// removed since the backup.
+	Tokens, Subscribers int64
 	// FeedMovedPast, after a restore, is the newest event of the store
-	// replaced when its feed went past the backup's (carryEventIDs): the
-	// clients that followed it must resync. 0 otherwise.
+	// replaced (or RestoreOptions.FeedAfter) when its feed went past the
+	// backup's (carryEventIDs): the clients that followed it must resync.
+	// 0 otherwise.
 	FeedMovedPast int64
+	// FeedAfter, after a restore, is where the restored change feed goes
+	// on: new events get the ids after it.
+	FeedAfter int64
 }
 
 // Backup writes a consistent copy of the store at from to the new file to,
@@ -116,7 +124,19 @@ type RestoreOptions struct {
 	// Replace lets Restore replace an existing store. Without it, a store
 	// at the target is left alone and Restore fails.
 	Replace bool
+	// FeedAfter, when not nil, is the newest event id a client may have
+	// seen from the store or stores the restored one replaces: the change
+	// feed goes on after it (and after the replaced store's newest, when
+	// that one can be read and is newer). Without it, a replaced store
+	// whose feed cannot be read (a damaged one) fails the restore: its
+	// newest id is unknown, and the restored feed could give ids again.
+	FeedAfter *int64
 }
+
+// ErrFeedUnknown is Restore's refusal to replace a store whose change feed
+// it cannot read without being told where the feed is to go on
+// (RestoreOptions.FeedAfter).
+var ErrFeedUnknown = errors.New("the newest event id of the store replaced is unknown")
 
 // ErrStoreExists is Restore's refusal to replace a store it was not told
 // to replace.
@@ -208,10 +228,13 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if info.SchemaVersion > len(ms) {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, migration.NewerSchemaError(info.SchemaVersion, len(ms)))
 	}
-	if opts.Replace && !overEmpty {
-		if info.FeedMovedPast, err = carryEventIDs(ctx, abs, tmp); err != nil {
+	if opts.Replace && !overEmpty || opts.FeedAfter != nil {
+		if info.FeedMovedPast, err = carryEventIDs(ctx, abs, tmp, opts.FeedAfter); err != nil {
 			return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 		}
+	}
+	if info.FeedAfter, _, err = lastEventID(ctx, tmp); err != nil {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 	}
 	// inspect closed its connection, which removes these; make sure.
 	removeSidecars(tmp)
@@ -262,15 +285,23 @@ const sqliteHeader = "SQLite format 3\x00"
 // client whose position came from the replaced store gets 410 and reads
 // the plants again, instead of resuming after an id that now means
 // another change. It returns that newest event, 0 when the feed was
-// left as it was. A replaced store that cannot be read (the reason to
-// restore, it may be) is passed over.
-func carryEventIDs(ctx context.Context, old, restored string) (int64, error) {
-	if _, err := os.Stat(old); err != nil {
-		return 0, nil
+// left as it was. feedAfter, when not nil, is an id the operator says a
+// client may have seen: the feed goes on after it too. A replaced store
+// that cannot be read (the reason to restore, it may be) fails it with
+// ErrFeedUnknown unless feedAfter says where to go on.
+func carryEventIDs(ctx context.Context, old, restored string, feedAfter *int64) (int64, error) {
+	var gone int64
+	if _, err := os.Stat(old); err == nil {
+		var rerr error
+		if gone, _, rerr = lastEventID(ctx, old); rerr != nil {
+			if feedAfter == nil {
+				return 0, fmt.Errorf("%w: the store at %s cannot be read (%v), so the restored change feed could give its event ids again, to other changes, and a client that follows the feed would take them for the ones it saw; give the newest event id a client may have seen with --feed-after ID (any higher id will do), or --feed-after 0 if no client follows the feed", ErrFeedUnknown, old, rerr)
+			}
+			gone = 0
+		}
 	}
-	gone, _, err := lastEventID(ctx, old)
-	if err != nil {
-		return 0, nil
+	if feedAfter != nil {
+		gone = max(gone, *feedAfter)
 	}
 	db, err := sql.Open("sqlite", dsn(restored, url.Values{"mode": {"rw"}}))
 	if err != nil {
@@ -421,6 +452,16 @@ func inspect(ctx context.Context, path string) (BackupInfo, error) {
 	}
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM plants`).Scan(&info.Plants); err != nil {
 		return BackupInfo{}, err
+	}
+	if slices.Contains(tables, "tokens") {
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM tokens WHERE revoked_at IS NULL`).Scan(&info.Tokens); err != nil {
+			return BackupInfo{}, err
+		}
+	}
+	if slices.Contains(tables, "webhook_subscribers") {
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM webhook_subscribers WHERE disabled_at IS NULL`).Scan(&info.Subscribers); err != nil {
+			return BackupInfo{}, err
+		}
 	}
 	return info, nil
 }

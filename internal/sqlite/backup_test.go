@@ -677,3 +677,82 @@ func TestRestoreReplacesOnlyAStore(t *testing.T) {
 		t.Errorf("the other program's database changed: %v", err)
 	}
 }
+
+// A restore over a store whose change feed cannot be read (a damaged one,
+// the usual reason to restore) does not pass it over: the newest event id
+// it gave is unknown, and the restored feed would give its ids again, to
+// other changes, which a follower would take for the ones it saw. It
+// fails, changing nothing, unless FeedAfter says where the feed goes on;
+// FeedAfter carries the feed past an id into a new place too (the store
+// replaced lost).
+func TestRestoreOverAnUnreadableFeed(t *testing.T) {
+	ctx := context.Background()
+	db, path := openTest(t, Options{})
+	for i := range int64(3) {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: i, Name: "before the backup"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backup := mustBackup(t, path)
+	for i := range int64(30) {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000 + i, Name: "after the backup"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	// Damage past the header: the file is still a SQLite database by its
+	// first page, but no table can be read.
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, 64<<10), 4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	damaged, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(ctx, backup, path, RestoreOptions{Replace: true}); !errors.Is(err, ErrFeedUnknown) || !strings.Contains(err.Error(), "--feed-after") {
+		t.Fatalf("restore over a damaged store: %v, want ErrFeedUnknown naming --feed-after", err)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, damaged) {
+		t.Fatal("the refused restore changed the store")
+	}
+	feedAfter := int64(33)
+	info, err := Restore(ctx, backup, path, RestoreOptions{Replace: true, FeedAfter: &feedAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.FeedMovedPast != 33 || info.FeedAfter != 34 {
+		t.Errorf("the restore says the feed moved past %d and goes on after %d; want 33 and 34", info.FeedMovedPast, info.FeedAfter)
+	}
+	restored, err := Open(ctx, path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restored.Events(ctx, plantstore.EventQuery{After: 30, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+		t.Errorf("events after 30, an id the damaged store gave: %v, want EGONE", err)
+	}
+	if _, err := restored.CreatePlant(ctx, plantstore.Plant{ID: 77, Name: "after the restore"}); err != nil {
+		t.Fatal(err)
+	}
+	if page, err := restored.Events(ctx, plantstore.EventQuery{After: 34, Limit: 10}); err != nil || len(page) != 1 || page[0].ID != 35 {
+		t.Errorf("after the restore, following from 34: %+v, %v; want the create as event 35", page, err)
+	}
+	restored.Close()
+
+	// Into a new place, with the store replaced lost: FeedAfter alone.
+	elsewhere := filepath.Join(t.TempDir(), "new.db")
+	info, err = Restore(ctx, backup, elsewhere, RestoreOptions{FeedAfter: &feedAfter})
+	if err != nil || info.FeedAfter != 34 {
+		t.Errorf("restore into a new place with FeedAfter 33: goes on after %d, %v; want 34", info.FeedAfter, err)
+	}
+	// Without it, the backup's own newest.
+	plain := filepath.Join(t.TempDir(), "plain.db")
+	info, err = Restore(ctx, backup, plain, RestoreOptions{})
+	if err != nil || info.FeedAfter != 3 || info.FeedMovedPast != 0 {
+		t.Errorf("restore into a new place: goes on after %d (moved past %d), %v; want 3, not moved", info.FeedAfter, info.FeedMovedPast, err)
+	}
+}

@@ -341,3 +341,30 @@ func checkReads(t *testing.T, client *http.Client, url, token string, acked map[
 		}
 	}
 }
+
+// A backup onto a full file system names that file system, not the store
+// it copies, and leaves nothing there.
+func TestBackupOntoAFullDisk(t *testing.T) {
+	mnt := mountTmpfs(t, 64<<10)
+	dir := t.TempDir()
+	if r := cli(t, dir, nil, "token", "create", "--name", "me"); r.exit != 0 {
+		t.Fatalf("token create: %+v", r)
+	}
+	s := serveProcess(t, dir)
+	token := strings.TrimSpace(cli(t, dir, nil, "token", "create", "--name", "writer").stdout)
+	c := &http.Client{Timeout: 10 * time.Second}
+	for i := range 400 { // a store larger than the file system
+		body := fmt.Sprintf(`{"id":%d,"name":"%s"}`, i+1, strings.Repeat("n", 190))
+		if status, _, b := call(t, c, "POST", s.url+"/plants", token, body); status != 200 {
+			t.Fatalf("create %d: %d %s", i+1, status, b)
+		}
+	}
+	to := filepath.Join(mnt, "backup.db")
+	r := cli(t, dir, nil, "backup", "--to", to)
+	if r.exit != 1 || !strings.Contains(r.stderr, "backup to "+to+": the disk it is on is full") {
+		t.Errorf("backup onto a full disk: %+v", r)
+	}
+	if entries, _ := os.ReadDir(mnt); len(entries) != 0 {
+		t.Errorf("the failed backup left %v", entries)
+	}
+}

@@ -15,6 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/plantstore/plantstore/internal/migration"
 )
 
@@ -101,6 +104,10 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	_, err = live.ExecContext(ctx, `VACUUM INTO ?`, tmp)
 	if errClose := live.Close(); err == nil {
 		err = errClose
+	}
+	if e, ok := errors.AsType[*sqlite.Error](err); ok && e.Code()&0xff == sqlite3.SQLITE_FULL {
+		// VACUUM INTO writes the copy: the full disk is the target's.
+		return BackupInfo{}, fmt.Errorf("backup to %s: the disk it is on is full (%w); nothing was left there", absTo, err)
 	}
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup %s: %w", from, err)

@@ -274,11 +274,11 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 	var inserted, lateIDs []int64
 	var enqueued int
 	var event *int64
-	// Lock waits end by the earliest deadline: a row left in past its
+	// The statement ends by the earliest deadline: a row left in past its
 	// caller's would otherwise land after its 503. A batch that fails so
 	// is tried a create at a time, each under its own (commit).
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.writeRow(ctx, slices.MinFunc(until, time.Time.Compare), insertPlantsSQL, []any{ids, names, tags, events, db.now(), until},
+		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), insertPlantsSQL, []any{ids, names, tags, events, db.now(), until},
 			&inserted, &enqueued, &event, &lateIDs)
 	})
 	if err != nil {

@@ -201,9 +201,9 @@ func TestSlowStatementDeadline(t *testing.T) {
 	}
 }
 
-// capLockTimeout lowers lock_timeout to what is left of a deadline, never
-// raises it, and ends with its transaction.
-func TestCapLockTimeout(t *testing.T) {
+// capStatementTimeout lowers statement_timeout to what is left of a
+// deadline, never raises it, and ends with its transaction.
+func TestCapStatementTimeout(t *testing.T) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t))
 	if err != nil {
@@ -216,17 +216,17 @@ func TestCapLockTimeout(t *testing.T) {
 		{"100ms", "1500ms", "100ms"},
 		{"1min", "250ms", "250ms"},
 	} {
-		if _, err := conn.Exec(ctx, "SET lock_timeout = '"+c.session+"'"); err != nil {
+		if _, err := conn.Exec(ctx, "SET statement_timeout = '"+c.session+"'"); err != nil {
 			t.Fatal(err)
 		}
 		var inTx, after string
 		b := &pgx.Batch{}
-		b.Queue(capLockTimeout, c.capTo)
-		b.Queue(`SHOW lock_timeout`).QueryRow(func(r pgx.Row) error { return r.Scan(&inTx) })
+		b.Queue(capStatementTimeout, c.capTo)
+		b.Queue(`SHOW statement_timeout`).QueryRow(func(r pgx.Row) error { return r.Scan(&inTx) })
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := conn.QueryRow(ctx, `SHOW lock_timeout`).Scan(&after); err != nil {
+		if err := conn.QueryRow(ctx, `SHOW statement_timeout`).Scan(&after); err != nil {
 			t.Fatal(err)
 		}
 		want, _ := time.ParseDuration(c.want)
@@ -234,7 +234,7 @@ func TestCapLockTimeout(t *testing.T) {
 		session, _ := time.ParseDuration(strings.Replace(c.session, "min", "m", 1))
 		gotAfter, _ := time.ParseDuration(strings.Replace(after, "min", "m", 1))
 		if got != want || gotAfter != session {
-			t.Errorf("lock_timeout %s capped to %s: %q in the batch, %q after; want %s, then %s", c.session, c.capTo, inTx, after, c.want, c.session)
+			t.Errorf("statement_timeout %s capped to %s: %q in the batch, %q after; want %s, then %s", c.session, c.capTo, inTx, after, c.want, c.session)
 		}
 	}
 }

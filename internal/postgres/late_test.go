@@ -262,3 +262,73 @@ func TestWritesDoNotWaitForLocksPastTheirDeadline(t *testing.T) {
 		proxy.release()
 	}
 }
+
+// A write that waits for one lock and then another (the plant's row, then
+// the event counter, each held by a stalled session) ends by its deadline
+// all the same: the cap is on the statement, not on each wait.
+func TestWritesWaitingForTwoLocksEndByTheirDeadline(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newHoldingProxy(t, u.Host)
+	viaProxy := *u
+	viaProxy.Host = proxy.addr.String()
+	db, err := postgres.Open(context.Background(), viaProxy.String(), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(sql string) pgx.Tx {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(ctx) })
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	plantLock := hold(`SELECT 1 FROM plants WHERE id = 1 FOR UPDATE`)
+	counterLock := hold(`SELECT 1 FROM event_counter FOR UPDATE`)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+		defer cancel()
+		done <- db.UpdatePlant(wctx, plantstore.Plant{ID: 1, Name: "late"}, nil)
+	}()
+	time.Sleep(200 * time.Millisecond) // sent, and waiting for the plant
+	proxy.hold()                       // its cancel goes nowhere
+	time.Sleep(200 * time.Millisecond)
+	plantLock.Rollback(ctx) // at 0.4 s: the write goes on to the counter
+	time.Sleep(400 * time.Millisecond)
+	counterLock.Rollback(ctx) // at 0.8 s: past the deadline, before a second 0.6 s wait would end
+	if err := <-done; plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("update past its deadline: %v, want EUNAVAILABLE", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	proxy.release()
+	var name string
+	direct, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close(ctx)
+	if err := direct.QueryRow(ctx, `SELECT name FROM plants WHERE id = 1`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if name != "before" {
+		t.Errorf("the update answered EUNAVAILABLE %v in, then its locks freed: the plant's name is %q, want %q", time.Since(start).Round(time.Millisecond), name, "before")
+	}
+}

@@ -21,11 +21,12 @@ const insertAttempts = 3
 // that reached the server late, or waited in its socket while the server
 // or the network stalled, would otherwise commit after its caller was
 // answered 503, and undo what came after (a delete answered 204 since,
-// say). A statement that passed the gate may still wait for a lock (a
-// plant's row, the event counter) that a stalled session holds, while its
-// caller's cancel cannot reach the server: its wait is capped at what is
-// left until the deadline (capLockTimeout). What remains is a write that
-// timed out while it was being committed.
+// say). A statement that passed the gate may still wait for locks (a
+// plant's row, then the event counter) that stalled sessions hold, while
+// its caller's cancel cannot reach the server: the statement is capped at
+// what is left until the deadline (capStatementTimeout), all its waits
+// together. What remains is a write that timed out while it was being
+// committed.
 
 // gate is the clause "gate" of a write: whether the server's clock is
 // still within the deadline, the parameter deadline; read once, as a
@@ -45,31 +46,36 @@ func deadlineOf(ctx context.Context) time.Time {
 
 var noDeadline = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
-// capLockTimeout lowers lock_timeout, for the rest of the transaction, to
-// $1 (an interval: "250ms"), unless it is lower already: --busy-timeout
-// still bounds a wait when the deadline is further.
-const capLockTimeout = `SELECT set_config('lock_timeout',
-		CASE WHEN t.cur = '0' OR t.cur > $1::text::interval THEN $1::text ELSE current_setting('lock_timeout') END, true)
-	FROM (SELECT current_setting('lock_timeout')::interval AS cur) t`
+// capStatementTimeout lowers statement_timeout, for the rest of the
+// transaction, to $1 (an interval: "250ms"), unless it is lower already (a
+// role's setting, say): each statement after it, lock waits and all, ends
+// by then. lock_timeout (--busy-timeout) still bounds each wait.
+const capStatementTimeout = `SELECT set_config('statement_timeout',
+		CASE WHEN t.cur = '0' OR t.cur > $1::text::interval THEN $1::text ELSE current_setting('statement_timeout') END, true)
+	FROM (SELECT current_setting('statement_timeout')::interval AS cur) t`
 
-// queueLockCap queues capLockTimeout for what is left until deadline, at
-// least a millisecond; nothing for noDeadline.
-func queueLockCap(b *pgx.Batch, deadline time.Time) {
+// queueDeadline queues capStatementTimeout for what is left until
+// deadline, at least a millisecond; nothing for noDeadline. Queued right
+// before a statement, it caps that one by the time left when it is sent.
+func queueDeadline(b *pgx.Batch, deadline time.Time) {
 	if deadline.Equal(noDeadline) {
 		return
 	}
 	ms := max(time.Until(deadline).Milliseconds(), 1)
-	b.Queue(capLockTimeout, strconv.FormatInt(ms, 10)+"ms")
+	b.Queue(capStatementTimeout, strconv.FormatInt(ms, 10)+"ms")
 }
 
-// writeRow runs sql, a write that answers one row, into dest, with its
-// lock waits capped by deadline (queueLockCap), in one round trip: a
-// batch is one implicit transaction, so the cap ends with it.
-func (db *DB) writeRow(ctx context.Context, deadline time.Time, sql string, args []any, dest ...any) error {
+// writeRow runs sql, a write that answers one row, into dest, capped by
+// deadline (queueDeadline), in one round trip, through q: the pool, where
+// the batch is one implicit transaction the cap ends with, or a
+// transaction's connection.
+func writeRow(ctx context.Context, q interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, deadline time.Time, sql string, args []any, dest ...any) error {
 	b := &pgx.Batch{}
-	queueLockCap(b, deadline)
+	queueDeadline(b, deadline)
 	b.Queue(sql, args...).QueryRow(func(r pgx.Row) error { return r.Scan(dest...) })
-	return db.pool.SendBatch(ctx, b).Close()
+	return q.SendBatch(ctx, b).Close()
 }
 
 // errLate is the answer to a write that reached the server after its
@@ -90,7 +96,7 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 		var event *int64
 		var open bool
 		deadline := deadlineOf(ctx)
-		err := db.writeRow(ctx, deadline, insertPlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
+		err := writeRow(ctx, db.pool, deadline, insertPlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
 			&inserted, &enqueued, &event, &open)
 		if err != nil {
 			return false, err
@@ -215,7 +221,8 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 			}
 			var event *int64
 			var open bool
-			err := tx.QueryRow(ctx, updatePlantSQL, p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
+			deadline := deadlineOf(ctx)
+			err := writeRow(ctx, tx, deadline, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
 			if err == nil && !open {
 				err = errLate
 			}
@@ -230,7 +237,7 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 		var open bool
 		deadline := deadlineOf(ctx)
 		err := retry(ctx, func(ctx context.Context) error {
-			return db.writeRow(ctx, deadline, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
+			return writeRow(ctx, db.pool, deadline, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
 				&enqueued, &event, &open)
 		})
 		if err != nil {
@@ -282,7 +289,8 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
 			var event *int64
 			var open bool
-			err := tx.QueryRow(ctx, deletePlantSQL, id, db.now(), plantstore.NewEventID(), deadlineOf(ctx)).Scan(&enqueued, &event, &open)
+			deadline := deadlineOf(ctx)
+			err := writeRow(ctx, tx, deadline, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
 			if err == nil && !open {
 				err = errLate
 			}
@@ -296,7 +304,7 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 	var open bool
 	deadline := deadlineOf(ctx)
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.writeRow(ctx, deadline, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
+		return writeRow(ctx, db.pool, deadline, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
 	})
 	if err != nil {
 		return db.storeError(op, err)
@@ -365,7 +373,7 @@ func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Preco
 		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) (err error) {
 			stored := plantstore.Plant{ID: id}
 			b := &pgx.Batch{}
-			queueLockCap(b, deadlineOf(ctx)) // for the lock below and the write's
+			queueDeadline(b, deadlineOf(ctx)) // for the lock below; the write caps itself again
 			b.Queue(`SELECT name, tag FROM plants WHERE id = $1 FOR UPDATE`, id).QueryRow(func(r pgx.Row) error {
 				return r.Scan(&stored.Name, &stored.Tag)
 			})

@@ -142,9 +142,14 @@ func TestReplacedStoreLeavesANote(t *testing.T) {
 					}
 				}
 				if stop == "restored" {
-					// The other way the message gives.
-					if r := cli(t, dir, nil, "restore", "--from", "latest.db", "--force"); r.exit != 0 {
-						t.Fatalf("restore --force after the killed server: exit %d, %s", r.exit, r.stderr)
+					// The other way the message gives. The old store's
+					// change feed cannot be read beside the new file: its
+					// newest event is the operator's to give.
+					if r := cli(t, dir, nil, "restore", "--from", "latest.db", "--force"); r.exit != 1 || !strings.Contains(r.stderr, "--feed-after ID") {
+						t.Errorf("restore --force after the killed server, without --feed-after: exit %d, %s", r.exit, r.stderr)
+					}
+					if r := cli(t, dir, nil, "restore", "--from", "latest.db", "--force", "--feed-after", "1000"); r.exit != 0 {
+						t.Fatalf("restore --force --feed-after after the killed server: exit %d, %s", r.exit, r.stderr)
 					}
 				} else {
 					// As the message says, for the new file.

@@ -173,7 +173,7 @@ func noSwapNote(abs string) error {
 	return fmt.Errorf("%w: %s was replaced, or its log was, while a server had it open%s, and that server did not close it: "+
 		"the log beside it (%s-wal, -shm) may be the old store's, which SQLite would apply to the file now there; nothing was opened. "+
 		"If that file is the store you want (a backup put there, say), remove %s-wal and %s-shm, then this note, %s. "+
-		"To keep the old store's last writes instead, put its file back, then remove the note. Or restore a backup with plantstore restore --force, which clears them all",
+		"To keep the old store's last writes instead, put its file back, then remove the note. Or restore a backup with plantstore restore --force (and --feed-after, as it asks), which clears them all",
 		ErrSwapped, abs, found, abs, abs, abs, abs+swapNoteSuffix)
 }
 

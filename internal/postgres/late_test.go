@@ -57,6 +57,25 @@ func newHoldingProxy(t *testing.T, target string) *holdingProxy {
 	return p
 }
 
+// heldDatabase makes a database and a holdingProxy to its server, and
+// returns the database's URL and its URL through the proxy, with params
+// added to the latter's query.
+func heldDatabase(t *testing.T, params map[string]string) (url, viaProxy string, proxy *holdingProxy) {
+	url = pgtest.NewDatabase(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy = newHoldingProxy(t, u.Host)
+	u.Host = proxy.addr.String()
+	q := u.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return url, u.String(), proxy
+}
+
 func (p *holdingProxy) hold() { p.mu.Lock(); p.held = true; p.mu.Unlock() }
 
 func (p *holdingProxy) release() {
@@ -73,17 +92,8 @@ func (p *holdingProxy) release() {
 // would come back after the plant was deleted. (A conditional write is a
 // transaction, whose BEGIN waits for its answer: held, nothing follows it.)
 func TestWritesThatArriveAfterTheirDeadlineAreNotMade(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newHoldingProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = proxy.addr.String()
-	q := viaProxy.Query()
-	q.Set("pool_max_conns", "1") // one session: the warm-up prepares what the held write sends
-	viaProxy.RawQuery = q.Encode()
+	// One session: the warm-up prepares what the held write sends.
+	url, viaProxy, proxy := heldDatabase(t, map[string]string{"pool_max_conns": "1"})
 	direct, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +108,7 @@ func TestWritesThatArriveAfterTheirDeadlineAreNotMade(t *testing.T) {
 		return name // "" when there is none
 	}
 	for _, batched := range []bool{true, false} {
-		db, err := postgres.Open(context.Background(), viaProxy.String(), postgres.Options{NoBatch: !batched})
+		db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{NoBatch: !batched})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,15 +174,8 @@ func TestWritesThatArriveAfterTheirDeadlineAreNotMade(t *testing.T) {
 // (held here), gives up by its deadline: it does not go on when the lock
 // is freed, after its caller was answered 503.
 func TestWritesDoNotWaitForLocksPastTheirDeadline(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newHoldingProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = proxy.addr.String()
-	db, err := postgres.Open(context.Background(), viaProxy.String(), postgres.Options{})
+	url, viaProxy, proxy := heldDatabase(t, nil)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,15 +270,8 @@ func TestWritesDoNotWaitForLocksPastTheirDeadline(t *testing.T) {
 // the event counter, each held by a stalled session) ends by its deadline
 // all the same: the cap is on the statement, not on each wait.
 func TestWritesWaitingForTwoLocksEndByTheirDeadline(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newHoldingProxy(t, u.Host)
-	viaProxy := *u
-	viaProxy.Host = proxy.addr.String()
-	db, err := postgres.Open(context.Background(), viaProxy.String(), postgres.Options{})
+	url, viaProxy, proxy := heldDatabase(t, nil)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

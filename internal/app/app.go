@@ -123,7 +123,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	// net/http serves the connections the fast path hands it; its Serve
 	// ends at its Shutdown.
 	go func() {
-		if err := a.server.Serve(httpapi.JSONErrorListener(a.fast.Handoffs(), a.log, a.observer())); !errors.Is(err, http.ErrServerClosed) {
+		// The fast path's Shutdown closes the handoffs (net.ErrClosed),
+		// and may do so before net/http's own Shutdown has begun: both
+		// are the end of serving, not a failure.
+		err := a.server.Serve(httpapi.JSONErrorListener(a.fast.Handoffs(), a.log, a.observer()))
+		if !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			a.log.Error("serving the connections handed to net/http failed", "err", err)
 		}
 	}()

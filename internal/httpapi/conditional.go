@@ -213,6 +213,18 @@ func (c writeCondition) failed(err error, id int64) error {
 	return preconditionFailed(id)
 }
 
+// readConditions evaluates a read's preconditions against tag, the
+// resource's current ETag, whose gzipped answer's tag (gzipETag) names the
+// same state: If-Match first, then If-None-Match (RFC 9110, section
+// 13.2.2). It returns the 412 to answer, or whether the answer is a 304.
+func readConditions(r *http.Request, tag string) (unchanged bool, err error) {
+	gzTag := gzipETag(tag)
+	if err := readPrecondition(r, tag, gzTag); err != nil {
+		return false, err
+	}
+	return notModified(r, tag, gzTag), nil
+}
+
 // notModified reports whether If-None-Match names one of current (the
 // tags of one state of the resource), so a GET answers 304.
 func notModified(r *http.Request, current ...string) bool {

@@ -177,24 +177,23 @@ func writeJSONTagged(w http.ResponseWriter, r *http.Request, status int, v any, 
 	gz := compressible && len(b) > compressAbove && acceptsGzip(r)
 	if etag != nil {
 		tag := etag(b)
-		gzTag := gzipETag(tag)
 		sent := tag
 		if gz {
-			sent = gzTag
+			sent = gzipETag(tag)
 		}
 		// Either coding's tag names the same state of the resource,
-		// whichever coding this answer takes. If-Match first (RFC 9110,
-		// section 13.2.2).
+		// whichever coding this answer takes.
 		if r != nil {
-			if err := readPrecondition(r, tag, gzTag); err != nil {
+			unchanged, err := readConditions(r, tag)
+			if err != nil {
 				putBuffer(bp, b)
 				return err
 			}
-		}
-		if r != nil && notModified(r, tag, gzTag) {
-			answerNotModified(w, sent)
-			putBuffer(bp, b)
-			return nil
+			if unchanged {
+				answerNotModified(w, sent)
+				putBuffer(bp, b)
+				return nil
+			}
 		}
 		h["Etag"] = []string{sent}
 		h["Cache-Control"] = revalidate

@@ -551,8 +551,8 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 		// Conditional requests as for a plant (RFC 9110, section 13): a
 		// strong tag of the variant's bytes, its gzipped copy's ending in
 		// -gz.
-		gzTag := gzipETag(v.etag)
-		if err := readPrecondition(r, v.etag, gzTag); err != nil {
+		unchanged, err := readConditions(r, v.etag)
+		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -567,10 +567,10 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 		}
 		body, tag, gz := v.plain, v.etag, acceptsGzip(r)
 		if gz {
-			body, tag = v.gzipped, gzTag
+			body, tag = v.gzipped, gzipETag(v.etag)
 		}
 		h.Set("ETag", tag)
-		if notModified(r, v.etag, gzTag) {
+		if unchanged {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}

@@ -206,7 +206,7 @@ func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results [
 		stored := make(map[int64]plantstore.Plant, len(candidates))
 		var taken []int64
 		for _, p := range candidates {
-			if _, ok := inserted[p.ID]; ok {
+			if inserted[p.ID] {
 				stored[p.ID] = p
 			} else if !late[p.ID] {
 				taken = append(taken, p.ID)
@@ -221,7 +221,7 @@ func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results [
 		for _, i := range pending {
 			p := batch[i].plant
 			s, ok := stored[p.ID]
-			_, created := inserted[p.ID]
+			created := inserted[p.ID]
 			switch {
 			case late[p.ID] && first[p.ID] == i:
 				results[i] = createResult{err: errLate} // its caller was answered, most likely
@@ -254,7 +254,7 @@ func (db *DB) commitBatch(ctx context.Context, batch []createRequest) (results [
 // insertPlants runs insertPlantsSQL for plants, whose ids are distinct,
 // each with the deadline of the caller it is inserted for, and returns the
 // ids it inserted and those it left out as late (gate).
-func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadlines []time.Time) (map[int64]struct{}, map[int64]bool, error) {
+func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadlines []time.Time) (inserted, late map[int64]bool, err error) {
 	// In id order: two batches that share ids then lock them in the same
 	// order, and cannot deadlock on each other.
 	order := make([]int, len(plants))
@@ -271,15 +271,15 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 		p := plants[j]
 		ids[i], names[i], tags[i], events[i], until[i] = p.ID, p.Name, p.Tag, plantstore.NewEventID(), deadlines[j]
 	}
-	var inserted, lateIDs []int64
+	var insertedIDs, lateIDs []int64
 	var enqueued int
 	var event *int64
 	// The statement ends by the earliest deadline: a row left in past its
 	// caller's would otherwise land after its 503. A batch that fails so
 	// is tried a create at a time, each under its own (commit).
-	err := retry(ctx, func(ctx context.Context) error {
+	err = retry(ctx, func(ctx context.Context) error {
 		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), insertPlantsSQL, []any{ids, names, tags, events, db.now(), until},
-			&inserted, &enqueued, &event, &lateIDs)
+			&insertedIDs, &enqueued, &event, &lateIDs)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -288,18 +288,16 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 		db.enqueued()
 	}
 	db.recorded(event)
-	set := make(map[int64]struct{}, len(inserted))
-	for _, id := range inserted {
-		set[id] = struct{}{}
+	return idSet(insertedIDs), idSet(lateIDs), nil
+}
+
+// idSet is a set of ids.
+func idSet(ids []int64) map[int64]bool {
+	set := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
 	}
-	var late map[int64]bool
-	if len(lateIDs) > 0 {
-		late = make(map[int64]bool, len(lateIDs))
-		for _, id := range lateIDs {
-			late[id] = true
-		}
-	}
-	return set, late, nil
+	return set
 }
 
 // insertPlantsSQL is insertPlantSQL for many plants: it inserts each plant

@@ -76,6 +76,19 @@ func heldDatabase(t *testing.T, params map[string]string) (url, viaProxy string,
 	return url, u.String(), proxy
 }
 
+// openHeld opens a store on a new database through a holding proxy
+// (heldDatabase), closed when the test ends, and returns the database's
+// own URL too.
+func openHeld(t *testing.T) (url string, db *postgres.DB, proxy *holdingProxy) {
+	url, viaProxy, proxy := heldDatabase(t, nil)
+	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return url, db, proxy
+}
+
 func (p *holdingProxy) hold() { p.mu.Lock(); p.held = true; p.mu.Unlock() }
 
 func (p *holdingProxy) release() {
@@ -174,12 +187,7 @@ func TestWritesThatArriveAfterTheirDeadlineAreNotMade(t *testing.T) {
 // (held here), gives up by its deadline: it does not go on when the lock
 // is freed, after its caller was answered 503.
 func TestWritesDoNotWaitForLocksPastTheirDeadline(t *testing.T) {
-	url, viaProxy, proxy := heldDatabase(t, nil)
-	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	url, db, proxy := openHeld(t)
 	ctx := context.Background()
 	for id := int64(1); id <= 2; id++ {
 		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "before"}); err != nil {
@@ -270,12 +278,7 @@ func TestWritesDoNotWaitForLocksPastTheirDeadline(t *testing.T) {
 // the event counter, each held by a stalled session) ends by its deadline
 // all the same: the cap is on the statement, not on each wait.
 func TestWritesWaitingForTwoLocksEndByTheirDeadline(t *testing.T) {
-	url, viaProxy, proxy := heldDatabase(t, nil)
-	db, err := postgres.Open(context.Background(), viaProxy, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	url, db, proxy := openHeld(t)
 	ctx := context.Background()
 	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "before"}); err != nil {
 		t.Fatal(err)

@@ -78,6 +78,24 @@ func writeRow(ctx context.Context, q interface {
 	return q.SendBatch(ctx, b).Close()
 }
 
+// gatedWrite runs sql, a write of one plant whose last parameter is its
+// deadline (gate) and whose last column says whether it was within it,
+// into dest, capped by ctx's deadline (writeRow), through q: errLate when
+// the gate was closed.
+func gatedWrite(ctx context.Context, q interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, sql string, args []any, dest ...any) error {
+	deadline := deadlineOf(ctx)
+	var open bool
+	if err := writeRow(ctx, q, deadline, sql, append(args, deadline), append(dest, &open)...); err != nil {
+		return err
+	}
+	if !open {
+		return errLate
+	}
+	return nil
+}
+
 // errLate is the answer to a write that reached the server after its
 // deadline, and was not made. Its caller was most likely answered
 // already.
@@ -94,15 +112,10 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 	for range insertAttempts {
 		var inserted, enqueued int
 		var event *int64
-		var open bool
-		deadline := deadlineOf(ctx)
-		err := writeRow(ctx, db.pool, deadline, insertPlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
-			&inserted, &enqueued, &event, &open)
+		err := gatedWrite(ctx, db.pool, insertPlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()},
+			&inserted, &enqueued, &event)
 		if err != nil {
 			return false, err
-		}
-		if !open {
-			return false, errLate
 		}
 		if enqueued > 0 && db.enqueued != nil {
 			db.enqueued()
@@ -220,12 +233,7 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 				return nil, nil // no change, no event
 			}
 			var event *int64
-			var open bool
-			deadline := deadlineOf(ctx)
-			err := writeRow(ctx, tx, deadline, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
-			if err == nil && !open {
-				err = errLate
-			}
+			err := gatedWrite(ctx, tx, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 			return event, err
 		})
 		db.wake(err, enqueued)
@@ -234,17 +242,11 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 	for range insertAttempts {
 		var event *int64
 		var enqueued int
-		var open bool
-		deadline := deadlineOf(ctx)
 		err := retry(ctx, func(ctx context.Context) error {
-			return writeRow(ctx, db.pool, deadline, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), deadline},
-				&enqueued, &event, &open)
+			return gatedWrite(ctx, db.pool, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 		})
 		if err != nil {
 			return db.storeError(op, err)
-		}
-		if !open {
-			return errLate
 		}
 		if event != nil {
 			db.wake(nil, enqueued)
@@ -288,12 +290,7 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 		var enqueued int
 		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
 			var event *int64
-			var open bool
-			deadline := deadlineOf(ctx)
-			err := writeRow(ctx, tx, deadline, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
-			if err == nil && !open {
-				err = errLate
-			}
+			err := gatedWrite(ctx, tx, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 			return event, err
 		})
 		db.wake(err, enqueued)
@@ -301,16 +298,11 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 	}
 	var event *int64
 	var enqueued int
-	var open bool
-	deadline := deadlineOf(ctx)
 	err := retry(ctx, func(ctx context.Context) error {
-		return writeRow(ctx, db.pool, deadline, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID(), deadline}, &enqueued, &event, &open)
+		return gatedWrite(ctx, db.pool, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 	})
 	if err != nil {
 		return db.storeError(op, err)
-	}
-	if !open {
-		return errLate
 	}
 	if event == nil {
 		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)

@@ -878,9 +878,12 @@ func TestClientFollowsThroughItsTimeout(t *testing.T) {
 		time.Sleep(time.Second) // quiet for five of the client's timeouts
 		created := time.Now()
 		e.create(`{"id":1,"name":"a"}`)
+		// A cut would be yielded as an error first; the bound only says the
+		// event was not held back. It is loose because a loaded machine
+		// (a -race run beside PostgreSQL) took 850 ms once.
 		select {
 		case it := <-items:
-			if it.err != nil || it.ev.Plant.ID != 1 || it.at.Sub(created) > 500*time.Millisecond {
+			if it.err != nil || it.ev.Plant.ID != 1 || it.at.Sub(created) > 2*time.Second {
 				t.Errorf("after a quiet second: %+v, %v, %v after the create; want plant 1 at once", it.ev, it.err, it.at.Sub(created))
 			}
 		case <-time.After(10 * time.Second):

@@ -26,7 +26,7 @@ if [ -d "$out" ]; then
 fi
 case $out in
 /*) ;;
-*) out=$PWD/$out ;;
+*) out=$PWD/${out#./} ;;
 esac
 cd "$(dirname "$0")/.."
 

@@ -78,7 +78,7 @@ func TestConfigurationFromFiles(t *testing.T) {
 		{"./nodir/x.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "nodir"},
 		{"nohost.invalid:18199", "PLANTSTORE_ADDR_FILE", []string{"serve"}, 1, "nohost"},
 		{"./nodir/x.db", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "x.db"},
-		{"postgres://u:PW_FROM_FILE@[::1]:1/x?connect_timeout=2", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "::1"},
+		{"postgres://u:PW_FROM_FILE@[::1]:1/x?connect_timeout=2", "PLANTSTORE_DB_FILE", []string{"token", "list"}, 1, "[::1]:1"},
 		// Go's own error shows the URL with its password as ***: no
 		// longer the whole value, its path and user name still are.
 		{"http://someuser:PW_FROM_FILE@127.0.0.1:1/tenant-SECRET123", "PLANTSTORE_SERVER_FILE", []string{"plants", "get", "7", "--token", "pst_x"}, 1, "tenant-SECRET123"},
@@ -101,6 +101,15 @@ func TestConfigurationFromFiles(t *testing.T) {
 		if !strings.HasPrefix(r.stderr, "plantstore: ") {
 			t.Errorf("%s: the message is garbled: %q", c.variable, r.stderr)
 		}
+	}
+	// A loopback host is no secret, and the messages' examples name one:
+	// they stay whole.
+	if err := os.WriteFile(secretFile, []byte("127.0.0.1:99999\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, dir, []string{"PLANTSTORE_ADDR_FILE=" + secretFile}, "serve")
+	if r.exit != 2 || strings.Contains(r.stderr, "127.0.0.1:99999") || !strings.Contains(r.stderr, "such as 127.0.0.1:8080") {
+		t.Errorf("PLANTSTORE_ADDR_FILE refused by serve: exit %d, stderr %q", r.exit, r.stderr)
 	}
 	// Nor as a default in --help.
 	serverFile := writeFile(t, "http://someuser:PW_FROM_FILE@127.0.0.1:1/tenant-SECRET123\n")

@@ -300,10 +300,22 @@ func valueParts(value string) []string {
 		parts = append(parts, filepath.Base(value))
 	}
 	parts = slices.DeleteFunc(parts, func(p string) bool {
-		return !strings.ContainsFunc(p, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) })
+		return !strings.ContainsFunc(p, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) || anyMachine(p)
 	})
 	slices.SortStableFunc(parts, func(a, b string) int { return len(b) - len(a) })
 	return parts
+}
+
+// anyMachine says whether host names this machine or every address
+// (localhost, 127.0.0.1, ::1, 0.0.0.0): no secret, and the words of the
+// messages' own examples ("such as 127.0.0.1:8080"), which taking it out
+// would garble.
+func anyMachine(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
 }
 
 type fileValuesHidden struct {

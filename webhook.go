@@ -42,7 +42,7 @@ type Subscriber struct {
 	Secret    string
 	CreatedAt time.Time
 	// DisabledAt is set when the subscriber answered 410 Gone: it gets no
-	// more events, and its pending deliveries are failed.
+	// more events, and its pending deliveries are failed (parked).
 	DisabledAt     *time.Time
 	DisabledReason string
 	// Counts of its deliveries: waiting to go out (or to be retried),

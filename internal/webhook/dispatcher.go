@@ -368,7 +368,10 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		}
 		progress = progress || len(results) > 0
 		if !held && !release {
-			log.Warn("webhook lease lost to another instance")
+			// The store cannot tell which: the subscriber removed or
+			// disabled (by 410, by another instance), or its lease taken
+			// over after this instance stalled past it.
+			log.Warn("webhook lease lost: the subscriber was removed or disabled, or another instance took it over")
 		}
 		return held
 	}
@@ -610,7 +613,9 @@ func (d *Dispatcher) disable(ctx context.Context, log *slog.Logger, id int64, re
 		log.Error("webhook subscriber not disabled", "reason", reason, "error", err)
 		return
 	}
-	log.Warn("webhook subscriber disabled; its pending deliveries are failed", "reason", reason)
+	// An error: nothing goes to it any more until someone acts, and its
+	// parked deliveries, unlike a delivery's, get no line of their own.
+	log.Error("webhook subscriber disabled; its pending deliveries are parked and it gets no more events (plantstore webhook remove, then add, resumes it)", "reason", reason)
 }
 
 // LeaseFloor is the shortest lease a dispatcher keeps with attempts of

@@ -489,7 +489,8 @@ func TestOrderSurvivesFailures(t *testing.T) {
 }
 
 func TestGoneDisablesTheSubscriber(t *testing.T) {
-	f := start(t, fast)
+	logs := &syncBuffer{}
+	f := startWith(t, webhook.DispatcherConfig{Log: slog.New(slog.NewJSONHandler(logs, nil)), Schedule: fast})
 	r, sub := f.subscribe(func(int, delivery) (int, http.Header) { return http.StatusGone, nil })
 	f.create(1, 2)
 	eventually(t, "the subscriber disabled", func() bool { return f.subscriber(sub.ID).DisabledAt != nil })
@@ -510,6 +511,11 @@ func TestGoneDisablesTheSubscriber(t *testing.T) {
 	}
 	if n := len(r.deliveries()); n != before {
 		t.Errorf("%d requests reached a subscriber after it was disabled", n-before)
+	}
+	// An operator alerting on errors learns of it: its parked deliveries
+	// have no line of their own.
+	if !strings.Contains(logs.String(), `"level":"ERROR","msg":"webhook subscriber disabled; its pending deliveries are parked`) {
+		t.Errorf("no ERROR line says the subscriber was disabled and its deliveries parked:\n%s", logs)
 	}
 	if st := f.disp.Stats(); st.Disabled != 1 {
 		t.Errorf("stats %+v, want one disabled", st)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -391,6 +392,22 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	// request with it would be refused.
 	secret, _ := bearerToken(r.Header)
 	hash := s.auth.Hash(secret)
+	// A shutdown ends the stream at once, a write blocked on a client that
+	// stopped reading too: it moves the write deadline to now. deadlineMu
+	// orders that against send's own deadline, so that neither undoes the
+	// other: send sets its deadline only while the shutdown has not begun.
+	var deadlineMu sync.Mutex
+	streamEnded := make(chan struct{})
+	defer close(streamEnded)
+	go func() {
+		select {
+		case <-s.feed.shutdown:
+			deadlineMu.Lock()
+			rc.SetWriteDeadline(time.Now())
+			deadlineMu.Unlock()
+		case <-streamEnded:
+		}
+	}()
 	send := func() bool {
 		now := time.Now()
 		if _, err := s.auth.Lookup(s.deadlines.context(now), hash); err != nil {
@@ -403,13 +420,19 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 			s.log.Info("event stream ended: "+why, "request_id", infoFrom(r.Context()).id, "err", err)
 			return false
 		}
+		deadlineMu.Lock()
+		if s.feed.stopping() {
+			deadlineMu.Unlock()
+			return false
+		}
 		rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout))
+		deadlineMu.Unlock()
 		_, err := w.Write(buf)
 		if err == nil {
 			buf = buf[:0]
 			err = rc.Flush()
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if errors.Is(err, os.ErrDeadlineExceeded) && !s.feed.stopping() {
 			// A client that went away needs no word; one too slow to
 			// take the stream would otherwise leave only an access line
 			// that looks like an ordinary end.

@@ -21,23 +21,7 @@ import (
 // not for the whole backlog (or for its own timeout).
 func TestEventStreamCatchingUpEndsOnShutdown(t *testing.T) {
 	e := start(t, options{shutdownTimeout: 10 * time.Second})
-	// ~7.5 MB of events: more than the kernel buffers on loopback (the
-	// server's send buffer grows to 4 MB), and seconds for the client
-	// below to read.
-	const n = 28800
-	name := strings.Repeat("n", plantstore.MaxNameLength)
-	var wg sync.WaitGroup
-	for w := range 32 {
-		wg.Go(func() {
-			for i := range n / 32 {
-				if _, err := e.db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(w*n + i + 1), Name: name}); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	e.createBacklog(t)
 	// A small receive buffer, so that the kernel does not take the whole
 	// backlog off the server's hands at once.
 	resp := e.streamWithReceiveBuffer(t, "?after=0", 16<<10)
@@ -63,6 +47,48 @@ func TestEventStreamCatchingUpEndsOnShutdown(t *testing.T) {
 	}
 	resp.Body.Close()
 	<-ended
+}
+
+// A stream whose client stopped reading ends at shutdown too, though its
+// write is blocked and the request timeout is far: the shutdown does not
+// wait for that write (or fail at its own timeout).
+func TestEventStreamOfAStalledClientEndsOnShutdown(t *testing.T) {
+	e := start(t, options{shutdownTimeout: 10 * time.Second, cfg: httpapi.Config{RequestTimeout: 30 * time.Second}})
+	e.createBacklog(t)
+	resp := e.streamWithReceiveBuffer(t, "?after=0", 4<<10)
+	defer resp.Body.Close() // never read: the client has stalled
+	time.Sleep(time.Second) // the server's send buffer fills, its write blocks
+	begin := time.Now()
+	e.stop()
+	took := time.Since(begin)
+	t.Logf("the server stopped %v after shutdown began", took.Round(time.Millisecond))
+	if took > 4*time.Second {
+		t.Errorf("the server took %v to stop: it waited for the stalled stream's write", took.Round(time.Millisecond))
+	}
+	if strings.Contains(e.logs.String(), "the client did not take a write") {
+		t.Errorf("a stream ended by the shutdown is logged as a slow client's:\n%s", e.logs)
+	}
+}
+
+// createBacklog stores ~7.5 MB of events: more than the kernel buffers on
+// loopback (the server's send buffer grows to 4 MB), and seconds for a
+// slow client to read.
+func (e *env) createBacklog(t *testing.T) {
+	t.Helper()
+	const n = 28800
+	name := strings.Repeat("n", plantstore.MaxNameLength)
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range n / 32 {
+				if _, err := e.db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(w*n + i + 1), Name: name}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // A stream whose client stops reading ends once a write is not taken

@@ -95,6 +95,16 @@ func (f *feed) close() {
 	}
 }
 
+// stopping says whether close has been called.
+func (f *feed) stopping() bool {
+	select {
+	case <-f.shutdown:
+		return true
+	default:
+		return false
+	}
+}
+
 // read runs while streams are open: it brings the tail up to the store's
 // newest event after every wake-up or poll.
 func (f *feed) read() {

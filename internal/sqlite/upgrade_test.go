@@ -548,7 +548,8 @@ var downMigrations = map[int]string{
 	3: `DROP TABLE webhook_deliveries;
 		DROP TABLE webhook_subscribers;
 		DELETE FROM schema_migrations WHERE version = 3;`,
-	4: `DROP TABLE events;
+	4: keepFeedHorizon + `
+		DROP TABLE events;
 		DROP TABLE event_horizon;
 		DELETE FROM sqlite_sequence WHERE name = 'events';
 		DELETE FROM schema_migrations WHERE version = 4;`,
@@ -566,6 +567,23 @@ var downMigrations = map[int]string{
 		ALTER TABLE webhook_subscribers DROP COLUMN since_event;
 		DELETE FROM schema_migrations WHERE version = 7;`,
 	8: unpackEventBatches,
+}
+
+// keepFeedHorizon is the first step of undoing the change feed: the id
+// after the last it gave, kept where a later upgrade carries it on
+// (applyCarriedHorizon, as for a restore of a copy from before the feed),
+// so that the feed then starts after the ids clients saw, not at 1 again,
+// and a client following from one of them gets 410. The versions before
+// the feed leave the table alone.
+const keepFeedHorizon = `CREATE TABLE IF NOT EXISTS carried_event_horizon (through INTEGER NOT NULL);
+		DELETE FROM carried_event_horizon;
+		INSERT INTO carried_event_horizon (through) SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
+			coalesce((SELECT max(id) FROM events), 0), (SELECT pruned_through FROM event_horizon)) + 1;`
+
+// withoutCarriedHorizon is schema without the table keepFeedHorizon adds
+// to a store taken back before the feed.
+func withoutCarriedHorizon(schema []string) []string {
+	return slices.DeleteFunc(schema, func(line string) bool { return strings.Contains(line, "carried_event_horizon") })
 }
 
 // A command-line tool of a newer version does not upgrade a store that an
@@ -685,11 +703,15 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000, Name: "Written after the upgrade"}); err != nil {
 				t.Fatal(err)
 			}
+			latest, err := db.LatestEventID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
 			undoMigrations(t, path, len(ms), v)
-			if got, want := sqliteSchema(t, path), sqliteSchema(t, fixture); !slices.Equal(got, want) {
+			if got, want := withoutCarriedHorizon(sqliteSchema(t, path)), sqliteSchema(t, fixture); !slices.Equal(got, want) {
 				t.Errorf("schema after the reversals:\n%s\nwant the fixture's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 			if got, want := appliedMigrations(t, path), appliedMigrations(t, fixture); !slices.Equal(got, want) {
@@ -732,6 +754,9 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			}
 			conn.Close()
 			checkIntegrity(t, path)
+			if v < 4 {
+				checkFeedGoesOnAfter(t, path, latest)
+			}
 
 			fresh := filepath.Join(t.TempDir(), "fresh.db")
 			db, err = Open(ctx, fresh, Options{})
@@ -740,11 +765,35 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			}
 			db.Close()
 			undoMigrations(t, fresh, len(ms), v)
-			if got, want := sqliteSchema(t, fresh), sqliteSchema(t, fixture); !slices.Equal(got, want) {
+			if got, want := withoutCarriedHorizon(sqliteSchema(t, fresh)), sqliteSchema(t, fixture); !slices.Equal(got, want) {
 				t.Errorf("a new store taken back to version %d:\n%s\nwant the fixture's:\n%s\n(a released migration must never change: add a new one)",
 					v, strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 		})
+	}
+}
+
+// checkFeedGoesOnAfter upgrades again the store at path, taken back to
+// before the change feed when its newest event was latest, and checks
+// that the feed goes on after that id: a client that followed the feed to
+// it gets 410 (the changes made meanwhile have no events), and the next
+// change gets a later id, not one a client saw for another change.
+func checkFeedGoesOnAfter(t *testing.T, path string, latest int64) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := Open(ctx, path, Options{SoleServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1001, Name: "Written after the upgrade again"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Events(ctx, plantstore.EventQuery{After: latest, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+		t.Errorf("following on from event %d, the newest before the feed was undone: %v, want 410", latest, err)
+	}
+	if now, err := db.LatestEventID(ctx); err != nil || now <= latest+1 {
+		t.Errorf("the newest event after the upgrade again: %d, %v; want past %d, the id after the last given", now, err, latest+1)
 	}
 }
 

@@ -709,6 +709,10 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000, Name: "Written after the upgrade"}); err != nil {
 				t.Fatal(err)
 			}
+			latest, err := db.LatestEventID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			db.Close()
 			undoMigrations(t, url, v)
 			if got := pgSchema(t, url); !slices.Equal(got, want) {
@@ -720,6 +724,9 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 			var n int
 			if err := connect(t, url).QueryRow(ctx, `SELECT count(*) FROM plants WHERE id = 1000`).Scan(&n); err != nil || n != 1 {
 				t.Errorf("the plant written after the upgrade: %d rows, %v", n, err)
+			}
+			if v < 3 {
+				checkFeedCarriedOn(t, url, latest)
 			}
 
 			freshURL := pgtest.NewDatabase(t)
@@ -734,6 +741,43 @@ func TestMigrationsReversibleByHand(t *testing.T) {
 					v, strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 		})
+	}
+}
+
+// checkFeedCarriedOn upgrades again, in docs/upgrades.md's two steps, the
+// database at url, taken back to before the change feed when its newest
+// event was latest: it migrates (as token list does), carries the feed on
+// past latest, then serves. A client that followed the feed to latest
+// gets 410, and the next change gets a later id, not one a client saw.
+func checkFeedCarriedOn(t *testing.T, url string, latest int64) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	conn := connect(t, url)
+	for _, stmt := range []string{
+		`UPDATE event_counter SET last = greatest(last, $1::bigint + 1)`,
+		`UPDATE event_horizon SET pruned_through = greatest(pruned_through, $1::bigint + 1)`,
+	} {
+		if _, err := conn.Exec(ctx, stmt, latest); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if db, err = postgres.Open(ctx, url, postgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1001, Name: "Written after the upgrade again"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Events(ctx, plantstore.EventQuery{After: latest, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+		t.Errorf("following on from event %d, the newest before the feed was undone: %v, want 410", latest, err)
+	}
+	if now, err := db.LatestEventID(ctx); err != nil || now <= latest+1 {
+		t.Errorf("the newest event after the upgrade again: %d, %v; want past %d", now, err, latest+1)
 	}
 }
 

@@ -240,7 +240,7 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 			return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 		}
 	}
-	if info.FeedAfter, _, err = lastEventID(ctx, tmp); err != nil {
+	if info.FeedAfter, err = feedGoesOnAfter(ctx, tmp); err != nil {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 	}
 	// inspect closed its connection, which removes these; make sure.
@@ -381,6 +381,29 @@ func lastEventID(ctx context.Context, path string) (int64, feedKind, error) {
 	}
 	defer db.Close()
 	return lastEventIDOf(ctx, db)
+}
+
+// feedGoesOnAfter is the id after which the feed of the store at path
+// goes on once a serve opens it: its newest, or, for a copy from before
+// the feed that carries a horizon, that horizon, where the migration
+// starts the feed (applyCarriedHorizon).
+func feedGoesOnAfter(ctx context.Context, path string) (int64, error) {
+	last, feed, err := lastEventID(ctx, path)
+	if err != nil || feed != noFeed {
+		return last, err
+	}
+	db, err := openQueryOnly(path)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	tables, err := userTables(ctx, db)
+	if err != nil || !slices.Contains(tables, "carried_event_horizon") {
+		return last, err
+	}
+	var through int64
+	err = db.QueryRowContext(ctx, `SELECT coalesce(max(through), 0) FROM carried_event_horizon`).Scan(&through)
+	return max(last, through), err
 }
 
 func lastEventIDOf(ctx context.Context, db *sql.DB) (last int64, feed feedKind, err error) {

@@ -389,6 +389,11 @@ func TestRestoreCarriesTheFeedOn(t *testing.T) {
 			if err != nil || latest != gone+1 {
 				t.Errorf("the restored store's latest event id: %d, %v; want %d, past the replaced store's", latest, err, gone+1)
 			}
+			// What restore prints: the id followers follow after (a lower
+			// one would get 410).
+			if info.FeedAfter != latest {
+				t.Errorf("the restore says the feed goes on after %d; the restored store's newest is %d", info.FeedAfter, latest)
+			}
 			restoredAt := time.Now()
 			time.Sleep(5 * time.Millisecond)
 			if _, err := restored.CreatePlant(ctx, plantstore.Plant{ID: 5000, Name: "after the restore"}); err != nil {

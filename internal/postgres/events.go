@@ -208,7 +208,7 @@ func (db *DB) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		db.log.Warn("listening for events from other instances failed; followers wait for their next poll until it works again",
+		db.log.Warn("listening for events from other instances failed; followers wait for their next poll, or for listening again to work (each reconnection wakes them)",
 			"retry_in", listenRetry.String(), "error", db.storeError("listen", err))
 		select {
 		case <-ctx.Done():

@@ -29,6 +29,7 @@ import (
 	"github.com/plantstore/plantstore/internal/migration"
 	"github.com/plantstore/plantstore/internal/postgres"
 	"github.com/plantstore/plantstore/internal/postgres/pgtest"
+	"github.com/plantstore/plantstore/internal/storetest"
 )
 
 // upgradeFixture is a database written by an earlier plantstore, and what
@@ -770,15 +771,7 @@ func checkFeedCarriedOn(t *testing.T, url string, latest int64) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1001, Name: "Written after the upgrade again"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Events(ctx, plantstore.EventQuery{After: latest, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
-		t.Errorf("following on from event %d, the newest before the feed was undone: %v, want 410", latest, err)
-	}
-	if now, err := db.LatestEventID(ctx); err != nil || now <= latest+1 {
-		t.Errorf("the newest event after the upgrade again: %d, %v; want past %d", now, err, latest+1)
-	}
+	storetest.FeedGoesOnAfter(t, db, latest)
 }
 
 // pgSchema describes the public schema: columns, constraints, indexes and

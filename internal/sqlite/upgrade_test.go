@@ -15,6 +15,7 @@ import (
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/migration"
+	"github.com/plantstore/plantstore/internal/storetest"
 )
 
 // upgradeFixture is a store written by an earlier plantstore, and what it
@@ -786,15 +787,7 @@ func checkFeedGoesOnAfter(t *testing.T, path string, latest int64) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1001, Name: "Written after the upgrade again"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Events(ctx, plantstore.EventQuery{After: latest, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
-		t.Errorf("following on from event %d, the newest before the feed was undone: %v, want 410", latest, err)
-	}
-	if now, err := db.LatestEventID(ctx); err != nil || now <= latest+1 {
-		t.Errorf("the newest event after the upgrade again: %d, %v; want past %d, the id after the last given", now, err, latest+1)
-	}
+	storetest.FeedGoesOnAfter(t, db, latest)
 }
 
 // undoMigrations runs the reversals of downMigrations on the file at path,

@@ -337,3 +337,22 @@ func testEventPruning(t *testing.T, s plantstore.Store) {
 		t.Errorf("the event after pruning all: %v, want one with an id above %d", page, all[7].ID)
 	}
 }
+
+// FeedGoesOnAfter checks a store upgraded again after its change feed was
+// undone by hand when its newest event was latest (docs/upgrades.md): a
+// client that followed the feed to latest gets EGONE, as the changes made
+// meanwhile have no events, and the next change gets an id past latest+1,
+// not one a client saw for another change.
+func FeedGoesOnAfter(t *testing.T, s plantstore.Store, latest int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.CreatePlant(ctx, plantstore.Plant{ID: 1001, Name: "Written after the upgrade again"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Events(ctx, plantstore.EventQuery{After: latest, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+		t.Errorf("following on from event %d, the newest before the feed was undone: %v, want EGONE", latest, err)
+	}
+	if now, err := s.LatestEventID(ctx); err != nil || now <= latest+1 {
+		t.Errorf("the newest event after the upgrade again: %d, %v; want past %d, the id after the last given", now, err, latest+1)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -393,18 +392,15 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	secret, _ := bearerToken(r.Header)
 	hash := s.auth.Hash(secret)
 	// A shutdown ends the stream at once, a write blocked on a client that
-	// stopped reading too: it moves the write deadline to now. deadlineMu
-	// orders that against send's own deadline, so that neither undoes the
-	// other: send sets its deadline only while the shutdown has not begun.
-	var deadlineMu sync.Mutex
+	// stopped reading too: it moves the write deadline to now. send looks
+	// for the shutdown after setting its own deadline, so that one set
+	// after the shutdown's is never written under.
 	streamEnded := make(chan struct{})
 	defer close(streamEnded)
 	go func() {
 		select {
 		case <-s.feed.shutdown:
-			deadlineMu.Lock()
 			rc.SetWriteDeadline(time.Now())
-			deadlineMu.Unlock()
 		case <-streamEnded:
 		}
 	}()
@@ -420,13 +416,10 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 			s.log.Info("event stream ended: "+why, "request_id", infoFrom(r.Context()).id, "err", err)
 			return false
 		}
-		deadlineMu.Lock()
+		rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout))
 		if s.feed.stopping() {
-			deadlineMu.Unlock()
 			return false
 		}
-		rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout))
-		deadlineMu.Unlock()
 		_, err := w.Write(buf)
 		if err == nil {
 			buf = buf[:0]

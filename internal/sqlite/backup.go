@@ -388,28 +388,30 @@ func lastEventID(ctx context.Context, path string) (int64, feedKind, error) {
 // the feed that carries a horizon, that horizon, where the migration
 // starts the feed (applyCarriedHorizon).
 func feedGoesOnAfter(ctx context.Context, path string) (int64, error) {
-	last, feed, err := lastEventID(ctx, path)
-	if err != nil || feed != noFeed {
-		return last, err
-	}
 	db, err := openQueryOnly(path)
 	if err != nil {
 		return 0, err
 	}
 	defer db.Close()
-	tables, err := userTables(ctx, db)
-	if err != nil || !slices.Contains(tables, "carried_event_horizon") {
-		return last, err
-	}
-	var through int64
-	err = db.QueryRowContext(ctx, `SELECT coalesce(max(through), 0) FROM carried_event_horizon`).Scan(&through)
-	return max(last, through), err
+	last, _, carried, err := feedPosition(ctx, db)
+	return max(last, carried), err
 }
 
-func lastEventIDOf(ctx context.Context, db *sql.DB) (last int64, feed feedKind, err error) {
+func lastEventIDOf(ctx context.Context, db *sql.DB) (int64, feedKind, error) {
+	last, feed, carried, err := feedPosition(ctx, db)
+	// A copy from before the feed that a restore left unmigrated
+	// (carryEventIDs): the ids below the horizon it carries were given,
+	// so that a second restore over it carries it on.
+	return max(last, carried-1), feed, err
+}
+
+// feedPosition reads how the store db keeps its change feed, the newest
+// id the feed holds or gave, and the horizon a copy from before the feed
+// carries (carryEventIDs; 0 when it carries none).
+func feedPosition(ctx context.Context, db *sql.DB) (last int64, feed feedKind, carried int64, err error) {
 	tables, err := userTables(ctx, db)
 	if err != nil {
-		return 0, noFeed, err
+		return 0, noFeed, 0, err
 	}
 	switch {
 	case slices.Contains(tables, "event_batches"):
@@ -421,14 +423,9 @@ func lastEventIDOf(ctx context.Context, db *sql.DB) (last int64, feed feedKind, 
 			coalesce((SELECT max(id) FROM events), 0), (SELECT pruned_through FROM event_horizon))`).Scan(&last)
 	}
 	if err == nil && slices.Contains(tables, "carried_event_horizon") {
-		// A copy from before the feed that a restore left unmigrated
-		// (carryEventIDs): the ids below the horizon it carries were
-		// given, so that a second restore over it carries it on.
-		var carried int64
 		err = db.QueryRowContext(ctx, `SELECT coalesce(max(through), 0) FROM carried_event_horizon`).Scan(&carried)
-		last = max(last, carried-1)
 	}
-	return last, feed, err
+	return last, feed, carried, err
 }
 
 // inspect checks that the SQLite file at path is whole and a plantstore

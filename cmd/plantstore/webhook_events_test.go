@@ -241,3 +241,42 @@ func parkedOf(t *testing.T, dir, db, subscriberID string) []subscriberParkedJSON
 	t.Fatalf("subscriber %s not listed: %s", subscriberID, res.stdout)
 	return nil
 }
+
+// A delivery of an update or a delete is the event as GET /events shows
+// it, byte for byte (the contract's plantUpdated and plantDeleted), also
+// for the characters JSON encoders disagree on: U+2028 and U+2029, which
+// encoding/json escapes and the API does not, HTML's <&>, a backslash
+// before a u, an empty tag.
+func TestWebhookBodyIsTheFeedsEvent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	res := cli(t, dir, nil, "webhook", "add", r.url(), "--events", "plant.updated,plant.deleted")
+	if res.exit != 0 {
+		t.Fatalf("webhook add: exit %d, %s", res.exit, res.stderr)
+	}
+	r.setSecret(res.stdout)
+	s := serve(t, dir, testWebhookFlags...)
+	client := apitest.Client(t)
+	for _, step := range []struct{ method, path, body string }{
+		{"POST", "/plants", `{"id":1,"name":"fern","tag":"green"}`},
+		{"PUT", "/plants/1", `{"name":"a\u2028b\u2029c <&> \\u2028","tag":""}`},
+		{"DELETE", "/plants/1", ""},
+	} {
+		if a := do(client, step.method, s.url+step.path, token, step.body); a.err != nil || a.status/100 != 2 {
+			t.Fatalf("%s %s: %v", step.method, step.path, a)
+		}
+	}
+	r.awaitDelivered(2, 10*time.Second, s.logs.String)
+	a := do(client, "GET", s.url+"/events", token, "")
+	var feed []json.RawMessage
+	if a.status != 200 || json.Unmarshal([]byte(a.body), &feed) != nil || len(feed) != 3 {
+		t.Fatalf("GET /events: %v; want the three events", a)
+	}
+	for i, e := range r.events() {
+		if want := string(feed[i+1]); e.body != want {
+			t.Errorf("%s delivered\n%s\nwhere GET /events shows\n%s", e.typ, e.body, want)
+		}
+	}
+}

@@ -1,11 +1,9 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/plantstore/plantstore"
 )
@@ -646,38 +647,34 @@ func DeliveryBody(dl plantstore.Delivery) []byte {
 	return eventJSON(plantstore.Event{ID: dl.Seq, Type: dl.EventType, At: dl.CreatedAt, Plant: dl.Plant})
 }
 
-// eventJSON encodes e with the fields and time format of GET /events
-// (encoding/json's escapes: the same JSON value, not always the same
-// bytes).
+// eventJSON encodes e as GET /events shows it, byte for byte: its fields
+// and time format, and the same JSON encoding (encodeJSON).
 func eventJSON(e plantstore.Event) []byte {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	err := enc.Encode(struct {
-		ID    int64           `json:"id"`
-		Type  string          `json:"type"`
-		Time  string          `json:"time"`
-		Plant json.RawMessage `json:"plant"`
+	return encodeJSON(struct {
+		ID    int64          `json:"id"`
+		Type  string         `json:"type"`
+		Time  string         `json:"time"`
+		Plant jsontext.Value `json:"plant"`
 	}{e.ID, e.Type, e.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), EventBody(e.Plant)})
-	if err != nil {
-		panic(err) // as in EventBody
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // EventBody is the body of a new-plant event: the NewPlant the API
 // accepted, {"id", "name", "tag"?}, encoded from the plant as committed.
 func EventBody(p plantstore.Plant) []byte {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // JSON for a program, not for a page
-	err := enc.Encode(struct {
+	return encodeJSON(struct {
 		ID   int64   `json:"id"`
 		Name string  `json:"name"`
-		Tag  *string `json:"tag,omitempty"`
+		Tag  *string `json:"tag,omitzero"` // "" is a tag; only none is left out
 	}{p.ID, p.Name, p.Tag})
+}
+
+// encodeJSON encodes v as the API encodes its answers: no escapes for
+// HTML or JavaScript (U+2028 and U+2029 go as they are, as in GET /events;
+// encoding/json would escape them), invalid UTF-8 as U+FFFD.
+func encodeJSON(v any) []byte {
+	b, err := json.Marshal(v, jsontext.AllowInvalidUTF8(true))
 	if err != nil {
-		panic(err) // an int64 and two valid strings always encode
+		panic(err) // integers and strings always encode
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	return b
 }

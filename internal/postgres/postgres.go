@@ -153,6 +153,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	db.warnIfReadOnly(ctx)
 	if !opts.NoBatch {
 		committers := opts.Committers
 		if committers <= 0 {
@@ -308,6 +309,23 @@ func sessionLifecycle(cfg *pgxpool.Config, log *slog.Logger) {
 				beforeClose(c)
 			}
 		}
+	}
+}
+
+// warnIfReadOnly says at the start that the database takes no writes
+// (a standby, or default_transaction_read_only): the instance serves
+// reads and answers writes 503 until it does, which an instance given a
+// replica's address by mistake would otherwise show only in its errors.
+func (db *DB) warnIfReadOnly(ctx context.Context) {
+	c, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return // migrate has just connected; a failure now shows in the requests
+	}
+	defer c.Release()
+	if pc := c.Conn().PgConn(); readOnly(pc) {
+		db.log.Warn("the database takes no writes (a standby, or default_transaction_read_only): reads are served, writes answer 503 until it takes them",
+			"in_hot_standby", pc.ParameterStatus("in_hot_standby"),
+			"default_transaction_read_only", pc.ParameterStatus("default_transaction_read_only"))
 	}
 }
 

@@ -854,6 +854,21 @@ func TestWritesComeBackAfterTheDatabaseIsNoLongerReadOnly(t *testing.T) {
 	if !readOnly {
 		t.Fatal("creates never failed for the read-only database")
 	}
+	// An instance that starts now says so; the first, started while the
+	// database took writes, said nothing of the kind.
+	var second apitest.Buffer
+	db2, err := postgres.Open(context.Background(), url, postgres.Options{Logger: slog.New(slog.NewJSONHandler(&second, nil))})
+	if err != nil {
+		t.Fatalf("open on a read-only database: %v", err)
+	}
+	db2.Close()
+	const warning = `"level":"WARN","msg":"the database takes no writes (a standby, or default_transaction_read_only)`
+	if !strings.Contains(second.String(), warning) || !strings.Contains(second.String(), `"default_transaction_read_only":"on"`) {
+		t.Errorf("an instance started on a read-only database logged\n%s\nwant %s", second.String(), warning)
+	}
+	if strings.Contains(logs.String(), "takes no writes") {
+		t.Errorf("an instance started on a database that took writes warned that it did not:\n%s", logs.String())
+	}
 	// Many sessions, all read-only, in the pool.
 	var wg sync.WaitGroup
 	for range 8 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/faultlog"
 )
 
 // Options tune an Authenticator. The zero value is usable.
@@ -50,6 +51,10 @@ type Authenticator struct {
 	rosterRead atomic.Int64
 
 	hits, misses atomic.Int64
+
+	// The periodic reads and writes retry on their own: an outage of the
+	// store is said once a minute, not at every tick.
+	rosterFaults, flushFaults *faultlog.Task
 }
 
 // CacheStats count well-formed tokens answered from memory (hits) and
@@ -91,10 +96,12 @@ func New(store plantstore.TokenStore, opts Options) *Authenticator {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Authenticator{
-		store: store,
-		opts:  opts,
-		cache: make(map[plantstore.TokenHash]cached),
-		used:  make(map[int64]time.Time),
+		store:        store,
+		opts:         opts,
+		cache:        make(map[plantstore.TokenHash]cached),
+		used:         make(map[int64]time.Time),
+		rosterFaults: &faultlog.Task{Log: opts.Logger, Msg: "read the roster of active tokens"},
+		flushFaults:  &faultlog.Task{Log: opts.Logger, Msg: "record token use"},
 	}
 }
 
@@ -289,12 +296,17 @@ func (a *Authenticator) Run(ctx context.Context) {
 	for {
 		select {
 		case <-rosterTicker.C:
-			if err := a.RefreshRoster(ctx); err != nil && ctx.Err() == nil {
-				a.opts.Logger.Warn("read the roster of active tokens", "err", err)
+			switch err := a.RefreshRoster(ctx); {
+			case err == nil:
+				a.rosterFaults.Worked()
+			case ctx.Err() == nil:
+				a.rosterFaults.Failed(err)
 			}
 		case <-ticker.C:
 			if err := a.Flush(ctx); err != nil {
-				a.opts.Logger.Warn("record token use", "err", err)
+				a.flushFaults.Failed(err)
+			} else {
+				a.flushFaults.Worked()
 			}
 		case <-ctx.Done():
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -2,13 +2,17 @@ package auth
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
 	"github.com/plantstore/plantstore/internal/sqlite"
 )
 
@@ -236,5 +240,47 @@ func TestKnownFromRoster(t *testing.T) {
 	}
 	if a.Known(hash) {
 		t.Error("a revoked token, never looked up, is still known after the roster was read again")
+	}
+}
+
+// failingStore is a store whose roster cannot be read while down is set,
+// as in a database outage.
+type failingStore struct {
+	*sqlite.DB
+	down atomic.Bool
+}
+
+func (s *failingStore) ActiveTokenHashes(ctx context.Context, n int) ([]plantstore.TokenHash, error) {
+	if s.down.Load() {
+		return nil, plantstore.Errorf(plantstore.EUNAVAILABLE, "the store cannot be reached")
+	}
+	return s.DB.ActiveTokenHashes(ctx, n)
+}
+
+// An outage of the store is said once, not at every reading of the
+// roster, and its end is said too.
+func TestStoreOutageLoggedOnce(t *testing.T) {
+	_, db, _ := setup(t)
+	store := &failingStore{DB: db}
+	store.down.Store(true)
+	var logs apitest.Buffer
+	a := New(store, Options{RosterInterval: 2 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(200 * time.Millisecond) // some 100 readings
+	store.down.Store(false)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "works again"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line says the roster is read again:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := strings.Count(logs.String(), `level=WARN msg="read the roster of active tokens"`); n != 1 {
+		t.Errorf("%d lines for the outage, want 1:\n%s", n, logs.String())
+	}
+	if !regexp.MustCompile(`level=INFO msg="read the roster of active tokens: works again" failures=\d\d`).MatchString(logs.String()) {
+		t.Errorf("the end of the outage is not said with its count of failures:\n%s", logs.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/faultlog"
 )
 
 // The change feed. Each write statement that changes plants records their
@@ -203,13 +204,14 @@ func pruneSome(ctx context.Context, tx pgx.Tx, cutoff time.Time) (n int, done bo
 // it is not listening, notifications are lost, so each (re)connection
 // also wakes the followers once, and they read what they missed.
 func (db *DB) listen(ctx context.Context) {
+	// Said once a minute while the database is away, not every retry.
+	faults := &faultlog.Task{Log: db.log, Msg: "listening for events from other instances failed; followers wait for their next poll, or for listening again to work (each reconnection wakes them)"}
 	for ctx.Err() == nil {
-		err := db.listenOnce(ctx)
+		err := db.listenOnce(ctx, faults.Worked)
 		if ctx.Err() != nil {
 			return
 		}
-		db.log.Warn("listening for events from other instances failed; followers wait for their next poll, or for listening again to work (each reconnection wakes them)",
-			"retry_in", listenRetry.String(), "error", db.storeError("listen", err))
+		faults.Failed(db.storeError("listen", err), "retry_in", listenRetry.String())
 		select {
 		case <-ctx.Done():
 		case <-time.After(listenRetry):
@@ -220,7 +222,8 @@ func (db *DB) listen(ctx context.Context) {
 // listenRetry is the pause before listening again after a failure.
 const listenRetry = 2 * time.Second
 
-func (db *DB) listenOnce(ctx context.Context) error {
+// listenOnce listens until it fails; it calls listening once it does.
+func (db *DB) listenOnce(ctx context.Context, listening func()) error {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -232,6 +235,7 @@ func (db *DB) listenOnce(ctx context.Context) error {
 	if _, err := c.Exec(ctx, `LISTEN `+eventsChannel); err != nil {
 		return err
 	}
+	listening()
 	db.eventsWritten()
 	for {
 		n, err := c.WaitForNotification(ctx)

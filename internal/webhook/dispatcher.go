@@ -32,7 +32,8 @@ type DispatcherConfig struct {
 	Workers int
 	// Concurrency bounds the attempts in flight to one subscriber; default
 	// 64. The events of one plant go one after another, in order; those of
-	// different plants go side by side.
+	// different plants go side by side, and a slow attempt keeps one
+	// sender, not the others.
 	Concurrency int
 	// Poll is how often the store is asked for due deliveries when nothing
 	// wakes the dispatcher sooner; default 1 s. With several instances it
@@ -70,11 +71,14 @@ type DispatcherConfig struct {
 // go on. Once the schedule gives up on one, it is parked and its plant's
 // next event goes.
 //
-// A worker reads a window of due deliveries, sends them, its plants side
-// by side, and records the results in one transaction (or a few, to renew
-// its lease) before it reads the next window: the next read sees every
-// result, so no delivery is sent while an earlier one of its plant is in
-// flight.
+// A worker serving a subscriber keeps its Concurrency senders busy: it
+// reads due deliveries again whenever a sender would idle, not once a
+// whole read was sent, so a slow attempt holds up its own plant's later
+// events only, not the others' nor the retries falling due. Before each
+// read it records every result that came back (in one transaction, which
+// renews its lease), and it drops from the answer the deliveries of
+// plants still in flight: so no delivery is sent while an earlier one of
+// its plant is in flight or failed unrecorded (serveSubscriber).
 type Dispatcher struct {
 	cfg     DispatcherConfig
 	owner   string
@@ -130,25 +134,28 @@ func (r *retryTimes) next(claimed time.Time) (time.Time, bool) {
 }
 
 // windowPerSlot sizes the window of deliveries read at once for one
-// subscriber: so many per attempt in flight, so that the slots stay busy
-// while a few slow attempts finish a window.
+// subscriber: so many per attempt in flight, so that a backlog is read
+// (and its results recorded) in a few large transactions rather than
+// many small ones.
 const windowPerSlot = 16
 
 // maxWindow bounds the window.
 const maxWindow = 1024
 
-// minWindowInterval spaces the windows of a subscriber that keeps up with
-// the writes: what a delivery may wait, at most, to be sent with others.
+// minWindowInterval spaces the reads of a subscriber that keeps up with
+// the writes (the last answer was not full): what a delivery may wait,
+// at most, to be sent with others. While attempts are in flight it is
+// also how soon what was enqueued meanwhile is found.
 const minWindowInterval = 50 * time.Millisecond
 
 // maxTurn is how long a worker serves one subscriber before it gives the
-// subscriber back, at the end of the window then in flight: the next
+// subscriber back, once the plants' chains then in flight end: the next
 // claim takes the subscriber that has waited longest (the store's order),
 // so that with more subscribers due than workers they take turns: a
 // healthy one waits its turn in the rotation behind dead ones that always
 // have something due (about dead ÷ workers turns, each up to a turn and
-// an attempt's timeout), rather than for ever. Within a turn's last
-// window, no plant's deliveries start after the turn ends. A turn that
+// an attempt's timeout), rather than for ever. Once the turn ends, no
+// plant's chain starts and nothing more is read. A turn that
 // ends while a worker is free goes on (othersMayWait): no one waits, and
 // giving the subscriber back would only cost it deliveries.
 const maxTurn = time.Second
@@ -345,9 +352,29 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 }
 
-// serveSubscriber sends a claimed subscriber's due deliveries, window
-// after window, until none is due or ctx ends, then gives the lease back.
-// It reports whether it recorded any attempt.
+// serveSubscriber sends a claimed subscriber's due deliveries until none
+// is due, its turn is over or ctx ends, then gives the lease back. It
+// reports whether it recorded any attempt.
+//
+// It is a pipeline. Senders, Concurrency at most, take chains (a plant's
+// due deliveries, in order) from a queue and send each chain's one after
+// another; this worker reads due deliveries again whenever a sender would
+// otherwise sit idle (fewer chains queued or in flight than Concurrency),
+// rather than when every chain of the last read has ended, so a slow
+// attempt holds up its own plant only. Two rules make reading again safe
+// with the store as it is (DueDeliveries answers a plant's in-flight
+// delivery again, until its result is recorded):
+//
+//   - before each read, every result that came back is recorded (one
+//     RecordAttempts, which renews the lease too): a failure to be
+//     retried is then in the store, which keeps its plant's later
+//     deliveries out of the answer until the retry;
+//   - of the answer, the deliveries of a plant whose chain is still queued
+//     or in flight are dropped: they come again, in order, in a read made
+//     after that chain ended and its results were recorded.
+//
+// So no delivery is sent while an earlier one of its plant is in flight,
+// or failed and not yet recorded.
 func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscriber) (progress bool) {
 	log := d.cfg.Log.With("subscriber", sub.ID, "url", RedactURL(sub.URL))
 	// At debug level, each turn is told: which instance serves whom, and
@@ -382,95 +409,209 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		d.disable(ctx, log, sub.ID, "its signing secret is unusable: "+err.Error())
 		return true
 	}
-	window := min(windowPerSlot*d.cfg.Concurrency, maxWindow)
-	var last time.Time // when the last window was read
-	turnEnds := time.Now().Add(maxTurn)
+	concurrency := d.cfg.Concurrency
+	window := min(windowPerSlot*concurrency, maxWindow)
+	// The senders read turnEnds too: no chain starts once the turn is over.
+	var turnEnds atomic.Int64
+	turnEnds.Store(time.Now().Add(maxTurn).UnixNano())
 	// turnOver says whether the turn ended and another subscriber may
 	// be waiting for it; with none waiting, the turn goes on.
-	turnOver := func() bool { return !time.Now().Before(turnEnds) && d.othersMayWait() }
-	for {
-		if turnOver() {
-			why = "others' turn"
-			record(nil, true) // the others' turn
-			return true
+	turnOver := func() bool { return time.Now().UnixNano() >= turnEnds.Load() && d.othersMayWait() }
+
+	// sctx cuts the attempts in flight short: the shutdown, a 410, the
+	// lease lost.
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	// A read adds window chains at most, and reads are made only while
+	// fewer than concurrency are pending: the queue never fills.
+	todo := make(chan []plantstore.Delivery, window+concurrency)
+	reports := make(chan report, 2*concurrency)
+	var senders sync.WaitGroup
+	started := 0
+	defer func() {
+		close(todo) // every chain has ended: the senders are idle
+		senders.Wait()
+	}()
+
+	pending := map[int64]bool{} // the plants whose chain is queued or in flight
+	var batch []plantstore.AttemptResult
+	renew := time.NewTimer(d.cfg.Lease / 3) // reset at each record
+	defer renew.Stop()
+	readAt := time.NewTimer(0) // armed while a read waits for minWindowInterval
+	defer readAt.Stop()
+	var (
+		last   time.Time // when the last read was made
+		full   bool      // the last answer was full: the backlog is not drained
+		stale  bool      // ... and had nothing new: read again once a chain ends
+		end    string    // why the service ends; once set, nothing more is read
+		goneOn string    // the event that got a 410
+		lost   bool      // the lease was lost, or results could not be recorded
+	)
+	flush := func() bool {
+		if !record(batch, false) {
+			// Another instance may have the subscriber now: stop, and
+			// record nothing more (what was not recorded goes again).
+			lost, end = true, "lease lost or attempts not recorded"
+			stop()
 		}
-		if !time.Now().Before(turnEnds) {
-			turnEnds = time.Now().Add(maxTurn)
-		}
-		// A window that was not full found the backlog drained: the
-		// subscriber keeps up with the writes. Then the next waits a
-		// little, so that it gathers the deliveries of many writes and
-		// their results are recorded in one transaction, rather than a
-		// transaction (and an fsync) per write taken from the writes.
-		if wait := minWindowInterval - time.Since(last); !last.IsZero() && wait > 0 {
-			select {
-			case <-ctx.Done():
-				record(nil, true)
-				return progress
-			case <-time.After(wait):
+		batch = nil
+		renew.Reset(d.cfg.Lease / 3)
+		return !lost
+	}
+	take := func(r report) {
+		switch {
+		case r.ended:
+			delete(pending, r.plant)
+			stale = false
+		case lost:
+		default:
+			if r.goneOn != "" && goneOn == "" {
+				goneOn, end = r.goneOn, "disabled"
+			}
+			batch = append(batch, r.result)
+			// Record in batches: when one is full, and when the lease
+			// needs renewing (below), and before each read.
+			if len(batch) >= maxWindow {
+				flush()
 			}
 		}
-		// Clients' writes first: a saturated server sends a small window
+	}
+	read := func() {
+		// Clients' writes first: a saturated server reads a small window
 		// after waiting MaxDefer, an idle one a full window at once.
 		n := window
 		if d.deferToWrites(ctx) {
-			n = min(window, d.cfg.Concurrency)
+			n = min(window, concurrency)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		for drained := false; !drained; {
+			select {
+			case r := <-reports:
+				take(r)
+			default:
+				drained = true
+			}
+		}
+		if end != "" || (len(batch) > 0 && !flush()) {
+			return // a 410 or the lease lost came meanwhile
 		}
 		last = time.Now()
 		ds, err := d.cfg.Store.DueDeliveries(ctx, sub.ID, n)
-		if err != nil || len(ds) == 0 {
-			switch {
-			case err == nil:
-				why = "nothing due"
-			case ctx.Err() == nil:
-				why = "deliveries not read"
+		if err != nil {
+			if ctx.Err() == nil {
+				end = "deliveries not read"
 				log.Warn("webhook deliveries not read", "error", err)
 			}
-			record(nil, true)
-			return progress
+			return
 		}
-		if len(ds) == n {
-			last = time.Time{} // a full window: the next at once
+		full = len(ds) == n
+		chains := newChains(ds, pending)
+		if len(chains) == 0 {
+			if len(pending) == 0 {
+				end = "nothing due"
+			}
+			stale = full
+			return
 		}
-		end, goneOn := d.sendWindow(ctx, log, sub, key, ds, record, turnOver)
-		switch end {
-		case windowGone:
-			why = "disabled"
-			d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", goneOn))
-			return true
-		case windowLost:
-			why = "lease lost or attempts not recorded"
-			return progress
+		for _, chain := range chains {
+			pending[chain[0].Plant.ID] = true
+			todo <- chain
 		}
-		if ctx.Err() != nil {
-			record(nil, true)
-			return progress
+		for ; started < concurrency && started < len(pending); started++ {
+			senders.Go(func() { d.sendChains(sctx, log, sub, key, todo, reports, turnOver, stop) })
 		}
 	}
+
+	for {
+		if end == "" {
+			switch {
+			case ctx.Err() != nil:
+				end = "stopping"
+			case turnOver():
+				end = "others' turn"
+			case time.Now().UnixNano() >= turnEnds.Load():
+				turnEnds.Store(time.Now().Add(maxTurn).UnixNano()) // no one waits: the turn goes on
+			}
+		}
+		if end != "" && len(pending) == 0 {
+			break
+		}
+		// Read when a sender would idle. An answer that was not full
+		// found the backlog drained: the subscriber keeps up with the
+		// writes. Then the next read waits a little, so that it gathers
+		// the deliveries of many writes and their results are recorded
+		// in one transaction, rather than a transaction (and an fsync)
+		// per write taken from the writes; it also finds, that often,
+		// what was enqueued while chains are in flight.
+		var readDue <-chan time.Time
+		if end == "" && len(pending) < concurrency && !stale {
+			wait := time.Duration(0)
+			if !full && !last.IsZero() {
+				wait = minWindowInterval - time.Since(last)
+			}
+			if wait <= 0 {
+				read()
+				continue
+			}
+			readAt.Reset(wait)
+			readDue = readAt.C
+		}
+		var done <-chan struct{}
+		if end == "" {
+			done = ctx.Done()
+		}
+		var renewDue <-chan time.Time
+		if !lost {
+			renewDue = renew.C
+		}
+		select {
+		case r := <-reports:
+			take(r)
+		case <-readDue:
+		case <-done:
+		case <-renewDue:
+			flush() // the lease renewed while attempts are in flight
+		}
+	}
+	switch {
+	case lost:
+		why = "lease lost or attempts not recorded"
+		return progress
+	case goneOn != "":
+		// Keep the lease until the subscriber is disabled (which frees
+		// it), or another worker could claim it in between.
+		why = "disabled"
+		record(batch, false)
+		d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", goneOn))
+		return true
+	}
+	why = end
+	record(batch, true)
+	// Given back for others' turn: Run claims again at once for them.
+	return progress || end == "others' turn"
 }
 
-type windowEnd int
+// A report is what a sender tells the worker: a result to record, or,
+// after the results of its chain, that the chain of plant ended.
+type report struct {
+	result plantstore.AttemptResult
+	goneOn string // with a result: the event that got a 410
+	ended  bool
+	plant  int64
+}
 
-const (
-	windowDone windowEnd = iota // every result recorded, the lease held
-	windowGone                  // the subscriber answered 410; the results so far are recorded
-	windowLost                  // the lease was lost, or the results could not be recorded
-)
-
-// sendWindow sends ds, a window of due deliveries in id order: each
-// plant's in order, one after another, and the plants side by side, up to
-// Concurrency at a time. A plant's chain stops at a failure that will be
-// retried (its later deliveries wait), and everything stops at a 410 or
-// when ctx ends. The results are recorded as they come, in batches, and
-// all of them before it returns. After a 410 it also returns the event
-// that got it. No plant's deliveries start once turnOver: they wait for
-// the subscriber's next turn (maxTurn).
-func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte,
-	ds []plantstore.Delivery, record func([]plantstore.AttemptResult, bool) bool, turnOver func() bool) (windowEnd, string) {
-	// The chains, one per plant, in the order of their first delivery.
+// newChains groups ds, due deliveries in id order, into chains, one per
+// plant, in the order of their first delivery; it leaves out the plants
+// in pending, whose earlier deliveries may still be in flight.
+func newChains(ds []plantstore.Delivery, pending map[int64]bool) [][]plantstore.Delivery {
 	var chains [][]plantstore.Delivery
-	at := make(map[int64]int, len(ds))
+	at := map[int64]int{}
 	for _, dl := range ds {
+		if pending[dl.Plant.ID] {
+			continue
+		}
 		i, ok := at[dl.Plant.ID]
 		if !ok {
 			i = len(chains)
@@ -479,82 +620,39 @@ func (d *Dispatcher) sendWindow(ctx context.Context, log *slog.Logger, sub plant
 		}
 		chains[i] = append(chains[i], dl)
 	}
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var gone atomic.Pointer[string]
-	todo := make(chan []plantstore.Delivery)
-	results := make(chan plantstore.AttemptResult, d.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for range min(d.cfg.Concurrency, len(chains)) {
-		wg.Go(func() {
-			for chain := range todo {
-				for _, dl := range chain {
-					r, outcome := d.attempt(wctx, log, sub, key, dl)
-					if outcome != Delivered && wctx.Err() != nil {
-						break // cut short: not the subscriber's failure, not recorded
-					}
-					if outcome == Gone {
-						// The attempt counts: it is parked with the 410,
-						// and disabling parks the subscriber's others.
-						results <- r
-						gone.CompareAndSwap(nil, &dl.EventID)
-						stop()
-						break
-					}
-					results <- r
-					if !r.Delivered && !r.GiveUp {
-						break // the plant's later deliveries wait behind it
-					}
+	return chains
+}
+
+// sendChains is a sender: it sends the chains it takes from todo, each
+// plant's deliveries one after another, and reports each result, then
+// that the chain ended. A chain stops at a failure that will be retried
+// (its plant's later deliveries wait), and everything stops at a 410 or
+// when ctx ends. A chain taken once the turn is over, or ctx ended, is
+// not sent: it waits for the subscriber's next turn.
+func (d *Dispatcher) sendChains(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte,
+	todo <-chan []plantstore.Delivery, reports chan<- report, turnOver func() bool, stop func()) {
+	for chain := range todo {
+		if ctx.Err() == nil && !turnOver() {
+			for _, dl := range chain {
+				r, outcome := d.attempt(ctx, log, sub, key, dl)
+				if outcome != Delivered && ctx.Err() != nil {
+					break // cut short: not the subscriber's failure, not recorded
+				}
+				if outcome == Gone {
+					// The attempt counts: it is parked with the 410,
+					// and disabling parks the subscriber's others.
+					reports <- report{result: r, goneOn: dl.EventID}
+					stop()
+					break
+				}
+				reports <- report{result: r}
+				if !r.Delivered && !r.GiveUp {
+					break // the plant's later deliveries wait behind it
 				}
 			}
-		})
-	}
-	go func() {
-		defer close(todo)
-		for _, chain := range chains {
-			if turnOver() {
-				return // the rest wait for the subscriber's next turn
-			}
-			select {
-			case todo <- chain:
-			case <-wctx.Done():
-				return
-			}
 		}
-	}()
-	go func() {
-		wg.Wait()
-		close(results)
-	}()
-	// Record in batches: when the lease needs renewing, or a batch is
-	// full, and what is left at the end.
-	var batch []plantstore.AttemptResult
-	renewed := d.cfg.Now()
-	lost := false
-	for r := range results {
-		batch = append(batch, r)
-		if lost || (len(batch) < maxWindow && d.cfg.Now().Sub(renewed) <= d.cfg.Lease/3) {
-			continue
-		}
-		if !record(batch, false) {
-			lost = true
-			stop() // another instance has the subscriber now
-		}
-		batch, renewed = nil, d.cfg.Now()
+		reports <- report{ended: true, plant: chain[0].Plant.ID}
 	}
-	if lost {
-		return windowLost, ""
-	}
-	if on := gone.Load(); on != nil {
-		// Keep the lease until the subscriber is disabled (which frees
-		// it), or another worker could claim it in between.
-		record(batch, false)
-		return windowGone, *on
-	}
-	if !record(batch, false) {
-		return windowLost, ""
-	}
-	return windowDone, ""
 }
 
 // attempt sends one delivery and says what to record.
@@ -563,8 +661,8 @@ func (d *Dispatcher) attempt(ctx context.Context, log *slog.Logger, sub plantsto
 	res := Send(ctx, d.cfg.Client, Message{ID: dl.EventID, URL: sub.URL, Key: key, Body: DeliveryBody(dl),
 		Type: dl.EventType, Seq: dl.Seq}, start)
 	if res.Outcome != Delivered && ctx.Err() != nil {
-		// Cut short (the shutdown, the window's lease lost, another chain's
-		// 410): not the subscriber's failure, and not recorded; the
+		// Cut short (the shutdown, the lease lost, another chain's 410):
+		// not the subscriber's failure, and not recorded; the
 		// delivery goes out again later.
 		log.Info("webhook attempt cut short; not counted", "event", dl.EventID, "plant", dl.Plant.ID)
 		return plantstore.AttemptResult{DeliveryID: dl.ID}, Retry

@@ -143,8 +143,10 @@ func startWrapped(t *testing.T, cfg webhook.DispatcherConfig, wrap func(plantsto
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 2 * time.Second})
-	cfg.Store, cfg.Client, cfg.Wake, cfg.Workers = f.store, client, f.wake, 4
+	if cfg.Client == nil {
+		cfg.Client = webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 2 * time.Second})
+	}
+	cfg.Store, cfg.Wake, cfg.Workers = f.store, f.wake, 4
 	if wrap != nil {
 		cfg.Store = wrap(f.store)
 	}
@@ -961,5 +963,166 @@ func TestTurnsLoggedAtDebugLevel(t *testing.T) {
 	})
 	if n := strings.Count(logs.String(), `"msg":"webhook subscriber claimed"`); n < 2 {
 		t.Errorf("%d claims logged, want 2 at least:\n%s", n, logs)
+	}
+}
+
+// A slow attempt holds up its own plant only: while a receiver holds plant
+// 1's first event, the events of other plants created after it (so not in
+// the read that found plant 1's), and a retry that falls due, all arrive;
+// plant 1's later events wait for its first and follow it in order.
+// (Before the dispatcher was pipelined, a worker read its next window only
+// once every attempt of the last had ended: they all waited.)
+func TestSlowAttemptHoldsUpOnlyItsPlant(t *testing.T) {
+	// Attempts time out after 10 s: plant 1's is held until the test
+	// releases it, 8 s at most.
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast,
+		Client: webhook.NewClient(webhook.ClientOptions{AllowPrivate: true, Timeout: 10 * time.Second})})
+	const others = 30
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseIt := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseIt()
+	var arrivedOnce sync.Once
+	var held atomic.Bool // plant 1's first attempt is held, unanswered
+	var failedOnce atomic.Bool
+	r, sub := f.subscribeTo(plantstore.EventTypes, func(_ int, d delivery) (int, http.Header) {
+		id := d.plant["id"].(float64)
+		switch {
+		case id == 1 && d.typ == plantstore.EventCreated:
+			held.Store(true)
+			arrivedOnce.Do(func() { close(arrived) })
+			select {
+			case <-release:
+			case <-time.After(8 * time.Second): // within the client's timeout
+			}
+			held.Store(false)
+		case id == 1:
+			if held.Load() {
+				t.Errorf("plant 1's %s arrived while its create was in flight", d.typ)
+			}
+		case id == 2 && failedOnce.CompareAndSwap(false, true):
+			return http.StatusServiceUnavailable, nil // retried 50 ms on
+		}
+		return http.StatusOK, nil
+	})
+	ctx := context.Background()
+	f.create(1)
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("plant 1's event never arrived")
+	}
+	// Enqueued after the read that found plant 1's create.
+	if err := f.store.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: "renamed"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.DeletePlant(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(2); id < 2+others; id++ {
+		f.create(id)
+	}
+	// Every other plant's event (and plant 2's retry) arrives while plant
+	// 1's attempt is held; the old dispatcher sent none before it ended.
+	deadline := time.Now().Add(4 * time.Second)
+	otherPlants := func() (got map[int64]int) {
+		got = map[int64]int{}
+		for _, id := range r.plantIDs() {
+			if id != 1 {
+				got[id]++
+			}
+		}
+		return got
+	}
+	for {
+		got := otherPlants()
+		if len(got) == others && got[2] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("while plant 1's attempt was held 4 s more, %d of the %d other plants' events arrived (plant 2: %d attempts of 2): they waited behind it",
+				len(got), others, got[2])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !held.Load() {
+		t.Fatal("plant 1's attempt was no longer held: the test tested nothing")
+	}
+	releaseIt()
+	eventually(t, "every event delivered", func() bool { return f.subscriber(sub.ID).Delivered == 3+others })
+	var one []string
+	for _, d := range r.deliveries() {
+		if d.plant["id"] == float64(1) {
+			one = append(one, d.typ)
+		}
+	}
+	if got := fmt.Sprint(one); got != "[plant.created plant.updated plant.deleted]" {
+		t.Errorf("plant 1's events arrived as %s, want its create, update and delete in order", got)
+	}
+}
+
+// However the attempts interleave, a plant never has two in flight, and
+// none of its events arrives before the earlier ones were answered 2xx:
+// plants side by side, a receiver that answers at random speeds and
+// refuses some attempts, so that chains end at different times and the
+// dispatcher reads again while others are in flight.
+func TestNoPlantTwiceInFlight(t *testing.T) {
+	const concurrency, plants, updates = 8, 16, 6
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, Concurrency: concurrency})
+	var mu sync.Mutex
+	inFlight := map[int64]bool{}
+	delivered := map[int64][]int64{} // plant: the seqs answered 2xx, in order
+	var n atomic.Int64
+	_, sub := f.subscribeTo(plantstore.EventTypes, func(_ int, d delivery) (int, http.Header) {
+		id := int64(d.plant["id"].(float64))
+		seq, err := strconv.ParseInt(d.seq, 10, 64)
+		if err != nil {
+			t.Errorf("%s %q: %v", webhook.HeaderEventID, d.seq, err)
+		}
+		mu.Lock()
+		if inFlight[id] {
+			t.Errorf("plant %d: event %d arrived while another of its events was in flight", id, seq)
+		}
+		if done := delivered[id]; len(done) > 0 && done[len(done)-1] >= seq {
+			t.Errorf("plant %d: event %d arrived after event %d was delivered", id, seq, done[len(done)-1])
+		}
+		inFlight[id] = true
+		mu.Unlock()
+		time.Sleep(time.Duration(n.Add(1)*7%20) * time.Millisecond)
+		status := http.StatusOK
+		if n.Load()%5 == 0 {
+			status = http.StatusServiceUnavailable
+		}
+		mu.Lock()
+		inFlight[id] = false
+		if status == http.StatusOK {
+			delivered[id] = append(delivered[id], seq)
+		}
+		mu.Unlock()
+		return status, nil
+	})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for id := int64(1); id <= plants; id++ {
+		wg.Go(func() {
+			if _, err := f.store.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "a"}); err != nil {
+				t.Error(err)
+			}
+			for i := range updates {
+				if err := f.store.UpdatePlant(ctx, plantstore.Plant{ID: id, Name: fmt.Sprint(i)}, nil); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(3 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, "every event delivered", func() bool { return f.subscriber(sub.ID).Delivered == plants*(1+updates) })
+	mu.Lock()
+	defer mu.Unlock()
+	for id := int64(1); id <= plants; id++ {
+		if got := len(delivered[id]); got != 1+updates {
+			t.Errorf("plant %d: %d events delivered, want %d", id, got, 1+updates)
+		}
 	}
 }

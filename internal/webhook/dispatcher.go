@@ -18,6 +18,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/faultlog"
 )
 
 // DispatcherConfig wires a Dispatcher. Store and Client are required.
@@ -282,6 +283,9 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	ticker := time.NewTicker(d.cfg.Poll)
 	defer ticker.Stop()
 	var lastClaim time.Time
+	// A claim fails at every poll while the store is away: said once a
+	// minute.
+	claimFaults := &faultlog.Task{Log: d.cfg.Log, Msg: "webhook claim failed"}
 	for {
 		// Under a stream of creates the wakes come faster than claims are
 		// useful (a claimed subscriber's worker picks up its new
@@ -304,11 +308,12 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		if free := d.cfg.Workers - len(slots); free > 0 {
 			now := d.cfg.Now()
 			subs, err := d.cfg.Store.ClaimSubscribers(ctx, d.owner, d.cfg.Lease, free)
-			if err != nil && ctx.Err() == nil {
-				d.cfg.Log.Warn("webhook claim failed", "error", err)
-			}
-			if err == nil {
+			switch {
+			case err == nil:
 				claimed = now
+				claimFaults.Worked()
+			case ctx.Err() == nil:
+				claimFaults.Failed(err)
 			}
 			for _, sub := range subs {
 				slots <- struct{}{}

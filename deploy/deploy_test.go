@@ -126,6 +126,7 @@ type composeService struct {
 	Healthcheck *struct{ Test []string }
 	Networks    serviceNetworks
 	NetworkMode string `yaml:"network_mode"`
+	StopGrace   string `yaml:"stop_grace_period"`
 }
 
 // serviceNetworks is a service's networks, a list of names or a map of
@@ -235,6 +236,16 @@ func TestCompose(t *testing.T) {
 		}
 		if len(s.Ports) > 0 {
 			t.Errorf("%s publishes %v; only the load balancer should", name, s.Ports)
+		}
+		// A rolling restart loses no request: the instance drains longer
+		// than HAProxy takes to mark it down (2 checks 2 s apart), and
+		// SIGKILL waits for the drain and --shutdown-timeout (30 s).
+		drain, err := time.ParseDuration(s.Environment["PLANTSTORE_DRAIN_DELAY"])
+		if err != nil || drain <= 4*time.Second {
+			t.Errorf("%s: PLANTSTORE_DRAIN_DELAY %q; want more than HAProxy's 4 s to take it out", name, s.Environment["PLANTSTORE_DRAIN_DELAY"])
+		}
+		if grace, err := time.ParseDuration(s.StopGrace); err != nil || grace <= drain+30*time.Second {
+			t.Errorf("%s: stop_grace_period %q leaves no margin over the drain (%v) and --shutdown-timeout (30 s)", name, s.StopGrace, drain)
 		}
 	}
 

@@ -218,6 +218,16 @@ func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.
 	return p
 }
 
+// OptionalDuration is a duration whose default, 0, is off: 0 may be
+// given too, to turn off what the environment turned on.
+func (fs *flagSet) OptionalDuration(name, usage string) *time.Duration {
+	p := new(time.Duration)
+	v := (*optionalDurationValue)(p)
+	fs.fromEnv(name, v)
+	fs.Var(v, name, usage)
+	return p
+}
+
 func (fs *flagSet) Int64(name string, def int64, usage string) *int64 {
 	p := new(int64)
 	*p = def
@@ -404,6 +414,21 @@ func (v *durationValue) Set(s string) error {
 	return nil
 }
 func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+type optionalDurationValue time.Duration
+
+func (v *optionalDurationValue) Set(s string) error {
+	d, err := time.ParseDuration(s) // "0" too
+	if err != nil {
+		return errors.New("not a duration (examples: 500ms, 10s, 2m; 0 for off)")
+	}
+	if d < 0 {
+		return errors.New("must not be negative")
+	}
+	*v = optionalDurationValue(d)
+	return nil
+}
+func (v *optionalDurationValue) String() string { return time.Duration(*v).String() }
 
 type int64Value int64
 

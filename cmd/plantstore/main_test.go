@@ -537,6 +537,48 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// With --drain-delay, SIGTERM first makes /readyz answer 503 while every
+// request is still served, on keep-alive connections open before it and
+// new ones alike, for the delay; then the shutdown goes on as without it.
+func TestDrainDelay(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "me")
+	s := serveProcess(t, dir, "--drain-delay", "1500ms")
+	client := apitest.Client(t)
+	if a := do(client, "GET", s.url+"/readyz", "", ""); a.status != 200 {
+		t.Fatalf("/readyz before SIGTERM: %v", a)
+	}
+	signalled := time.Now()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if !s.logged(`"msg":"draining`, 5*time.Second) {
+		t.Fatalf("no draining line after SIGTERM:\n%s", s.logs)
+	}
+	a := do(client, "GET", s.url+"/readyz", "", "")
+	if a.status != 503 || a.contentType != "application/json" || a.body != `{"error":503,"message":"the server is shutting down"}` {
+		t.Errorf("/readyz while draining: %v; want 503 saying the server is shutting down", a)
+	}
+	if a := do(client, "POST", s.url+"/plants", token, `{"id":1,"name":"fern"}`); a.status != 200 {
+		t.Errorf("a create while draining: %v; want it served", a)
+	}
+	fresh := apitest.Client(t) // a new connection, as a load balancer's next one
+	if a := do(fresh, "GET", s.url+"/plants/1", token, ""); a.status != 200 {
+		t.Errorf("a read on a new connection while draining: %v; want it served", a)
+	}
+	if !s.logged(`"msg":"stopped"`, 10*time.Second) {
+		t.Fatalf("no stop after the drain:\n%s", s.logs)
+	}
+	if took := time.Since(signalled); took < 1500*time.Millisecond {
+		t.Errorf("stopped %v after SIGTERM, before the 1.5 s drain ended", took)
+	}
+	if code := s.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	logs := s.logs.String()
+	if d, sd := strings.Index(logs, `"msg":"draining`), strings.Index(logs, `"msg":"shutting down"`); d < 0 || sd < d {
+		t.Errorf("the log does not say draining, then shutting down:\n%s", logs)
+	}
+}
+
 func TestSIGINTExitsZero(t *testing.T) {
 	s := serveProcess(t, t.TempDir())
 	if code := s.stop(t, os.Interrupt); code != 0 {

@@ -94,6 +94,7 @@ type serveFlags struct {
 	readHeaderTimeout, readTimeout          *time.Duration
 	writeTimeout, idleTimeout               *time.Duration
 	requestTimeout, shutdownTimeout         *time.Duration
+	drainDelay                              *time.Duration
 	maxConns                                *int64
 	tlsCert, tlsKey, publicURL, corsOrigins *string
 	limits                                  limitFlags
@@ -157,6 +158,7 @@ func addServeFlags(fs *flagSet) serveFlags {
 		publicURL:         fs.String("public-url", "", "`URL` clients reach the API at, behind a proxy or under a path prefix: makes Link headers absolute and names it in the served document's servers"),
 		corsOrigins:       fs.String("cors-origins", "", "comma-separated `ORIGINS` (scheme://host[:port]) whose web pages may call the API, or * for any; off when empty. Tokens are never cookies, so no origin gets credentials"),
 		shutdownTimeout:   fs.Duration("shutdown-timeout", app.DefaultShutdownTimeout, "time in-flight requests get to finish after SIGTERM or SIGINT"),
+		drainDelay:        fs.OptionalDuration("drain-delay", "time serve goes on serving after SIGTERM or SIGINT, /readyz answering 503, so that a load balancer takes it out before it stops accepting connections"),
 		limits:            addLimitFlags(fs),
 		metricsAddr:       fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty"),
 		pprofAddr:         fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback"),
@@ -184,6 +186,7 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 			MaxConnections:    int(*f.maxConns),
 		},
 		ShutdownTimeout: *f.shutdownTimeout,
+		DrainDelay:      *f.drainDelay,
 		MetricsAddr:     *f.metricsAddr,
 		PprofAddr:       *f.pprofAddr,
 		Logger:          log,

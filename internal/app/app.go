@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/auth"
@@ -132,10 +133,24 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	go func() { serveErr <- a.fast.Serve(ln) }()
+	served := false // serving ended by itself, with err
 	select {
 	case err = <-serveErr:
-		a.server.Close()
+		served = true
 	case <-ctx.Done():
+		if a.cfg.DrainDelay > 0 {
+			a.log.Info("draining: /readyz answers 503 while requests are still served", "delay", a.cfg.DrainDelay.String())
+			a.api.Drain()
+			select {
+			case err = <-serveErr:
+				served = true
+			case <-time.After(a.cfg.DrainDelay):
+			}
+		}
+	}
+	if served {
+		a.server.Close()
+	} else {
 		a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout.String())
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 		fastErr := make(chan error, 1)

@@ -28,6 +28,11 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight requests get to finish once
 	// Serve's context ends; default 30 s.
 	ShutdownTimeout time.Duration
+	// DrainDelay, when set, is how long Serve goes on serving once its
+	// context ends, with /readyz answering 503, before it stops accepting
+	// connections: time for a load balancer's health checks to take the
+	// instance out, so that no request is sent on a connection it closes.
+	DrainDelay time.Duration
 	// MetricsAddr and PprofAddr, when set, are where Prometheus metrics
 	// and Go's profiler are served, each on a listener of its own, never
 	// on the API's.

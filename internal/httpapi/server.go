@@ -191,7 +191,14 @@ type Server struct {
 
 	// repeated holds back the copies of an outage's error line, by status.
 	repeated map[int]*repeatedErrors
+
+	draining atomic.Bool // Drain was called: /readyz answers 503
 }
+
+// Drain makes /readyz answer 503 from now on, while every other route
+// is served as before: the start of a graceful shutdown, which a load
+// balancer's health checks see before the listener closes.
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // NewServer returns the API's handler over store, checking tokens with
 // authn.
@@ -469,6 +476,10 @@ func (s *Server) handleHealth() http.Handler {
 // handleReady says whether the store answers, within a second.
 func (s *Server) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			s.writeError(w, r, plantstore.Errorf(plantstore.EUNAVAILABLE, "the server is shutting down"))
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
 		if err := s.store.Ping(ctx); err != nil {

@@ -391,16 +391,20 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	// request with it would be refused.
 	secret, _ := bearerToken(r.Header)
 	hash := s.auth.Hash(secret)
-	// A shutdown ends the stream at once, a write blocked on a client that
-	// stopped reading too: it moves the write deadline to now. send looks
-	// for the shutdown after setting its own deadline, so that one set
-	// after the shutdown's is never written under.
+	// A shutdown ends the stream at once, and cleanly: the handler
+	// returns, and the response's last chunk tells the client the stream
+	// ended (rather than the connection breaking under it). The writes
+	// left, that chunk or one blocked on a client that stopped reading,
+	// get streamEndGrace: the shutdown moves the write deadline there.
+	// send looks for the shutdown after setting its own deadline, and
+	// moves it back there, so that one set after the shutdown's is never
+	// written under.
 	streamEnded := make(chan struct{})
 	defer close(streamEnded)
 	go func() {
 		select {
 		case <-s.feed.shutdown:
-			rc.SetWriteDeadline(time.Now())
+			rc.SetWriteDeadline(time.Now().Add(streamEndGrace))
 		case <-streamEnded:
 		}
 	}()
@@ -418,6 +422,7 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		}
 		rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout))
 		if s.feed.stopping() {
+			rc.SetWriteDeadline(time.Now().Add(streamEndGrace))
 			return false
 		}
 		_, err := w.Write(buf)
@@ -499,6 +504,11 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// streamEndGrace is how long a stream's last writes may take once the
+// shutdown has begun: the end of its response, to a client that reads,
+// takes microseconds; a client that stopped reading gets no longer.
+const streamEndGrace = 500 * time.Millisecond
 
 // appendStreamEvent appends e as one Server-Sent Event. The JSON has no
 // newline, so one data line carries it.

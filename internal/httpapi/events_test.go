@@ -88,6 +88,7 @@ type stream struct {
 	mu       sync.Mutex
 	raw      bytes.Buffer // all that was received, to check at the end
 	lastID   string       // as a browser's EventSource keeps it; under mu
+	endErr   error        // how the stream's body ended; under mu
 }
 
 // openStream opens a stream with token; it fails the test unless the
@@ -145,6 +146,9 @@ func (s *stream) read() {
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
+			s.mu.Lock()
+			s.endErr = err
+			s.mu.Unlock()
 			return
 		}
 		line = strings.TrimSuffix(line, "\n")
@@ -616,6 +620,13 @@ func TestEventStreamLifetime(t *testing.T) {
 		}
 		if took := time.Since(begin); took > 2*time.Second {
 			t.Errorf("shutdown took %v with a stream open", took)
+		}
+		// Cleanly: the response ends (its last chunk), the connection
+		// does not break under it.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.endErr != io.EOF {
+			t.Errorf("the stream ended with %v, want the end of its response (EOF)", s.endErr)
 		}
 	})
 }

@@ -27,10 +27,16 @@ func main() {
 	// it (Ctrl-C again) stops the process at once, as SIGKILL would: what
 	// was answered 200 stays. A repeated SIGTERM still waits for the
 	// drain: supervisors may send it more than once, and send SIGKILL when
-	// they are done waiting.
+	// they are done waiting. SIGHUP (the terminal closed; a supervisor or
+	// log rotation that means "reload", which serve has nothing to) stops
+	// gracefully too, rather than killing the process outright, Go's
+	// default; unless it was ignored at start (nohup), as it stays.
 	ignoredAtStart := signal.Ignored(os.Interrupt) // before Notify changes it
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	if !signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(signals, syscall.SIGHUP)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		<-signals

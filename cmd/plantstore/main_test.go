@@ -586,6 +586,30 @@ func TestSIGINTExitsZero(t *testing.T) {
 	}
 }
 
+// SIGHUP stops serve gracefully, as SIGTERM does, rather than killing it
+// outright (Go's default), which left the log's last line unsaid; started
+// with SIGHUP ignored (nohup), serve keeps ignoring it.
+func TestSIGHUP(t *testing.T) {
+	s := serveProcess(t, t.TempDir())
+	if code := s.stop(t, syscall.SIGHUP); code != 0 || !strings.Contains(s.logs.String(), `"msg":"stopped"`) {
+		t.Errorf("exit %d after SIGHUP, want 0 after a graceful stop:\n%s", code, s.logs)
+	}
+
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "-c", `trap '' HUP; exec "$0" serve --addr 127.0.0.1:0`, binary)
+	cmd.Dir = dir
+	nohup, addr := startProcess(t, cmd)
+	nohup.await(t, addr, 20*time.Second)
+	nohup.cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	if a := do(apitest.Client(t), "GET", nohup.url+"/healthz", "", ""); a.status != 200 || strings.Contains(nohup.logs.String(), "shutting down") {
+		t.Errorf("serve started with SIGHUP ignored: %v after SIGHUP, want it still serving:\n%s", a, nohup.logs)
+	}
+	if code := nohup.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+}
+
 func TestPersistenceAcrossRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -272,9 +272,10 @@ func (d *Dispatcher) Stats() Stats {
 	}
 }
 
-// Run sends deliveries until ctx ends. Then it stops claiming, lets the
-// attempts in flight finish (each is bounded by the client's timeout),
-// records them, releases its leases, and returns. Call it once.
+// Run sends deliveries until ctx ends. Then it stops claiming, cuts the
+// attempts in flight short (not recorded: they go again, at least once),
+// records those that ended, releases its leases, and returns. Call it
+// once.
 func (d *Dispatcher) Run(ctx context.Context) {
 	slots := d.slots
 	finished := make(chan struct{}, d.cfg.Workers)

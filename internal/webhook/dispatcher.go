@@ -446,12 +446,18 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	readAt := time.NewTimer(0) // armed while a read waits for minWindowInterval
 	defer readAt.Stop()
 	var (
-		last   time.Time // when the last read was made
-		full   bool      // the last answer was full: the backlog is not drained
-		stale  bool      // ... and had nothing new: read again once a chain ends
-		end    string    // why the service ends; once set, nothing more is read
-		goneOn string    // the event that got a 410
-		lost   bool      // the lease was lost, or results could not be recorded
+		last  time.Time // when the last read was made
+		full  bool      // the last answer was full: the backlog is not drained
+		stale bool      // ... and had nothing new: read again once a chain ends
+		// saturated: the last read waited MaxDefer for clients' writes.
+		// Then the next waits for every chain to end, as before reads
+		// were pipelined: one look at Busy a window, not one each time a
+		// chain ends, which would catch an instant of calm far more often
+		// and take a full window in the middle of the load.
+		saturated bool
+		end       string // why the service ends; once set, nothing more is read
+		goneOn    string // the event that got a 410
+		lost      bool   // the lease was lost, or results could not be recorded
 	)
 	flush := func() bool {
 		if !record(batch, false) {
@@ -486,7 +492,8 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		// Clients' writes first: a saturated server reads a small window
 		// after waiting MaxDefer, an idle one a full window at once.
 		n := window
-		if d.deferToWrites(ctx) {
+		saturated = d.deferToWrites(ctx)
+		if saturated {
 			n = min(window, concurrency)
 		}
 		if ctx.Err() != nil {
@@ -552,7 +559,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		// per write taken from the writes; it also finds, that often,
 		// what was enqueued while chains are in flight.
 		var readDue <-chan time.Time
-		if end == "" && len(pending) < concurrency && !stale {
+		if end == "" && len(pending) < concurrency && !stale && !(saturated && len(pending) > 0) {
 			wait := time.Duration(0)
 			if !full && !last.IsZero() {
 				wait = minWindowInterval - time.Since(last)

@@ -24,7 +24,7 @@ func runServe(ctx context.Context, args []string, env environment, stdout, stder
 
 Serves the Plant Store API over HTTP on the store at --db (a SQLite file,
 or a PostgreSQL database that several servers may share), until
-SIGTERM or SIGINT. Every flag can also be set by the environment variable
+SIGTERM, SIGINT or SIGHUP. Every flag can also be set by the environment variable
 shown beside it.`, env.getenv, stdout, stderr)
 	flags := addServeFlags(fs)
 	if rest, err := fs.parse(args); err != nil {
@@ -157,8 +157,8 @@ func addServeFlags(fs *flagSet) serveFlags {
 		tlsKey:            fs.String("tls-key", "", "`FILE` with the TLS private key (PEM)"),
 		publicURL:         fs.String("public-url", "", "`URL` clients reach the API at, behind a proxy or under a path prefix: makes Link headers absolute and names it in the served document's servers"),
 		corsOrigins:       fs.String("cors-origins", "", "comma-separated `ORIGINS` (scheme://host[:port]) whose web pages may call the API, or * for any; off when empty. Tokens are never cookies, so no origin gets credentials"),
-		shutdownTimeout:   fs.Duration("shutdown-timeout", app.DefaultShutdownTimeout, "time in-flight requests get to finish after SIGTERM or SIGINT"),
-		drainDelay:        fs.OptionalDuration("drain-delay", "time serve goes on serving after SIGTERM or SIGINT, /readyz answering 503, so that a load balancer takes it out before it stops accepting connections"),
+		shutdownTimeout:   fs.Duration("shutdown-timeout", app.DefaultShutdownTimeout, "time in-flight requests get to finish after SIGTERM, SIGINT or SIGHUP"),
+		drainDelay:        fs.OptionalDuration("drain-delay", "time serve goes on serving after SIGTERM, SIGINT or SIGHUP, /readyz answering 503, so that a load balancer takes it out before it stops accepting connections"),
 		limits:            addLimitFlags(fs),
 		metricsAddr:       fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty"),
 		pprofAddr:         fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback"),

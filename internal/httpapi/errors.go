@@ -39,6 +39,9 @@ type httpError struct {
 	// limit names the limit that refused the request, for the access log;
 	// such a refusal is no fault of the service.
 	limit string
+	// planned marks a 5xx the service means to answer (the drain before a
+	// shutdown): the access line is enough, it is no failure to log.
+	planned bool
 }
 
 func (e *httpError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.message) }
@@ -120,7 +123,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	// is a refusal of the request's protocol (HTTP/2's preface, a
 	// transfer coding not implemented), though its status is a 5xx.
 	protocol := status == http.StatusHTTPVersionNotSupported || status == http.StatusNotImplemented
-	if status >= 500 && !refused && !protocol {
+	if status >= 500 && !refused && !protocol && !(transport && e.planned) {
 		attrs := []slog.Attr{slog.String("request_id", requestID(r.Context())), slog.Int("status", status), slog.Any("err", err)}
 		if rep := s.repeated[status]; rep != nil {
 			rep.report(time.Now(), attrs)

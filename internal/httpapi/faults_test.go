@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -423,5 +424,45 @@ func TestOutageErrorsLoggedOnceASecond(t *testing.T) {
 	}
 	if n := strings.Count(e2.logs.String(), `"msg":"request failed"`); n != 5 {
 		t.Errorf("%d error lines for 5 internal errors, want 5", n)
+	}
+}
+
+// failingEvents is a store whose change feed cannot be read while down is
+// set, as in a database outage that leaves the writes' path to the test.
+type failingEvents struct {
+	plantstore.Store
+	down *atomic.Bool
+}
+
+func (s failingEvents) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore.Event, error) {
+	if s.down.Load() {
+		return nil, plantstore.Errorf(plantstore.EUNAVAILABLE, "the store cannot be reached")
+	}
+	return s.Store.Events(ctx, q)
+}
+
+// The streams' reader retries at every write and poll; an outage of the
+// feed is said once, not at every retry, and its end is said too.
+func TestFeedOutageLoggedOnce(t *testing.T) {
+	var down atomic.Bool
+	e := start(t, options{wrap: func(s plantstore.Store) plantstore.Store { return failingEvents{s, &down} }})
+	s := e.openStream(e.readToken, "", nil)
+	e.create(`{"id":1,"name":"before"}`)
+	s.next()
+	down.Store(true)
+	for i := range 20 {
+		e.create(fmt.Sprintf(`{"id":%d,"name":"during"}`, i+2))
+		time.Sleep(10 * time.Millisecond)
+	}
+	down.Store(false)
+	e.create(`{"id":100,"name":"after"}`)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(e.logs.String(), "works again"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line says the feed is read again:\n%s", e.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := strings.Count(e.logs.String(), `"msg":"event streams: cannot read new events; retrying at the next poll"`); n != 1 {
+		t.Errorf("%d lines for the outage, want 1:\n%s", n, e.logs)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/faultlog"
 )
 
 // feed serves the open event streams of this process from one reader of
@@ -26,6 +27,9 @@ type feed struct {
 	poll    time.Duration
 	timeout time.Duration // of each read of the store: the request timeout
 	log     *slog.Logger
+	// faults says the reader's failures, which it retries at each poll,
+	// once a minute while the store is away.
+	faults *faultlog.Task
 
 	mu      sync.Mutex
 	streams int  // open
@@ -57,6 +61,7 @@ const feedPage = 1000
 
 func newFeed(store plantstore.EventStore, written <-chan struct{}, poll, timeout time.Duration, log *slog.Logger) *feed {
 	return &feed{store: store, written: written, poll: poll, timeout: timeout, log: log,
+		faults:  &faultlog.Task{Log: log, Msg: "event streams: cannot read new events; retrying at the next poll"},
 		changed: make(chan struct{}), shutdown: make(chan struct{})}
 }
 
@@ -139,7 +144,7 @@ func (f *feed) catchUp() {
 		// The first read: the tail starts at the newest event.
 		id, err := f.store.LatestEventID(ctx)
 		if err != nil {
-			f.log.Warn("event streams: cannot read the newest event id", "err", err)
+			f.faults.Failed(err, "reading", "the newest event id")
 			return
 		}
 		f.advance(nil, id, true)
@@ -157,9 +162,10 @@ func (f *feed) catchUp() {
 			return
 		}
 		if err != nil {
-			f.log.Warn("event streams: cannot read new events; retrying at the next poll", "err", err)
+			f.faults.Failed(err)
 			return
 		}
+		f.faults.Worked()
 		if len(events) == 0 {
 			return
 		}

@@ -477,7 +477,7 @@ func (s *Server) handleHealth() http.Handler {
 func (s *Server) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
-			s.writeError(w, r, plantstore.Errorf(plantstore.EUNAVAILABLE, "the server is shutting down"))
+			s.writeError(w, r, &httpError{status: http.StatusServiceUnavailable, message: "the server is shutting down", planned: true})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)

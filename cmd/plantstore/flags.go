@@ -210,19 +210,19 @@ func (v *secretValue) Set(s string) error { v.s = s; return nil }
 func (v *secretValue) String() string     { return "" }
 
 func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
-	p := new(time.Duration)
-	*p = def
-	v := (*durationValue)(p)
-	fs.fromEnv(name, v)
-	fs.Var(v, name, usage)
-	return p
+	return fs.duration(name, def, false, usage)
 }
 
 // OptionalDuration is a duration whose default, 0, is off: 0 may be
 // given too, to turn off what the environment turned on.
 func (fs *flagSet) OptionalDuration(name, usage string) *time.Duration {
+	return fs.duration(name, 0, true, usage)
+}
+
+func (fs *flagSet) duration(name string, def time.Duration, zeroOff bool, usage string) *time.Duration {
 	p := new(time.Duration)
-	v := (*optionalDurationValue)(p)
+	*p = def
+	v := &durationValue{d: p, zeroOff: zeroOff}
 	fs.fromEnv(name, v)
 	fs.Var(v, name, usage)
 	return p
@@ -400,35 +400,35 @@ type stringValue string
 func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
 func (v *stringValue) String() string     { return string(*v) }
 
-type durationValue time.Duration
+// durationValue is a duration flag's value: positive, or 0 too (off)
+// when zeroOff.
+type durationValue struct {
+	d       *time.Duration
+	zeroOff bool
+}
 
 func (v *durationValue) Set(s string) error {
-	d, err := time.ParseDuration(s)
-	if err != nil {
+	d, err := time.ParseDuration(s) // "0" too
+	switch {
+	case err != nil && v.zeroOff:
+		return errors.New("not a duration (examples: 500ms, 10s, 2m; 0 for off)")
+	case err != nil:
 		return errors.New("not a duration (examples: 500ms, 10s, 2m)")
-	}
-	if d <= 0 {
+	case d < 0 && v.zeroOff:
+		return errors.New("must not be negative")
+	case d <= 0 && !v.zeroOff:
 		return errors.New("must be positive")
 	}
-	*v = durationValue(d)
+	*v.d = d
 	return nil
 }
-func (v *durationValue) String() string { return time.Duration(*v).String() }
 
-type optionalDurationValue time.Duration
-
-func (v *optionalDurationValue) Set(s string) error {
-	d, err := time.ParseDuration(s) // "0" too
-	if err != nil {
-		return errors.New("not a duration (examples: 500ms, 10s, 2m; 0 for off)")
+func (v *durationValue) String() string {
+	if v.d == nil { // the zero value flag makes to find the default
+		return "0s"
 	}
-	if d < 0 {
-		return errors.New("must not be negative")
-	}
-	*v = optionalDurationValue(d)
-	return nil
+	return v.d.String()
 }
-func (v *optionalDurationValue) String() string { return time.Duration(*v).String() }
 
 type int64Value int64
 

@@ -455,27 +455,26 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		// chain ends, which would catch an instant of calm far more often
 		// and take a full window in the middle of the load.
 		saturated bool
-		end       string // why the service ends; once set, nothing more is read
+		end       string // why the service ends (endLost...); once set, nothing more is read
 		goneOn    string // the event that got a 410
-		lost      bool   // the lease was lost, or results could not be recorded
 	)
 	flush := func() bool {
 		if !record(batch, false) {
 			// Another instance may have the subscriber now: stop, and
 			// record nothing more (what was not recorded goes again).
-			lost, end = true, "lease lost or attempts not recorded"
+			end = endLost
 			stop()
 		}
 		batch = nil
 		renew.Reset(d.cfg.Lease / 3)
-		return !lost
+		return end != endLost
 	}
 	take := func(r report) {
 		switch {
 		case r.ended:
 			delete(pending, r.plant)
 			stale = false
-		case lost:
+		case end == endLost:
 		default:
 			if r.goneOn != "" && goneOn == "" {
 				goneOn, end = r.goneOn, "disabled"
@@ -543,7 +542,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 			case ctx.Err() != nil:
 				end = "stopping"
 			case turnOver():
-				end = "others' turn"
+				end = endOthersTurn
 			case time.Now().UnixNano() >= turnEnds.Load():
 				turnEnds.Store(time.Now().Add(maxTurn).UnixNano()) // no one waits: the turn goes on
 			}
@@ -576,7 +575,7 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 			done = ctx.Done()
 		}
 		var renewDue <-chan time.Time
-		if !lost {
+		if end != endLost {
 			renewDue = renew.C
 		}
 		select {
@@ -589,8 +588,8 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		}
 	}
 	switch {
-	case lost:
-		why = "lease lost or attempts not recorded"
+	case end == endLost:
+		why = end
 		return progress
 	case goneOn != "":
 		// Keep the lease until the subscriber is disabled (which frees
@@ -603,8 +602,15 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	why = end
 	record(batch, true)
 	// Given back for others' turn: Run claims again at once for them.
-	return progress || end == "others' turn"
+	return progress || end == endOthersTurn
 }
+
+// Reasons a subscriber's service ends that the worker tests for later;
+// the others (nothing due, stopping, disabled) are only logged.
+const (
+	endLost       = "lease lost or attempts not recorded"
+	endOthersTurn = "others' turn"
+)
 
 // A report is what a sender tells the worker: a result to record, or,
 // after the results of its chain, that the chain of plant ended.

@@ -44,6 +44,13 @@ func EventsGone(after, horizon int64) error {
 	return Errorf(EGONE, "the events after %d are no longer all kept (the oldest kept follows %d): %s", after, horizon, resyncAdvice)
 }
 
+// EventsLost is the EGONE of a query after an event that a database
+// failover may have lost: the database's copy that took over lacked its
+// last changes, and the feed starts again after lostThrough.
+func EventsLost(after, lostThrough int64) error {
+	return Errorf(EGONE, "the events after %d may be lost: the database failed over to a copy that lacked its last changes, and the feed starts again after %d: %s", after, lostThrough, resyncAdvice)
+}
+
 // EventsAhead is the EGONE of a query after an event the store has not
 // recorded (its newest is latest): ids are never reused, so the client's
 // position comes from a store that has since gone back, restored from a

@@ -278,7 +278,7 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 	// caller's would otherwise land after its 503. A batch that fails so
 	// is tried a create at a time, each under its own (commit).
 	err = retry(ctx, func(ctx context.Context) error {
-		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), insertPlantsSQL, []any{ids, names, tags, events, db.now(), until},
+		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), db.eventSQL(insertPlantsSQL), []any{ids, names, tags, events, db.now(), until},
 			&insertedIDs, &enqueued, &event, &lateIDs)
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,11 +47,51 @@ const eventsChannel = "plantstore_events"
 // run to its end before the lock is taken: the write holds every plant it
 // changes before it queues for the counter, so two writes cannot each hold
 // what the other waits for.
+//
+// It also notices a failover that lost commits. A standby promoted after
+// its primary died may lack the primary's last commits, and with them the
+// last event ids the primary gave: followers and webhook receivers have
+// seen ids the promoted database would give again, to other changes. A
+// promotion (and a point-in-time recovery) starts a new timeline, so the
+// counter keeps the timeline of the write that last took ids, and the
+// first write on another one takes its ids a leap (lostEventIDs) further
+// on and sets lost_through to the leap's end: the feed reads as pruned up
+// to there, and followers get 410 and resync (eventsSQL). Taking ids and
+// comparing timelines in one statement, under the counter's lock, leaves
+// no window for a write to slip between them. A planned switchover starts
+// a timeline too and costs the followers one resync.
 const takeEventIDs = `counter AS (
-		UPDATE event_counter SET last = last + (SELECT count(*) FROM changed)
+		UPDATE event_counter c SET
+			last = c.last + (SELECT count(*) FROM changed)
+				+ CASE WHEN c.timeline <> w.timeline THEN ` + lostEventIDs + ` ELSE 0 END,
+			lost_through = CASE WHEN c.timeline <> w.timeline THEN c.last + ` + lostEventIDs + ` ELSE c.lost_through END,
+			timeline = coalesce(w.timeline, c.timeline)
+		FROM (SELECT ` + currentTimeline + ` AS timeline) w
 		WHERE (SELECT count(*) FROM changed) > 0
-		RETURNING last
+		RETURNING c.last
 	)`
+
+// lostEventIDs is how far past the last id it knows a database on a new
+// timeline starts giving event ids: more than any standby's lag can hold
+// (a billion changes), and small enough that ids stay exact in a
+// JavaScript number (below 2^53) for millions of failovers.
+const lostEventIDs = `1000000000`
+
+// currentTimeline is the timeline PostgreSQL writes its WAL on: the first
+// eight hex digits of the current WAL file's name. It fails on a standby,
+// where a write fails first anyway (read-only). Where the server has no
+// such function (some services built on PostgreSQL), the statements use
+// NULL instead (DB.eventSQL) and no failover is noticed.
+const currentTimeline = `substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)`
+
+// eventSQL is stmt, one of the statements that take event ids, as this
+// database runs it: without the timeline where the server cannot tell it.
+func (db *DB) eventSQL(stmt string) string {
+	if db.noTimeline {
+		return strings.Replace(stmt, currentTimeline, "NULL::text", 1)
+	}
+	return stmt
+}
 
 // notifyEvents is the last column of the statements that record events:
 // the id of the last event recorded, NULL when none, and a notification
@@ -65,15 +106,16 @@ func (db *DB) recorded(id *int64) {
 	}
 }
 
-// eventsSQL reads the horizon, the last event id given and one page of
+// eventsSQL reads the horizon (past the events pruned, and those a
+// failover lost: takeEventIDs), the last event id given and one page of
 // events in one statement, so from one snapshot: a prune cannot come
 // between them and hide a gap. The horizon and the last id come back on
-// every row, and alone (with NULL event fields)
-// when no event follows $1 (or the horizon, when $4).
-const eventsSQL = `SELECT h.pruned_through, c.last, e.id, e.type, e.plant_id, e.name, e.tag, e.at
+// every row, and alone (with NULL event fields) when no event follows $1
+// (or the horizon, when $4).
+const eventsSQL = `SELECT h.pruned_through, c.lost_through, c.last, e.id, e.type, e.plant_id, e.name, e.tag, e.at
 	FROM event_horizon h CROSS JOIN event_counter c LEFT JOIN LATERAL (
 		SELECT id, type, plant_id, name, tag, at FROM events
-		WHERE id > CASE WHEN $4::boolean THEN h.pruned_through ELSE $1 END AND (cardinality($3::text[]) = 0 OR type = ANY($3::text[]))
+		WHERE id > CASE WHEN $4::boolean THEN greatest(h.pruned_through, c.lost_through) ELSE $1 END AND (cardinality($3::text[]) = 0 OR type = ANY($3::text[]))
 		ORDER BY id LIMIT $2
 	) e ON true
 	ORDER BY e.id`
@@ -91,12 +133,12 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 		return nil, db.storeError("read events", err)
 	}
 	events := make([]plantstore.Event, 0, min(q.Limit, 1024))
-	var horizon, latest int64
+	var pruned, lost, latest int64
 	var id, plantID *int64
 	var typ, name *string
 	var tag *string
 	var at *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&horizon, &latest, &id, &typ, &plantID, &name, &tag, &at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&pruned, &lost, &latest, &id, &typ, &plantID, &name, &tag, &at}, func() error {
 		if id == nil {
 			return nil
 		}
@@ -114,8 +156,10 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	}
 	switch {
 	case q.FromOldest:
-	case q.After < horizon:
-		return nil, plantstore.EventsGone(q.After, horizon)
+	case q.After < lost && lost >= pruned:
+		return nil, plantstore.EventsLost(q.After, lost)
+	case q.After < pruned:
+		return nil, plantstore.EventsGone(q.After, pruned)
 	case q.After > latest:
 		return nil, plantstore.EventsAhead(q.After, latest)
 	}

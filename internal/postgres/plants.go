@@ -112,7 +112,7 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 	for range insertAttempts {
 		var inserted, enqueued int
 		var event *int64
-		err := gatedWrite(ctx, db.pool, insertPlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()},
+		err := gatedWrite(ctx, db.pool, db.eventSQL(insertPlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()},
 			&inserted, &enqueued, &event)
 		if err != nil {
 			return false, err
@@ -233,7 +233,7 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 				return nil, nil // no change, no event
 			}
 			var event *int64
-			err := gatedWrite(ctx, tx, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
+			err := gatedWrite(ctx, tx, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 			return event, err
 		})
 		db.wake(err, enqueued)
@@ -243,7 +243,7 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 		var event *int64
 		var enqueued int
 		err := retry(ctx, func(ctx context.Context) error {
-			return gatedWrite(ctx, db.pool, updatePlantSQL, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
+			return gatedWrite(ctx, db.pool, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 		})
 		if err != nil {
 			return db.storeError(op, err)
@@ -290,7 +290,7 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 		var enqueued int
 		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
 			var event *int64
-			err := gatedWrite(ctx, tx, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
+			err := gatedWrite(ctx, tx, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 			return event, err
 		})
 		db.wake(err, enqueued)
@@ -299,7 +299,7 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 	var event *int64
 	var enqueued int
 	err := retry(ctx, func(ctx context.Context) error {
-		return gatedWrite(ctx, db.pool, deletePlantSQL, []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
+		return gatedWrite(ctx, db.pool, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
 	})
 	if err != nil {
 		return db.storeError(op, err)

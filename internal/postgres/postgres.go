@@ -113,6 +113,14 @@ type DB struct {
 	log           *slog.Logger
 	// schemaVersion is the version Open found or brought the schema to.
 	schemaVersion int
+	// noTimeline is set when the server cannot tell its timeline
+	// (takeEventIDs, checkTimeline); readsTimeline once the start has
+	// found it can, and new sessions read it.
+	noTimeline    bool
+	readsTimeline atomic.Bool
+	// timelineSaid is the last change of timeline logged (newTimeline).
+	timelineMu   sync.Mutex
+	timelineSaid string
 
 	stopListening context.CancelFunc
 	listening     sync.WaitGroup
@@ -143,6 +151,23 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	// is what we want.
 	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch,
 		eventsWritten: opts.EventsWritten, log: opts.Logger}
+	afterConnect := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if afterConnect != nil {
+			if err := afterConnect(ctx, c); err != nil {
+				return err
+			}
+		}
+		// Every session after a failover is new: the first to reach the
+		// promoted database says so, before a write on it leaps. Not on
+		// a standby, where the server would log the refusal.
+		if db.readsTimeline.Load() && !readOnly(c.PgConn()) {
+			if err := db.readTimeline(ctx, c); err != nil && c.IsClosed() {
+				return err
+			}
+		}
+		return nil
+	}
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		// NewWithConfig connects nothing unless MinConns asks it to; its
@@ -154,6 +179,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	db.warnIfReadOnly(ctx)
+	db.checkTimeline(ctx)
 	if !opts.NoBatch {
 		committers := opts.Committers
 		if committers <= 0 {
@@ -327,6 +353,59 @@ func (db *DB) warnIfReadOnly(ctx context.Context) {
 			"in_hot_standby", pc.ParameterStatus("in_hot_standby"),
 			"default_transaction_read_only", pc.ParameterStatus("default_transaction_read_only"))
 	}
+}
+
+// timelineSQL reads the server's timeline and that of the last write that
+// took event ids (takeEventIDs).
+const timelineSQL = `SELECT ` + currentTimeline + `, timeline FROM event_counter`
+
+// checkTimeline finds, at the start, whether the server can tell its
+// timeline. Where it cannot (a function some services built on PostgreSQL
+// lack or refuse), writes take their event ids without comparing
+// timelines, and the start says that a failover that loses commits goes
+// unnoticed there.
+func (db *DB) checkTimeline(ctx context.Context) {
+	defer func() { db.readsTimeline.Store(!db.noTimeline) }()
+	c, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return // migrate has just connected; a failure now shows in the requests
+	}
+	defer c.Release()
+	err = db.readTimeline(ctx, c.Conn())
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok || pgErr.Code == "55000" { // object_not_in_prerequisite_state: a standby, whose timeline shows once promoted
+		return
+	}
+	if code, _ := classify(err); code == plantstore.EUNAVAILABLE {
+		return // the server busy or going away: no news of the function
+	}
+	db.noTimeline = true
+	db.log.Warn("the database cannot tell its timeline, so a failover to a standby that lacks the last commits goes unnoticed: see docs/postgres.md, Replicas and failover",
+		"error", withoutSecrets(pgErr.Message, db.secrets))
+}
+
+// readTimeline reads the server's timeline and says, once for each change,
+// when the change feed's last write was on another: the database is a
+// promoted standby or a point-in-time recovery, and its next write takes
+// its event ids a leap further on.
+func (db *DB) readTimeline(ctx context.Context, c *pgx.Conn) error {
+	var now, last *string
+	if err := c.QueryRow(ctx, timelineSQL).Scan(&now, &last); err != nil {
+		return err // an older schema, a standby, or no such function: nothing to say
+	}
+	if now == nil || last == nil || *now == *last {
+		return nil
+	}
+	change := *last + " " + *now
+	db.timelineMu.Lock()
+	said := db.timelineSaid == change
+	db.timelineSaid = change
+	db.timelineMu.Unlock()
+	if !said {
+		db.log.Warn("the database is on another timeline than the change feed's last write (a promoted standby, or a point-in-time recovery): the next write takes its event ids a leap further on, and clients following the feed get 410 and resync",
+			"timeline", *now, "last_write_timeline", *last, "leap", lostEventIDs)
+	}
+	return nil
 }
 
 // readOnly reports whether a session says it cannot write: its database or

@@ -42,6 +42,19 @@ func StartServer(t testing.TB) *Server {
 	if err != nil {
 		t.Skipf("no PostgreSQL server programs: %v", err)
 	}
+	s := newServer(t, bin)
+	if out, err := s.run(filepath.Join(bin, "initdb"), "-D", filepath.Join(s.dir, "data"),
+		"-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	s.startOnFreePort()
+	return s
+}
+
+// newServer makes the directory of a cluster, owned by its owner, and
+// has it stopped and removed when t ends.
+func newServer(t testing.TB, bin string) *Server {
+	t.Helper()
 	// /tmp rather than $TMPDIR or t.TempDir: as root, the postgres user
 	// must be able to reach the directory, and /tmp is open to everyone.
 	dir, err := os.MkdirTemp("/tmp", "plantstore-pgtest-")
@@ -69,23 +82,57 @@ func StartServer(t testing.TB) *Server {
 			t.Fatal(err)
 		}
 	}
-	if out, err := s.run(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"),
-		"-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-	// Another process may take the port between our probe and the
-	// server's bind; then we try another.
+	return s
+}
+
+// startOnFreePort starts the server on a free port. Another process may
+// take the port between our probe and the server's bind; then it tries
+// another.
+func (s *Server) startOnFreePort() {
+	s.t.Helper()
 	for attempt := 1; ; attempt++ {
-		s.port = freePort(t)
+		s.port = freePort(s.t)
 		err := s.start()
 		if err == nil {
-			break
+			return
 		}
 		if attempt == 5 {
-			t.Fatalf("start PostgreSQL: %v", err)
+			s.t.Fatalf("start PostgreSQL: %v", err)
 		}
 	}
-	return s
+}
+
+// StartStandby makes a streaming standby of s, as an operator would
+// (pg_basebackup -R, which writes the standby's settings), starts it on a
+// port of its own and returns it once it accepts connections. Like s, it
+// is stopped and removed when the test ends.
+func (s *Server) StartStandby() *Server {
+	s.t.Helper()
+	standby := newServer(s.t, s.bin)
+	if out, err := standby.run(filepath.Join(s.bin, "pg_basebackup"), "-D", filepath.Join(standby.dir, "data"),
+		"-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres", "-R", "-X", "stream", "-c", "fast"); err != nil {
+		s.t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	standby.startOnFreePort()
+	return standby
+}
+
+// Promote ends a standby's recovery (pg_ctl promote) and returns once it
+// takes writes, on a new timeline.
+func (s *Server) Promote() {
+	s.t.Helper()
+	if out, err := s.pgCtl("-w", "-t", "60", "promote"); err != nil {
+		s.t.Fatalf("promote the standby: %v\n%s", err, out)
+	}
+}
+
+// Crash stops the server as a crash would (pg_ctl stop -m immediate): no
+// shutdown checkpoint, and no last WAL sent to its standbys.
+func (s *Server) Crash() {
+	s.t.Helper()
+	if out, err := s.pgCtl("-m", "immediate", "-w", "stop"); err != nil {
+		s.t.Fatalf("stop PostgreSQL: %v\n%s", err, out)
+	}
 }
 
 // URL is the server's admin URL, for its database postgres. It stays the

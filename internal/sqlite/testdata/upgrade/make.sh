@@ -6,7 +6,7 @@
 # open them with the current code. README.md beside this script says what
 # each fixture holds.
 #
-#   bash internal/sqlite/testdata/upgrade/make.sh sqlite-v1 sqlite-v2 sqlite-v3 sqlite-v6 sqlite-v7 postgres-v1 postgres-v2
+#   bash internal/sqlite/testdata/upgrade/make.sh sqlite-v1 sqlite-v2 sqlite-v3 sqlite-v6 sqlite-v7 postgres-v1 postgres-v2 postgres-v5
 #
 # postgres-* needs a server where databases may be created: run
 #   eval "$(bash .ci/postgres.sh)"
@@ -247,6 +247,12 @@ postgres_v1() { postgres_fixture 7436aa0 1; }
 # 60b2988 is the last commit whose newest migration is 0002_webhooks.sql.
 postgres_v2() { postgres_fixture 60b2988 2; }
 
+# postgres-v5: schema version 5 of PostgreSQL (0005_webhook_events.sql;
+# versions 3 and 4 were never the newest on main). ea89441 is the last
+# commit whose newest migration is 0005_webhook_events.sql: it takes event
+# ids without the timeline that 0006_event_timeline.sql adds.
+postgres_v5() { postgres_fixture ea89441 5; }
+
 # postgres_fixture COMMIT VERSION: the fixture is pg_dump's plain SQL of
 # the database the binary of COMMIT wrote.
 postgres_fixture() {
@@ -277,7 +283,7 @@ postgres_fixture() {
 }
 
 if [ $# -eq 0 ]; then
-	echo "usage: make.sh FIXTURE... (sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, sqlite-v7, postgres-v1, postgres-v2)" >&2
+	echo "usage: make.sh FIXTURE... (sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, sqlite-v7, postgres-v1, postgres-v2, postgres-v5)" >&2
 	exit 2
 fi
 for fixture in "$@"; do
@@ -290,8 +296,9 @@ for fixture in "$@"; do
 	sqlite-v7) sqlite_v7 ;;
 	postgres-v1) postgres_v1 ;;
 	postgres-v2) postgres_v2 ;;
+	postgres-v5) postgres_v5 ;;
 	*)
-		echo "unknown fixture $fixture: want sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, sqlite-v7, postgres-v1 or postgres-v2" >&2
+		echo "unknown fixture $fixture: want sqlite-v1, sqlite-v2, sqlite-v3, sqlite-v6, sqlite-v7, postgres-v1, postgres-v2 or postgres-v5" >&2
 		exit 2
 		;;
 	esac

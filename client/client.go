@@ -61,6 +61,10 @@ type Error struct {
 	// RequestID is the answer's X-Request-Id: the service's log has the
 	// request under it (a 500's cause, say). Error quotes it for a 5xx.
 	RequestID string
+	// Attempt is the attempt that got this answer: 1 for the first, more
+	// after retries (RetryPolicy). A Delete's 404 on a later attempt may
+	// mean that an earlier one deleted the plant and its answer was lost.
+	Attempt int
 }
 
 func (e *Error) Error() string {

@@ -31,7 +31,8 @@ import (
 // create again as a replay (200, nothing changed). One consequence: when
 // an attempt took effect but its answer was lost, the retry reports what
 // it finds: a Delete or DeleteIf 404, an UpdateIf 412, a Create 409 if
-// another client changed the plant in between.
+// another client changed the plant in between. Error.Attempt tells an
+// answer to a retry from the first.
 type RetryPolicy struct {
 	// Max is how many times a request is retried after its first attempt.
 	Max int
@@ -79,6 +80,9 @@ func RetryAfter(err error) time.Duration {
 func (c *Client) send(ctx context.Context, r request) error {
 	for retry := 0; ; retry++ {
 		err := c.sendOnce(ctx, r)
+		if e, ok := errors.AsType[*Error](err); ok {
+			e.Attempt = retry + 1
+		}
 		if err == nil || retry >= c.retry.Max || !retryable(r, err) {
 			return err
 		}

@@ -358,7 +358,14 @@ that ETag (from plants get).`,
 				if err != nil {
 					return err
 				}
-				if err := c.DeleteIf(ctx, id, entityTag(*ifMatch)); err != nil {
+				err = c.DeleteIf(ctx, id, entityTag(*ifMatch))
+				// A retry's 404: the plant is gone, as asked, perhaps by
+				// the attempt whose answer was lost.
+				if e, ok := errors.AsType[*client.Error](err); ok && e.StatusCode == http.StatusNotFound && e.Attempt > 1 {
+					fmt.Fprintf(stderr, "plant %d is gone: an earlier attempt, whose answer was lost, may have deleted it\n", id)
+					return nil
+				}
+				if err != nil {
 					return err
 				}
 				fmt.Fprintf(stderr, "deleted plant %d\n", id)
@@ -596,7 +603,9 @@ func (p plantPrinter) stream(seq iter.Seq2[client.Plant, error]) error {
 	rows := 0
 	for plant, err := range seq {
 		if err != nil {
-			tw.Flush()
+			if rows > 0 { // a header alone would read as an empty listing
+				tw.Flush()
+			}
 			return err
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag))
@@ -680,11 +689,15 @@ func tagCell(tag *string) string {
 // override (U+202E) or isolate (U+2066-U+2069) reorders the rest of the
 // line, a zero-width character hides, and a line separator breaks the
 // row, so a plant could pass for another or forge a row. Quoted, they
-// show as \u202e. A plain cell never contains '"', so one that starts
-// with '"' is always quoted and the two cannot be confused. JSON output
-// is left as it is: there they are data, escaped or not by the reader's
-// choice.
+// show as \u202e. A space at either end would pass for the column's
+// padding ("Fern " for "Fern"), so such a cell is quoted too. A plain
+// cell never contains '"', so one that starts with '"' is always quoted
+// and the two cannot be confused. JSON output is left as it is: there
+// they are data, escaped or not by the reader's choice.
 func tableCell(s string) string {
+	if strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") {
+		return quoteCell(s)
+	}
 	for _, r := range s {
 		if r == '"' || hidden(r) {
 			return quoteCell(s)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -117,6 +118,68 @@ func TestPlantsRetryDroppedConnection(t *testing.T) {
 	}
 	if n := drops.Load(); n != 0 {
 		t.Errorf("%d drops left: want 4 attempts, the first and 3 retries", n)
+	}
+}
+
+// A delete whose answer is lost after it took effect: the retry finds
+// no plant (404), and the command says the plant is gone, exit 0, not
+// that it was not found. A plant that was never there is still a 404.
+func TestPlantsDeleteAnswerLost(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "cli")
+	s := serve(t, dir)
+	u, err := url.Parse(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	var lose atomic.Bool
+	lose.Store(true)
+	front := inFront(t, s.url, func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodDelete || !lose.CompareAndSwap(true, false) {
+			return false
+		}
+		// Forwarded, then the answer dropped on the way back.
+		proxy.ServeHTTP(httptest.NewRecorder(), r)
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+		return true
+	})
+	env := []string{"PLANTSTORE_SERVER=" + front, "PLANTSTORE_TOKEN=" + token}
+	if r := cli(t, dir, env, "plants", "add", "--id", "5", "--name", "Ivy"); r.exit != 0 {
+		t.Fatalf("add: exit %d, %s", r.exit, r.stderr)
+	}
+	r := cli(t, dir, env, "plants", "delete", "5")
+	if r.exit != 0 || !strings.Contains(r.stderr, "plant 5 is gone: an earlier attempt, whose answer was lost, may have deleted it") {
+		t.Errorf("delete whose answer was lost: exit %d, %q; want 0 and that the plant is gone", r.exit, r.stderr)
+	}
+	if lose.Load() {
+		t.Error("the proxy lost no answer: the test proved nothing")
+	}
+	if r := cli(t, dir, env, "plants", "get", "5"); r.exit != 1 || !strings.Contains(r.stderr, "HTTP 404") {
+		t.Errorf("get after the delete: exit %d, %q; want 404", r.exit, r.stderr)
+	}
+	if r := cli(t, dir, env, "plants", "delete", "6"); r.exit != 1 || !strings.Contains(r.stderr, "plant 6 not found (HTTP 404)") {
+		t.Errorf("delete of a plant never there: exit %d, %q; want 404, exit 1", r.exit, r.stderr)
+	}
+}
+
+// A listing that fails before its first page prints nothing on standard
+// output: a table's header alone would read as an empty listing.
+func TestPlantsListAllFailsBeforeAnyPage(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	env := []string{"PLANTSTORE_SERVER=http://" + addr, "PLANTSTORE_TOKEN=pst_notused"}
+	for _, args := range [][]string{{"plants", "list", "--all"}, {"plants", "list", "--all", "--json"}, {"plants", "list"}} {
+		r := cli(t, dir, env, args...)
+		if r.exit != 1 || r.stdout != "" || !strings.Contains(r.stderr, "cannot reach the server") {
+			t.Errorf("%v with no server: exit %d, stdout %q, stderr %q; want exit 1 and nothing on stdout", args, r.exit, r.stdout, r.stderr)
+		}
 	}
 }
 

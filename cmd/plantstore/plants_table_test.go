@@ -31,6 +31,9 @@ func TestPlantTableEscapesFormatCharacters(t *testing.T) {
 		// selector of the supplement; and a quoted tag escapes them too.
 		{client.Plant{ID: 9, Name: "alice\u034f", Tag: tag("two\ufe0f words")}, `"alice\u034f"`, `"two\ufe0f words"`, []rune{0x34f, 0xfe0f}},
 		{client.Plant{ID: 10, Name: "\u3164Fern\U000e0100"}, `"\u3164Fern\U000e0100"`, "-", []rune{0x3164, 0xe0100}},
+		// A space at either end would read as the column's padding.
+		{client.Plant{ID: 11, Name: "Fern "}, `"Fern "`, "-", nil},
+		{client.Plant{ID: 12, Name: " Fern", Tag: tag("shade")}, `" Fern"`, "shade", nil},
 		// Visible text is left alone, accents and scripts included.
 		{client.Plant{ID: 7, Name: "Monstera déliciosa", Tag: tag("熱帯")}, "Monstera déliciosa", "熱帯", nil},
 		{client.Plant{ID: 8, Name: `back\slash`, Tag: tag("two words")}, `back\slash`, `"two words"`, nil},

@@ -240,7 +240,7 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 	case (*f.tlsCert == "") != (*f.tlsKey == ""):
 		return cfg, usageError("--tls-cert and --tls-key go together")
 	case *f.tlsCert != "":
-		if cfg.TLS, err = httpapi.TLSConfig(*f.tlsCert, *f.tlsKey); err != nil {
+		if cfg.TLS, err = httpapi.TLSConfig(*f.tlsCert, *f.tlsKey, log); err != nil {
 			return cfg, usageError(err.Error())
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -137,6 +138,72 @@ func TestTLS(t *testing.T) {
 
 	healthOverTLS(t, dir, base, certFile, keyFile)
 	tlsFlagRefusals(t, dir, certFile, keyFile)
+}
+
+// A renewed certificate is served from the next handshake without a
+// restart, as an ACME client or cert-manager renews it: the files
+// replaced, here by a rename over each. A pair that does not load leaves
+// the certificate in service, and says so.
+func TestTLSCertificateRenewed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certFile, keyFile, _ := selfSigned(t)
+	s := serve(t, dir, "--tls-cert", certFile, "--tls-key", keyFile)
+	addr := strings.TrimPrefix(s.url, "http://")
+	served := func() []byte {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Raw
+	}
+	inFile := func(name string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(b)
+		return block.Bytes
+	}
+	if !bytes.Equal(served(), inFile(certFile)) {
+		t.Fatal("the server does not serve its certificate")
+	}
+	newCert, newKey, _ := selfSigned(t)
+	for from, to := range map[string]string{newCert: certFile, newKey: keyFile} {
+		if err := os.Rename(from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := inFile(certFile)
+	for deadline := time.Now().Add(10 * time.Second); !bytes.Equal(served(), want); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the renewed certificate was not served within 10 s\n%s", s.logs)
+		}
+	}
+	if !s.logged(`"msg":"TLS certificate reloaded"`, 5*time.Second) {
+		t.Errorf("the reload is not logged:\n%s", s.logs)
+	}
+	// A key written half: the renewed certificate stays in service.
+	if err := os.WriteFile(keyFile, []byte("-----BEGIN EC PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Only a handshake looks at the files, at most once a second.
+	time.Sleep(1100 * time.Millisecond)
+	if !bytes.Equal(served(), want) {
+		t.Fatal("a key that does not load took the certificate out of service")
+	}
+	if !s.logged(`"level":"WARN","msg":"the TLS certificate's files changed but do not load: the previous certificate is still served"`, 5*time.Second) {
+		t.Errorf("a key that does not load is not logged:\n%s", s.logs)
+	}
+	for range 3 {
+		if !bytes.Equal(served(), want) {
+			t.Fatal("a key that does not load took the certificate out of service")
+		}
+		time.Sleep(600 * time.Millisecond)
+	}
 }
 
 // healthOverTLS: health finds the server where serve's variables say it

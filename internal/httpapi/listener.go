@@ -336,17 +336,18 @@ func (j rejecter) rejection(remote net.Addr, status int, message string) []byte 
 }
 
 // TLSConfig is the server's TLS: the certificate and key in PEM files,
-// TLS 1.2 at least, and for TLS 1.2 only forward-secret AEAD suites (TLS
-// 1.3's are all such). It speaks HTTP/1.1 (and 1.0): the listener wrappers below
+// read again when they change (certFiles, which logs to log), TLS 1.2 at
+// least, and for TLS 1.2 only forward-secret AEAD suites (TLS 1.3's are
+// all such). It speaks HTTP/1.1 (and 1.0): the listener wrappers below
 // stand between net/http and the TLS connection, so HTTP/2 is not offered.
-func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+func TLSConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) {
+	files, err := loadCertFiles(certFile, keyFile, log)
 	if err != nil {
-		return nil, fmt.Errorf("TLS certificate: %w", err)
+		return nil, err
 	}
 	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS12,
+		GetCertificate: files.GetCertificate,
+		MinVersion:     tls.VersionTLS12,
 		CipherSuites: []uint16{
 			tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
 			tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,

@@ -72,6 +72,10 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 			http.NewResponseController(w).SetWriteDeadline(time.Now().Add(5 * time.Second))
 			return nil, errorStatus(http.StatusRequestTimeout, "the request body was not received in time")
 		}
+		if errors.Is(err, http.ErrLineTooLong) {
+			// Go says "header line too long" of a chunk's size line.
+			return nil, errorStatus(http.StatusBadRequest, "the request body could not be read: a chunk's size line is too long")
+		}
 		return nil, errorStatus(http.StatusBadRequest, "the request body could not be read: %v", err)
 	}
 	if waited {

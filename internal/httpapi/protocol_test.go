@@ -321,6 +321,11 @@ func TestMalformedHTTPGetsErrorBody(t *testing.T) {
 		if n := strings.Count(e.logs.String(), "rejected before routing"); n != 9 {
 			t.Errorf("%d protocol rejections logged, want 9:\n%s", n, e.logs)
 		}
+		// A chunk extension past Go's bound for a chunk's size line.
+		resp, body = e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+			"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n17;" + strings.Repeat("e", 10000) +
+			"\r\n{\"id\":700,\"name\":\"tr\"}\r\n0\r\n\r\n")
+		wantError(t, resp, body, http.StatusBadRequest, "a chunk's size line is too long")
 		// HTTP/2's preface, which Go's server passes to the handler.
 		resp, body = e.raw("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 		wantError(t, resp, body, http.StatusHTTPVersionNotSupported, "HTTP/1.1")

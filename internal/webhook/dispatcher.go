@@ -382,173 +382,228 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // So no delivery is sent while an earlier one of its plant is in flight,
 // or failed and not yet recorded.
 func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscriber) (progress bool) {
-	log := d.cfg.Log.With("subscriber", sub.ID, "url", RedactURL(sub.URL))
+	t := &turn{d: d, ctx: ctx, sub: sub, log: d.cfg.Log.With("subscriber", sub.ID, "url", RedactURL(sub.URL))}
 	// At debug level, each turn is told: which instance serves whom, and
 	// why it stopped.
 	claimed, why := time.Now(), "stopping"
-	log.Debug("webhook subscriber claimed")
+	t.log.Debug("webhook subscriber claimed")
 	defer func() {
-		log.Debug("webhook subscriber given back", "why", why, "held", time.Since(claimed).Round(time.Millisecond).String())
+		t.log.Debug("webhook subscriber given back", "why", why, "held", time.Since(claimed).Round(time.Millisecond).String())
 	}()
-	// Bookkeeping outlives ctx: what was attempted is recorded even when the
-	// process is stopping.
-	record := func(results []plantstore.AttemptResult, release bool) bool {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		held, err := d.cfg.Store.RecordAttempts(rctx, d.owner, sub.ID, results, d.cfg.Lease, release)
-		if err != nil {
-			log.Error("webhook attempts not recorded; they will be made again", "error", err)
-			return false
-		}
-		progress = progress || len(results) > 0
-		if !held && !release {
-			// The store cannot tell which: the subscriber removed or
-			// disabled (by 410, by another instance), or its lease taken
-			// over after this instance stalled past it.
-			log.Warn("webhook lease lost: the subscriber was removed or disabled, or another instance took it over")
-		}
-		return held
-	}
 	key, err := ParseSecret(sub.Secret)
 	if err != nil {
 		why = "disabled"
-		d.disable(ctx, log, sub.ID, "its signing secret is unusable: "+err.Error())
+		d.disable(ctx, t.log, sub.ID, "its signing secret is unusable: "+err.Error())
 		return true
 	}
-	concurrency := d.cfg.Concurrency
-	window := min(windowPerSlot*concurrency, maxWindow)
-	// The senders read turnEnds too: no chain starts once the turn is over.
-	var turnEnds atomic.Int64
-	turnEnds.Store(time.Now().Add(maxTurn).UnixNano())
-	// turnOver says whether the turn ended and another subscriber may
-	// be waiting for it; with none waiting, the turn goes on.
-	turnOver := func() bool { return time.Now().UnixNano() >= turnEnds.Load() && d.othersMayWait() }
-
+	t.key = key
+	t.concurrency = d.cfg.Concurrency
+	t.window = min(windowPerSlot*t.concurrency, maxWindow)
+	t.turnEnds.Store(time.Now().Add(maxTurn).UnixNano())
 	// sctx cuts the attempts in flight short: the shutdown, a 410, the
 	// lease lost.
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
+	t.sctx, t.stop = context.WithCancel(ctx)
+	defer t.stop()
 	// A read adds window chains at most, and reads are made only while
 	// fewer than concurrency are pending: the queue never fills.
-	todo := make(chan []plantstore.Delivery, window+concurrency)
-	reports := make(chan report, 2*concurrency)
-	var senders sync.WaitGroup
-	started := 0
+	t.todo = make(chan []plantstore.Delivery, t.window+t.concurrency)
+	t.reports = make(chan report, 2*t.concurrency)
 	defer func() {
-		close(todo) // every chain has ended: the senders are idle
-		senders.Wait()
+		close(t.todo) // every chain has ended: the senders are idle
+		t.senders.Wait()
 	}()
+	t.pending = map[int64]bool{}
+	t.renew = time.NewTimer(d.cfg.Lease / 3) // reset at each record
+	defer t.renew.Stop()
+	t.readAt = time.NewTimer(0) // armed while a read waits for minWindowInterval
+	defer t.readAt.Stop()
 
-	pending := map[int64]bool{} // the plants whose chain is queued or in flight
-	var batch []plantstore.AttemptResult
-	renew := time.NewTimer(d.cfg.Lease / 3) // reset at each record
-	defer renew.Stop()
-	readAt := time.NewTimer(0) // armed while a read waits for minWindowInterval
-	defer readAt.Stop()
-	var (
-		last  time.Time // when the last read was made
-		full  bool      // the last answer was full: the backlog is not drained
-		stale bool      // ... and had nothing new: read again once a chain ends
-		// saturated: the last read waited MaxDefer for clients' writes.
-		// Then the next waits for every chain to end, as before reads
-		// were pipelined: one look at Busy a window, not one each time a
-		// chain ends, which would catch an instant of calm far more often
-		// and take a full window in the middle of the load.
-		saturated bool
-		end       string // why the service ends (endLost...); once set, nothing more is read
-		goneOn    string // the event that got a 410
-	)
-	flush := func() bool {
-		if !record(batch, false) {
-			// Another instance may have the subscriber now: stop, and
-			// record nothing more (what was not recorded goes again).
-			end = endLost
-			stop()
-		}
-		batch = nil
-		renew.Reset(d.cfg.Lease / 3)
-		return end != endLost
+	t.serve()
+	switch {
+	case t.end == endLost:
+		why = t.end
+		return t.progress
+	case t.goneOn != "":
+		// Keep the lease until the subscriber is disabled (which frees
+		// it), or another worker could claim it in between.
+		why = "disabled"
+		t.record(t.batch, false)
+		d.disable(ctx, t.log, sub.ID, fmt.Sprintf("410 Gone on event %s", t.goneOn))
+		return true
 	}
-	take := func(r report) {
-		switch {
-		case r.ended:
-			delete(pending, r.plant)
-			stale = false
-		case end == endLost:
+	why = t.end
+	t.record(t.batch, true)
+	// Given back for others' turn: Run claims again at once for them.
+	return t.progress || t.end == endOthersTurn
+}
+
+// A turn is one service of a claimed subscriber (serveSubscriber): the
+// worker's side of the pipeline, and the senders it started.
+type turn struct {
+	d   *Dispatcher
+	ctx context.Context
+	sub plantstore.Subscriber
+	log *slog.Logger
+	key []byte
+
+	concurrency, window int
+	// turnEnds is when the turn is over if others wait (UnixNano); the
+	// senders read it too: no chain starts once the turn is over.
+	turnEnds atomic.Int64
+	sctx     context.Context // the senders': cut short by stop
+	stop     context.CancelFunc
+	todo     chan []plantstore.Delivery
+	reports  chan report
+	senders  sync.WaitGroup
+	started  int
+
+	pending map[int64]bool // the plants whose chain is queued or in flight
+	batch   []plantstore.AttemptResult
+	renew   *time.Timer // the lease's renewal, reset at each record
+	readAt  *time.Timer // armed while a read waits for minWindowInterval
+
+	last  time.Time // when the last read was made
+	full  bool      // the last answer was full: the backlog is not drained
+	stale bool      // ... and had nothing new: read again once a chain ends
+	// saturated: the last read waited MaxDefer for clients' writes.
+	// Then the next waits for every chain to end, as before reads were
+	// pipelined: one look at Busy a window, not one each time a chain
+	// ends, which would catch an instant of calm far more often and take
+	// a full window in the middle of the load.
+	saturated bool
+	end       string // why the service ends (endLost...); once set, nothing more is read
+	goneOn    string // the event that got a 410
+	progress  bool   // some attempt was recorded
+}
+
+// turnOver says whether the turn ended and another subscriber may be
+// waiting for it; with none waiting, the turn goes on.
+func (t *turn) turnOver() bool {
+	return time.Now().UnixNano() >= t.turnEnds.Load() && t.d.othersMayWait()
+}
+
+// record records results, and gives the lease back when release, else
+// renews it; it reports whether the lease is still held. Bookkeeping
+// outlives ctx: what was attempted is recorded even when the process is
+// stopping.
+func (t *turn) record(results []plantstore.AttemptResult, release bool) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 5*time.Second)
+	defer cancel()
+	held, err := t.d.cfg.Store.RecordAttempts(rctx, t.d.owner, t.sub.ID, results, t.d.cfg.Lease, release)
+	if err != nil {
+		t.log.Error("webhook attempts not recorded; they will be made again", "error", err)
+		return false
+	}
+	t.progress = t.progress || len(results) > 0
+	if !held && !release {
+		// The store cannot tell which: the subscriber removed or
+		// disabled (by 410, by another instance), or its lease taken
+		// over after this instance stalled past it.
+		t.log.Warn("webhook lease lost: the subscriber was removed or disabled, or another instance took it over")
+	}
+	return held
+}
+
+// flush records the batch of results and renews the lease; it reports
+// false when the lease is lost.
+func (t *turn) flush() bool {
+	if !t.record(t.batch, false) {
+		// Another instance may have the subscriber now: stop, and
+		// record nothing more (what was not recorded goes again).
+		t.end = endLost
+		t.stop()
+	}
+	t.batch = nil
+	t.renew.Reset(t.d.cfg.Lease / 3)
+	return t.end != endLost
+}
+
+// take handles a sender's report.
+func (t *turn) take(r report) {
+	switch {
+	case r.ended:
+		delete(t.pending, r.plant)
+		t.stale = false
+	case t.end == endLost:
+	default:
+		if r.goneOn != "" && t.goneOn == "" {
+			t.goneOn, t.end = r.goneOn, "disabled"
+		}
+		t.batch = append(t.batch, r.result)
+		// Record in batches: when one is full, and when the lease needs
+		// renewing (serve), and before each read.
+		if len(t.batch) >= maxWindow {
+			t.flush()
+		}
+	}
+}
+
+// read records what came back, reads due deliveries, queues the chains of
+// the plants not pending, and starts senders up to concurrency.
+func (t *turn) read() {
+	// Clients' writes first: a saturated server reads a small window
+	// after waiting MaxDefer, an idle one a full window at once.
+	n := t.window
+	t.saturated = t.d.deferToWrites(t.ctx)
+	if t.saturated {
+		n = min(t.window, t.concurrency)
+	}
+	if t.ctx.Err() != nil {
+		return
+	}
+	for drained := false; !drained; {
+		select {
+		case r := <-t.reports:
+			t.take(r)
 		default:
-			if r.goneOn != "" && goneOn == "" {
-				goneOn, end = r.goneOn, "disabled"
-			}
-			batch = append(batch, r.result)
-			// Record in batches: when one is full, and when the lease
-			// needs renewing (below), and before each read.
-			if len(batch) >= maxWindow {
-				flush()
-			}
+			drained = true
 		}
 	}
-	read := func() {
-		// Clients' writes first: a saturated server reads a small window
-		// after waiting MaxDefer, an idle one a full window at once.
-		n := window
-		saturated = d.deferToWrites(ctx)
-		if saturated {
-			n = min(window, concurrency)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		for drained := false; !drained; {
-			select {
-			case r := <-reports:
-				take(r)
-			default:
-				drained = true
-			}
-		}
-		if end != "" || (len(batch) > 0 && !flush()) {
-			return // a 410 or the lease lost came meanwhile
-		}
-		last = time.Now()
-		ds, err := d.cfg.Store.DueDeliveries(ctx, sub.ID, n)
-		if err != nil {
-			if ctx.Err() == nil {
-				end = "deliveries not read"
-				log.Warn("webhook deliveries not read", "error", err)
-			}
-			return
-		}
-		full = len(ds) == n
-		chains := newChains(ds, pending)
-		if len(chains) == 0 {
-			if len(pending) == 0 {
-				end = "nothing due"
-			}
-			stale = full
-			return
-		}
-		for _, chain := range chains {
-			pending[chain[0].Plant.ID] = true
-			todo <- chain
-		}
-		for ; started < concurrency && started < len(pending); started++ {
-			senders.Go(func() { d.sendChains(sctx, log, sub, key, todo, reports, turnOver, stop) })
-		}
+	if t.end != "" || (len(t.batch) > 0 && !t.flush()) {
+		return // a 410 or the lease lost came meanwhile
 	}
+	t.last = time.Now()
+	ds, err := t.d.cfg.Store.DueDeliveries(t.ctx, t.sub.ID, n)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			t.end = "deliveries not read"
+			t.log.Warn("webhook deliveries not read", "error", err)
+		}
+		return
+	}
+	t.full = len(ds) == n
+	chains := newChains(ds, t.pending)
+	if len(chains) == 0 {
+		if len(t.pending) == 0 {
+			t.end = "nothing due"
+		}
+		t.stale = t.full
+		return
+	}
+	for _, chain := range chains {
+		t.pending[chain[0].Plant.ID] = true
+		t.todo <- chain
+	}
+	for ; t.started < t.concurrency && t.started < len(t.pending); t.started++ {
+		t.senders.Go(func() { t.d.sendChains(t.sctx, t.log, t.sub, t.key, t.todo, t.reports, t.turnOver, t.stop) })
+	}
+}
 
+// serve runs the turn until it ends (t.end) and no chain is pending.
+func (t *turn) serve() {
 	for {
-		if end == "" {
+		if t.end == "" {
 			switch {
-			case ctx.Err() != nil:
-				end = "stopping"
-			case turnOver():
-				end = endOthersTurn
-			case time.Now().UnixNano() >= turnEnds.Load():
-				turnEnds.Store(time.Now().Add(maxTurn).UnixNano()) // no one waits: the turn goes on
+			case t.ctx.Err() != nil:
+				t.end = "stopping"
+			case t.turnOver():
+				t.end = endOthersTurn
+			case time.Now().UnixNano() >= t.turnEnds.Load():
+				t.turnEnds.Store(time.Now().Add(maxTurn).UnixNano()) // no one waits: the turn goes on
 			}
 		}
-		if end != "" && len(pending) == 0 {
-			break
+		if t.end != "" && len(t.pending) == 0 {
+			return
 		}
 		// Read when a sender would idle. An answer that was not full
 		// found the backlog drained: the subscriber keeps up with the
@@ -558,51 +613,35 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		// per write taken from the writes; it also finds, that often,
 		// what was enqueued while chains are in flight.
 		var readDue <-chan time.Time
-		if end == "" && len(pending) < concurrency && !stale && !(saturated && len(pending) > 0) {
+		if t.end == "" && len(t.pending) < t.concurrency && !t.stale && !(t.saturated && len(t.pending) > 0) {
 			wait := time.Duration(0)
-			if !full && !last.IsZero() {
-				wait = minWindowInterval - time.Since(last)
+			if !t.full && !t.last.IsZero() {
+				wait = minWindowInterval - time.Since(t.last)
 			}
 			if wait <= 0 {
-				read()
+				t.read()
 				continue
 			}
-			readAt.Reset(wait)
-			readDue = readAt.C
+			t.readAt.Reset(wait)
+			readDue = t.readAt.C
 		}
 		var done <-chan struct{}
-		if end == "" {
-			done = ctx.Done()
+		if t.end == "" {
+			done = t.ctx.Done()
 		}
 		var renewDue <-chan time.Time
-		if end != endLost {
-			renewDue = renew.C
+		if t.end != endLost {
+			renewDue = t.renew.C
 		}
 		select {
-		case r := <-reports:
-			take(r)
+		case r := <-t.reports:
+			t.take(r)
 		case <-readDue:
 		case <-done:
 		case <-renewDue:
-			flush() // the lease renewed while attempts are in flight
+			t.flush() // the lease renewed while attempts are in flight
 		}
 	}
-	switch {
-	case end == endLost:
-		why = end
-		return progress
-	case goneOn != "":
-		// Keep the lease until the subscriber is disabled (which frees
-		// it), or another worker could claim it in between.
-		why = "disabled"
-		record(batch, false)
-		d.disable(ctx, log, sub.ID, fmt.Sprintf("410 Gone on event %s", goneOn))
-		return true
-	}
-	why = end
-	record(batch, true)
-	// Given back for others' turn: Run claims again at once for them.
-	return progress || end == endOthersTurn
 }
 
 // Reasons a subscriber's service ends that the worker tests for later;

@@ -44,11 +44,12 @@ func EventsGone(after, horizon int64) error {
 	return Errorf(EGONE, "the events after %d are no longer all kept (the oldest kept follows %d): %s", after, horizon, resyncAdvice)
 }
 
-// EventsLost is the EGONE of a query after an event that a database
-// failover may have lost: the database's copy that took over lacked its
-// last changes, and the feed starts again after lostThrough.
+// EventsLost is the EGONE of a query after an event that a change of
+// database may have lost: a failover, a switchover or a restore put in
+// service a copy that may lack its last changes, and the feed starts again
+// after lostThrough.
 func EventsLost(after, lostThrough int64) error {
-	return Errorf(EGONE, "the events after %d may be lost: the database failed over to a copy that lacked its last changes, and the feed starts again after %d: %s", after, lostThrough, resyncAdvice)
+	return Errorf(EGONE, "the events after %d may be lost: the database was replaced by a copy that may lack its last changes (a failover, a switchover or a restore), and the feed starts again after %d: %s", after, lostThrough, resyncAdvice)
 }
 
 // EventsAhead is the EGONE of a query after an event the store has not

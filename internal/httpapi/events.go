@@ -449,7 +449,13 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 			events, first, fromTail = first, nil, false
 		} else if !fromTail {
 			if events, err = read(cursor); err != nil {
-				if ctx.Err() == nil {
+				switch {
+				case ctx.Err() != nil:
+				case plantstore.ErrorCode(err) == plantstore.EGONE:
+					// The feed moved past the stream (a failover's leap):
+					// the client's reconnection gets the 410 that says so.
+					s.log.Info("event stream ended: the events after its last are gone", "request_id", infoFrom(r.Context()).id, "err", err)
+				default:
 					s.log.Warn("event stream ended: the store failed", "request_id", infoFrom(r.Context()).id, "err", err)
 				}
 				return

@@ -273,13 +273,13 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 	}
 	var insertedIDs, lateIDs []int64
 	var enqueued int
-	var event *int64
+	var ev recordedEvents
 	// The statement ends by the earliest deadline: a row left in past its
 	// caller's would otherwise land after its 503. A batch that fails so
 	// is tried a create at a time, each under its own (commit).
 	err = retry(ctx, func(ctx context.Context) error {
-		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), db.eventSQL(insertPlantsSQL), []any{ids, names, tags, events, db.now(), until},
-			&insertedIDs, &enqueued, &event, &lateIDs)
+		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), db.eventSQL(insertPlantsSQL), []any{ids, names, tags, events, db.now(), until, db.seen.Load()},
+			&insertedIDs, &enqueued, &ev.last, &ev.leapt, &lateIDs)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -287,7 +287,7 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 	if enqueued > 0 && db.enqueued != nil {
 		db.enqueued()
 	}
-	db.recorded(event)
+	db.recorded(ev)
 	return idSet(insertedIDs), idSet(lateIDs), nil
 }
 
@@ -308,8 +308,10 @@ func idSet(ids []int64) map[int64]bool {
 // one webhook delivery per active subscriber of plant.created. One
 // statement, so one transaction, holds all of them or none. It returns the
 // ids inserted, the number of deliveries written, the id of the last
-// event recorded (NULL when none) and the ids left out as late.
-const insertPlantsSQL = `WITH now_at AS MATERIALIZED (SELECT clock_timestamp() AS t), offered AS (
+// event recorded (NULL when none) and whether the write leapt ($7: the
+// newest event id this instance saw; takeEventIDs), and the ids left out
+// as late.
+var insertPlantsSQL = `WITH now_at AS MATERIALIZED (SELECT clock_timestamp() AS t), offered AS (
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $6::timestamptz[]) AS u (id, name, tag, event_id, deadline)
 	), input AS (
 		SELECT o.id, o.name, o.tag, o.event_id FROM offered o, now_at WHERE now_at.t <= o.deadline
@@ -318,7 +320,7 @@ const insertPlantsSQL = `WITH now_at AS MATERIALIZED (SELECT clock_timestamp() A
 		SELECT id, name, tag, $5::timestamptz FROM input ORDER BY id
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id, name, tag, created_at
-	), ` + takeEventIDs + `, enqueued AS (
+	), ` + takeEventIDs("$7") + `, enqueued AS (
 		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_seq)
 		SELECT s.id, e.event_id, e.id, e.name, e.tag, e.created_at, e.created_at, e.seq
 		FROM (SELECT i.id, i.name, i.tag, i.created_at, u.event_id,

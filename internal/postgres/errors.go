@@ -62,10 +62,11 @@ func classify(err error) (code, message string) {
 			return plantstore.EUNAVAILABLE, "the store is busy; retry shortly"
 		case state == "55P03", state == "57014": // lock_not_available, query_canceled
 			return plantstore.EUNAVAILABLE, "the store is busy; retry shortly"
+		case state == "25006": // read_only_sql_transaction: a standby, or a read-only database
+			return plantstore.EUNAVAILABLE, "the store takes no writes now (its database is read-only)"
 		case strings.HasPrefix(state, "08"), // connection exceptions
 			state == "57P01", state == "57P02", state == "57P03", // admin_shutdown, crash_shutdown, cannot_connect_now
 			state == "53300", state == "53200", // too_many_connections, out_of_memory
-			state == "25006", // read_only_sql_transaction: a standby, or a read-only database
 			state == "58030": // io_error
 			return plantstore.EUNAVAILABLE, "the store cannot answer now"
 		}

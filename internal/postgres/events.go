@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,28 +49,38 @@ const eventsChannel = "plantstore_events"
 // changes before it queues for the counter, so two writes cannot each hold
 // what the other waits for.
 //
-// It also notices a failover that lost commits. A standby promoted after
-// its primary died may lack the primary's last commits, and with them the
-// last event ids the primary gave: followers and webhook receivers have
-// seen ids the promoted database would give again, to other changes. A
-// promotion (and a point-in-time recovery) starts a new timeline, so the
-// counter keeps the timeline of the write that last took ids, and the
-// first write on another one takes its ids a leap (lostEventIDs) further
-// on and sets lost_through to the leap's end: the feed reads as pruned up
-// to there, and followers get 410 and resync (eventsSQL). Taking ids and
-// comparing timelines in one statement, under the counter's lock, leaves
-// no window for a write to slip between them. A planned switchover starts
-// a timeline too and costs the followers one resync.
-const takeEventIDs = `counter AS (
+// It also notices a failover or a restore that lost commits. A standby
+// promoted after its primary died may lack the primary's last commits, and
+// with them the last event ids the primary gave: followers and webhook
+// receivers have seen ids the promoted database would give again, to other
+// changes. Two signs tell such a database: a promotion (and a
+// point-in-time recovery) starts a new timeline, and the counter keeps the
+// timeline of the write that last took ids; and an instance that lived
+// through it has seen ids (its own writes', and the notifications of
+// others') past the counter, which never goes back otherwise (the
+// parameter seen: a standby started as a primary without a promotion, a
+// file-system snapshot restored, keep the timeline). The first write that
+// finds either takes its ids a leap (lostEventIDs) past the last id known,
+// and sets lost_through to the leap's end: the feed reads as pruned up to
+// there, and followers get 410 and resync (eventsSQL). Taking ids and
+// looking for the signs in one statement, under the counter's lock,
+// leaves no window for a write to slip between them. A planned switchover
+// starts a timeline too and costs the followers one resync. The clause
+// returns the last id taken, and whether this write leapt (lost_through
+// is then where its ids start).
+func takeEventIDs(seen string) string {
+	leap := `(c.timeline <> w.timeline OR c.last < ` + seen + `::bigint)`
+	return `counter AS (
 		UPDATE event_counter c SET
-			last = c.last + (SELECT count(*) FROM changed)
-				+ CASE WHEN c.timeline <> w.timeline THEN ` + lostEventIDs + ` ELSE 0 END,
-			lost_through = CASE WHEN c.timeline <> w.timeline THEN c.last + ` + lostEventIDs + ` ELSE c.lost_through END,
+			last = CASE WHEN ` + leap + ` THEN greatest(c.last, ` + seen + `::bigint) + ` + lostEventIDs + ` ELSE c.last END
+				+ (SELECT count(*) FROM changed),
+			lost_through = CASE WHEN ` + leap + ` THEN greatest(c.last, ` + seen + `::bigint) + ` + lostEventIDs + ` ELSE c.lost_through END,
 			timeline = coalesce(w.timeline, c.timeline)
 		FROM (SELECT ` + currentTimeline + ` AS timeline) w
 		WHERE (SELECT count(*) FROM changed) > 0
-		RETURNING c.last
+		RETURNING c.last, c.lost_through > 0 AND c.lost_through = c.last - (SELECT count(*) FROM changed) AS leapt
 	)`
+}
 
 // lostEventIDs is how far past the last id it knows a database on a new
 // timeline starts giving event ids: more than any standby's lag can hold
@@ -84,8 +95,10 @@ const lostEventIDs = `1000000000`
 // NULL instead (DB.eventSQL) and no failover is noticed.
 const currentTimeline = `substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)`
 
-// eventSQL is stmt, one of the statements that take event ids, as this
-// database runs it: without the timeline where the server cannot tell it.
+// eventSQL is stmt, one of the statements that read the timeline (those
+// that take event ids, and those that read the counter for followers), as
+// this database runs it: without the timeline where the server cannot
+// tell it.
 func (db *DB) eventSQL(stmt string) string {
 	if db.noTimeline {
 		return strings.Replace(stmt, currentTimeline, "NULL::text", 1)
@@ -93,27 +106,69 @@ func (db *DB) eventSQL(stmt string) string {
 	return stmt
 }
 
-// notifyEvents is the last column of the statements that record events:
-// the id of the last event recorded, NULL when none, and a notification
-// of it to the followers of every instance.
-const notifyEvents = `(SELECT c.last FROM counter c, pg_notify('` + eventsChannel + `', c.last::text))`
+// notifyEvents is the last two columns of the statements that record
+// events: the id of the last event recorded, NULL when none, with a
+// notification of it to the followers of every instance; and whether the
+// write leapt (takeEventIDs), NULL when it recorded none.
+const notifyEvents = `(SELECT c.last FROM counter c, pg_notify('` + eventsChannel + `', c.last::text)), (SELECT c.leapt FROM counter c)`
 
-// recorded tells this instance's followers that the event with id (nil:
-// none) has committed.
-func (db *DB) recorded(id *int64) {
-	if id != nil && db.eventsWritten != nil {
+// recordedEvents is what a write statement says of the events it recorded
+// (notifyEvents): the last one's id, nil when none, and whether the write
+// leapt (takeEventIDs).
+type recordedEvents struct {
+	last  *int64
+	leapt *bool
+}
+
+// recorded tells this instance's followers that the events a write
+// recorded have committed, and says when the write leapt.
+func (db *DB) recorded(ev recordedEvents) {
+	if ev.last == nil {
+		return
+	}
+	db.saw(*ev.last)
+	if ev.leapt != nil && *ev.leapt {
+		db.log.Warn("this write took its event ids a leap further on: the database is on another timeline than the last write, or behind ids this instance saw (a failover, or a restore, that lost changes); clients following the feed get 410 and resync",
+			"event_id", *ev.last, "leap", lostEventIDs)
+	}
+	if db.eventsWritten != nil {
 		db.eventsWritten()
 	}
 }
 
+// saw records that event id was given: the counter, which never goes
+// back, has reached it (takeEventIDs' parameter seen).
+func (db *DB) saw(id int64) {
+	for {
+		seen := db.seen.Load()
+		if id <= seen || db.seen.CompareAndSwap(seen, id) {
+			return
+		}
+	}
+}
+
+// counterSQL reads the counter as followers see it: the last id given,
+// and the horizon of the ids lost (lost_through). On a database whose
+// timeline changed since the last write (promoted, and not yet written
+// to), both are read as the next write will leave them: past the leap
+// (takeEventIDs), so that a follower told to resync now is not told again
+// by that write. A standby, where the timeline cannot be read, is read as
+// it is.
+const counterSQL = `counter AS (
+		SELECT CASE WHEN k.timeline <> w.timeline THEN k.last + ` + lostEventIDs + ` ELSE k.last END AS last,
+			CASE WHEN k.timeline <> w.timeline THEN k.last + ` + lostEventIDs + ` ELSE k.lost_through END AS lost_through
+		FROM event_counter k, (SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE ` + currentTimeline + ` END AS timeline) w
+	)`
+
 // eventsSQL reads the horizon (past the events pruned, and those a
-// failover lost: takeEventIDs), the last event id given and one page of
+// failover lost: counterSQL), the last event id given and one page of
 // events in one statement, so from one snapshot: a prune cannot come
 // between them and hide a gap. The horizon and the last id come back on
 // every row, and alone (with NULL event fields) when no event follows $1
 // (or the horizon, when $4).
-const eventsSQL = `SELECT h.pruned_through, c.lost_through, c.last, e.id, e.type, e.plant_id, e.name, e.tag, e.at
-	FROM event_horizon h CROSS JOIN event_counter c LEFT JOIN LATERAL (
+const eventsSQL = `WITH ` + counterSQL + `
+	SELECT h.pruned_through, c.lost_through, c.last, e.id, e.type, e.plant_id, e.name, e.tag, e.at
+	FROM event_horizon h CROSS JOIN counter c LEFT JOIN LATERAL (
 		SELECT id, type, plant_id, name, tag, at FROM events
 		WHERE id > CASE WHEN $4::boolean THEN greatest(h.pruned_through, c.lost_through) ELSE $1 END AND (cardinality($3::text[]) = 0 OR type = ANY($3::text[]))
 		ORDER BY id LIMIT $2
@@ -128,7 +183,7 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	if types == nil {
 		types = []string{}
 	}
-	rows, err := db.pool.Query(ctx, eventsSQL, q.After, q.Limit, types, q.FromOldest)
+	rows, err := db.pool.Query(ctx, db.eventSQL(eventsSQL), q.After, q.Limit, types, q.FromOldest)
 	if err != nil {
 		return nil, db.storeError("read events", err)
 	}
@@ -166,9 +221,13 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	return events, nil
 }
 
+// latestEventSQL reads the last event id given, as followers see it
+// (counterSQL).
+const latestEventSQL = `WITH ` + counterSQL + ` SELECT last FROM counter`
+
 func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := db.pool.QueryRow(ctx, `SELECT last FROM event_counter`).Scan(&id); err != nil {
+	if err := db.pool.QueryRow(ctx, db.eventSQL(latestEventSQL)).Scan(&id); err != nil {
 		return 0, db.storeError("read the latest event id", err)
 	}
 	return id, nil
@@ -286,7 +345,10 @@ func (db *DB) listenOnce(ctx context.Context, listening func()) error {
 		if err != nil {
 			return err
 		}
-		_ = n // the payload, the newest id, is for people watching with psql
+		// The payload is the newest id, written by any instance.
+		if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
+			db.saw(id)
+		}
 		db.eventsWritten()
 	}
 }

@@ -71,7 +71,8 @@ func TestFailoverThatLostCommits(t *testing.T) {
 	// URL that does not follow the promotion): its sessions were opened
 	// in recovery, and it is the first to write once the standby takes
 	// writes.
-	early, err := postgres.Open(ctx, standby.URL(), postgres.Options{})
+	var earlyLogs apitest.Buffer
+	early, err := postgres.Open(ctx, standby.URL(), postgres.Options{Logger: slog.New(slog.NewJSONHandler(&earlyLogs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +80,9 @@ func TestFailoverThatLostCommits(t *testing.T) {
 	// Still a standby: a write is refused as one that may pass (503), not
 	// as an internal error of the timeline's function, which a standby
 	// refuses too.
-	if _, err := early.CreatePlant(ctx, plantstore.Plant{ID: 12, Name: "Refused"}); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || !strings.Contains(err.Error(), "25006") {
-		t.Fatalf("a create on the standby: %v, want EUNAVAILABLE (read-only, 25006)", err)
+	if _, err := early.CreatePlant(ctx, plantstore.Plant{ID: 12, Name: "Refused"}); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || !strings.Contains(err.Error(), "25006") ||
+		plantstore.ErrorMessage(err) != "the store takes no writes now (its database is read-only)" {
+		t.Fatalf("a create on the standby: %v (the client reads %q), want EUNAVAILABLE saying the database is read-only (25006)", err, plantstore.ErrorMessage(err))
 	}
 	standby.Promote()
 
@@ -101,6 +103,17 @@ func TestFailoverThatLostCommits(t *testing.T) {
 		t.Fatalf("plant 3 on the promoted standby: %v; the test meant its delete lost", err)
 	}
 
+	// Before any write, followers are told to resync already, and the
+	// newest id reads as past the leap the first write will take: a
+	// follower that resyncs now is not told again by that write.
+	if _, err := db.Events(ctx, plantstore.EventQuery{After: seen, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE || !strings.Contains(err.Error(), "may be lost") {
+		t.Errorf("events after %d before the first write on the promoted standby: %v, want EGONE saying they may be lost", seen, err)
+	}
+	resynced := latestEvent(t, db)
+	if resynced != kept+leap {
+		t.Errorf("before the first write, the newest event id reads %d, want %d", resynced, kept+leap)
+	}
+
 	// The next change takes an id a leap past the last the standby knew,
 	// never one the follower saw for another change.
 	var created error
@@ -116,6 +129,9 @@ func TestFailoverThatLostCommits(t *testing.T) {
 	if got, want := latestEvent(t, db), kept+leap+1; got != want {
 		t.Fatalf("the first change on the promoted standby took event id %d, want %d", got, want)
 	}
+	if !strings.Contains(earlyLogs.String(), `"level":"WARN","msg":"this write took its event ids a leap further on`) {
+		t.Errorf("the instance whose write leapt logged\n%s\nwant a warning of the leap", earlyLogs.String())
+	}
 	if err := db.DeletePlant(ctx, 4, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +142,7 @@ func TestFailoverThatLostCommits(t *testing.T) {
 	// that saw only what the standby kept: the feed cannot tell them apart.
 	for _, after := range []int64{seen, kept, 0} {
 		_, err := db.Events(ctx, plantstore.EventQuery{After: after, Limit: 10})
-		if plantstore.ErrorCode(err) != plantstore.EGONE || !strings.Contains(err.Error(), "may be lost: the database failed over") {
+		if plantstore.ErrorCode(err) != plantstore.EGONE || !strings.Contains(err.Error(), "may be lost: the database was replaced") {
 			t.Errorf("events after %d: %v, want EGONE saying the failover may have lost them", after, err)
 		}
 	}
@@ -136,6 +152,9 @@ func TestFailoverThatLostCommits(t *testing.T) {
 	}
 	if len(oldest) != 2 || oldest[0].ID != kept+leap+1 || oldest[0].Plant.ID != 11 || oldest[1].ID != kept+leap+2 || oldest[1].Type != plantstore.EventDeleted {
 		t.Errorf("the oldest events after the failover: %+v, want the create of 11 and the delete of 4", oldest)
+	}
+	if evs, err := db.Events(ctx, plantstore.EventQuery{After: resynced, Limit: 10}); err != nil || len(evs) != 2 {
+		t.Errorf("events after %d, where a follower resynced before the first write: %+v, %v; want the two changes since", resynced, evs, err)
 	}
 	// A follower that resynced reads on from the newest id as usual.
 	if evs, err := db.Events(ctx, plantstore.EventQuery{After: kept + leap + 1, Limit: 10}); err != nil || len(evs) != 1 || evs[0].ID != kept+leap+2 {
@@ -294,5 +313,71 @@ func TestNoTimelineFunction(t *testing.T) {
 	evs, err := db.Events(ctx, plantstore.EventQuery{Limit: 10})
 	if err != nil || len(evs) != 5 || evs[4].ID != 5 {
 		t.Fatalf("the feed: %+v, %v; want events 1 to 5", evs, err)
+	}
+}
+
+// TestStandbyStartedAsPrimary: a standby made the primary without a
+// promotion (standby.signal removed) keeps the timeline, so the timeline
+// cannot tell that it lacks the old primary's last commits; an instance
+// that lived through it can, having seen ids past the counter, and its
+// first write leaps.
+func TestStandbyStartedAsPrimary(t *testing.T) {
+	ctx := context.Background()
+	primary := pgtest.StartServer(t)
+	standby := primary.StartStandby()
+	// One instance on both hosts, as docs/postgres.md advises: it follows
+	// whichever takes writes.
+	both, err := neturl.Parse(primary.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := neturl.Parse(standby.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	both.Host += "," + other.Host
+	q := both.Query()
+	q.Set("target_session_attrs", "read-write")
+	both.RawQuery = q.Encode()
+	var logs apitest.Buffer
+	db, err := postgres.Open(ctx, both.String(), postgres.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for id := int64(1); id <= 3; id++ {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "Fern"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := latestEvent(t, db)
+	waitForEvent(t, standby.URL(), kept)
+	standby.Stop()
+	for id := int64(10); id <= 12; id++ {
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "Lost"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := latestEvent(t, db)
+	primary.Crash()
+	standby.StartAsPrimary()
+
+	var created error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, created = db.CreatePlant(ctx, plantstore.Plant{ID: 20, Name: "After"}); plantstore.ErrorCode(created) != plantstore.EUNAVAILABLE {
+			break
+		}
+	}
+	if created != nil {
+		t.Fatalf("create once the standby took writes: %v", created)
+	}
+	if got, want := latestEvent(t, db), seen+leap+1; got != want {
+		t.Fatalf("the first change after the standby took writes took event id %d, want %d: past the ids the instance saw (%d), not after the standby's %d", got, want, seen, kept)
+	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"this write took its event ids a leap further on`) {
+		t.Errorf("the instance logged\n%s\nwant a warning of the leap", logs.String())
+	}
+	if _, err := db.Events(ctx, plantstore.EventQuery{After: seen, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE {
+		t.Errorf("events after %d, an id the standby never had: %v, want EGONE", seen, err)
 	}
 }

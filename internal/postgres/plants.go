@@ -111,16 +111,16 @@ var errLate = plantstore.Errorf(plantstore.EUNAVAILABLE, "the store did not answ
 func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error) {
 	for range insertAttempts {
 		var inserted, enqueued int
-		var event *int64
-		err := gatedWrite(ctx, db.pool, db.eventSQL(insertPlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()},
-			&inserted, &enqueued, &event)
+		var ev recordedEvents
+		err := gatedWrite(ctx, db.pool, db.eventSQL(insertPlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()},
+			&inserted, &enqueued, &ev.last, &ev.leapt)
 		if err != nil {
 			return false, err
 		}
 		if enqueued > 0 && db.enqueued != nil {
 			db.enqueued()
 		}
-		db.recorded(event)
+		db.recorded(ev)
 		if inserted == 1 {
 			return true, nil
 		}
@@ -145,14 +145,15 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 // statement, so one transaction, holds all of them or none. Data-modifying
 // WITH clauses run whether or not the outer query reads them. It returns
 // whether it inserted, the number of deliveries written, the id of the
-// event recorded (NULL when none) and whether it was within the deadline
-// $6 (gate).
-var insertPlantSQL = `WITH ` + gate("$6") + `, changed AS (
+// event recorded (NULL when none) and whether the write leapt ($6: the
+// newest event id this instance saw; takeEventIDs), and whether it was
+// within the deadline $7 (gate).
+var insertPlantSQL = `WITH ` + gate("$7") + `, changed AS (
 		INSERT INTO plants (id, name, tag, created_at)
 		SELECT $1::bigint, $2::text, $3::text, $4::timestamptz FROM gate WHERE gate.open
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id, name, tag, created_at
-	), ` + takeEventIDs + `, enqueued AS (
+	), ` + takeEventIDs("$6") + `, enqueued AS (
 		INSERT INTO webhook_deliveries (subscriber_id, event_id, plant_id, name, tag, created_at, next_attempt_at, event_seq)
 		SELECT s.id, $5, i.id, i.name, i.tag, i.created_at, i.created_at, c.last
 		FROM changed i CROSS JOIN counter c CROSS JOIN webhook_subscribers s
@@ -228,29 +229,29 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 	op := fmt.Sprintf("update plant %d", p.ID)
 	if cond != nil {
 		var enqueued int
-		err := db.conditionally(ctx, p.ID, cond, func(tx pgx.Tx, stored plantstore.Plant) (*int64, error) {
+		err := db.conditionally(ctx, p.ID, cond, func(tx pgx.Tx, stored plantstore.Plant) (recordedEvents, error) {
+			var ev recordedEvents
 			if stored.SameContent(p) {
-				return nil, nil // no change, no event
+				return ev, nil // no change, no event
 			}
-			var event *int64
-			err := gatedWrite(ctx, tx, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
-			return event, err
+			err := gatedWrite(ctx, tx, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
+			return ev, err
 		})
 		db.wake(err, enqueued)
 		return db.storeError(op, err)
 	}
 	for range insertAttempts {
-		var event *int64
+		var ev recordedEvents
 		var enqueued int
 		err := retry(ctx, func(ctx context.Context) error {
-			return gatedWrite(ctx, db.pool, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID()}, &enqueued, &event)
+			return gatedWrite(ctx, db.pool, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
 		})
 		if err != nil {
 			return db.storeError(op, err)
 		}
-		if event != nil {
+		if ev.last != nil {
 			db.wake(nil, enqueued)
-			db.recorded(event)
+			db.recorded(ev)
 			return nil
 		}
 		// Nothing updated: the plant is missing, or has this content
@@ -275,62 +276,64 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 // delivery (webhook-id $5) per active subscriber of plant.updated: an
 // update that changes nothing records none. It returns the number of
 // deliveries and the event's id, NULL when it changed nothing (the plant
-// is missing, or already so, or the deadline $6 had passed), and whether
-// it was within that deadline (gate).
-var updatePlantSQL = `WITH ` + gate("$6") + `, changed AS (
+// is missing, or already so, or the deadline $7 had passed), whether the
+// write leapt ($6: the newest event id this instance saw; takeEventIDs),
+// and whether it was within that deadline (gate).
+var updatePlantSQL = `WITH ` + gate("$7") + `, changed AS (
 		UPDATE plants SET name = $2, tag = $3
 		WHERE id = $1 AND (name IS DISTINCT FROM $2 OR tag IS DISTINCT FROM $3) AND (SELECT open FROM gate)
 		RETURNING id, name, tag
-	), ` + recordChange("plant.updated", "updated", "$4", "$5") + `
+	), ` + recordChange("plant.updated", "updated", "$4", "$5", "$6") + `
 	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents + `, (SELECT open FROM gate)`
 
 func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precondition) error {
 	op := fmt.Sprintf("delete plant %d", id)
 	if cond != nil {
 		var enqueued int
-		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (*int64, error) {
-			var event *int64
-			err := gatedWrite(ctx, tx, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
-			return event, err
+		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (recordedEvents, error) {
+			var ev recordedEvents
+			err := gatedWrite(ctx, tx, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
+			return ev, err
 		})
 		db.wake(err, enqueued)
 		return db.storeError(op, err)
 	}
-	var event *int64
+	var ev recordedEvents
 	var enqueued int
 	err := retry(ctx, func(ctx context.Context) error {
-		return gatedWrite(ctx, db.pool, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID()}, &enqueued, &event)
+		return gatedWrite(ctx, db.pool, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
 	})
 	if err != nil {
 		return db.storeError(op, err)
 	}
-	if event == nil {
+	if ev.last == nil {
 		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
 	}
 	db.wake(nil, enqueued)
-	db.recorded(event)
+	db.recorded(ev)
 	return nil
 }
 
 // deletePlantSQL deletes plant $1 and records the event, at $2, with the
 // content it had, and one webhook delivery (webhook-id $3) per active
 // subscriber of plant.deleted. It returns the number of deliveries and the
-// event's id, NULL when there was no plant (or the deadline $4 had
-// passed), and whether it was within that deadline (gate).
-var deletePlantSQL = `WITH ` + gate("$4") + `, changed AS (
+// event's id, NULL when there was no plant (or the deadline $5 had
+// passed), whether the write leapt ($4: the newest event id this instance
+// saw; takeEventIDs), and whether it was within that deadline (gate).
+var deletePlantSQL = `WITH ` + gate("$5") + `, changed AS (
 		DELETE FROM plants WHERE id = $1 AND (SELECT open FROM gate)
 		RETURNING id, name, tag
-	), ` + recordChange("plant.deleted", "deleted", "$2", "$3") + `
+	), ` + recordChange("plant.deleted", "deleted", "$2", "$3", "$4") + `
 	SELECT (SELECT count(*) FROM enqueued)::int, ` + notifyEvents + `, (SELECT open FROM gate)`
 
 // recordChange is the tail of the statements that change one plant
-// (their clause "changed"): the counter's id (takeEventIDs), the event of
-// type typ at the parameter at, and one delivery, webhook-id the
-// parameter webhookID, per active subscriber whose column subscribed of
-// webhook_subscriber_events is set. Its arguments are constants of this
+// (their clause "changed"): the counter's id (takeEventIDs, with the
+// parameter seen), the event of type typ at the parameter at, and one
+// delivery, webhook-id the parameter webhookID, per active subscriber
+// whose column subscribed of webhook_subscriber_events is set. Its arguments are constants of this
 // file, never input.
-func recordChange(typ, subscribed, at, webhookID string) string {
-	return takeEventIDs + `, recorded AS (
+func recordChange(typ, subscribed, at, webhookID, seen string) string {
+	return takeEventIDs(seen) + `, recorded AS (
 		INSERT INTO events (id, type, plant_id, name, tag, at)
 		SELECT c.last, '` + typ + `', p.id, p.name, p.tag, ` + at + `
 		FROM changed p CROSS JOIN counter c
@@ -358,9 +361,10 @@ func (db *DB) wake(err error, enqueued int) {
 // with id and checks cond against it: ENOTFOUND without the plant,
 // EPRECONDITION when cond does not hold, and no write either way. The row
 // lock keeps any other writer from coming between the check and the
-// change. write returns the id of the event it recorded, nil for none.
-func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Precondition, write func(pgx.Tx, plantstore.Plant) (*int64, error)) error {
-	var event *int64
+// change. write returns what its statement says of the events it
+// recorded.
+func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Precondition, write func(pgx.Tx, plantstore.Plant) (recordedEvents, error)) error {
+	var ev recordedEvents
 	err := retry(ctx, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) (err error) {
 			stored := plantstore.Plant{ID: id}
@@ -379,12 +383,12 @@ func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Preco
 			if !cond(stored) {
 				return plantstore.Errorf(plantstore.EPRECONDITION, "plant %d is not in the state the write was conditioned on", id)
 			}
-			event, err = write(tx, stored)
+			ev, err = write(tx, stored)
 			return err
 		})
 	})
 	if err == nil {
-		db.recorded(event)
+		db.recorded(ev)
 	}
 	return err
 }

@@ -118,6 +118,10 @@ type DB struct {
 	// found it can, and new sessions read it.
 	noTimeline    bool
 	readsTimeline atomic.Bool
+	// seen is the newest event id this instance knows was given: by its
+	// writes, or by others' (their notifications). takeEventIDs leaps
+	// when the counter is behind it.
+	seen atomic.Int64
 	// timelineSaid is the last change of timeline logged (newTimeline).
 	timelineMu   sync.Mutex
 	timelineSaid string
@@ -402,7 +406,7 @@ func (db *DB) readTimeline(ctx context.Context, c *pgx.Conn) error {
 	db.timelineSaid = change
 	db.timelineMu.Unlock()
 	if !said {
-		db.log.Warn("the database is on another timeline than the change feed's last write (a promoted standby, or a point-in-time recovery): the next write takes its event ids a leap further on, and clients following the feed get 410 and resync",
+		db.log.Warn("the database is on another timeline than the change feed's last write (a standby promoted by a failover or a switchover, or a point-in-time recovery): the next write takes its event ids a leap further on, and clients following the feed get 410 and resync",
 			"timeline", *now, "last_write_timeline", *last, "leap", lostEventIDs)
 	}
 	return nil

@@ -126,6 +126,17 @@ func (s *Server) Promote() {
 	}
 }
 
+// StartAsPrimary starts a stopped standby as a primary without promoting
+// it, as an operator who removes standby.signal does: it recovers what WAL
+// it has and takes writes on the same timeline.
+func (s *Server) StartAsPrimary() {
+	s.t.Helper()
+	if err := os.Remove(filepath.Join(s.dir, "data", "standby.signal")); err != nil {
+		s.t.Fatal(err)
+	}
+	s.Start()
+}
+
 // Crash stops the server as a crash would (pg_ctl stop -m immediate): no
 // shutdown checkpoint, and no last WAL sent to its standbys.
 func (s *Server) Crash() {

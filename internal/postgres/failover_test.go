@@ -116,16 +116,8 @@ func TestFailoverThatLostCommits(t *testing.T) {
 
 	// The next change takes an id a leap past the last the standby knew,
 	// never one the follower saw for another change.
-	var created error
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		// Its sessions of the recovery may answer 503 once, as read-only.
-		if _, created = early.CreatePlant(ctx, plantstore.Plant{ID: 11, Name: "After"}); plantstore.ErrorCode(created) != plantstore.EUNAVAILABLE {
-			break
-		}
-	}
-	if created != nil {
-		t.Fatalf("create through the instance started on the standby, once promoted: %v", created)
-	}
+	// Its sessions of the recovery may answer 503 once, as read-only.
+	createOnceWritable(t, early, plantstore.Plant{ID: 11, Name: "After"})
 	if got, want := latestEvent(t, db), kept+leap+1; got != want {
 		t.Fatalf("the first change on the promoted standby took event id %d, want %d", got, want)
 	}
@@ -180,6 +172,21 @@ func latestEvent(t *testing.T, db *postgres.DB) int64 {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// createOnceWritable creates p through db once the database it follows
+// takes writes: its answers are 503 until then, for at most 10 s.
+func createOnceWritable(t *testing.T, db *postgres.DB, p plantstore.Plant) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err = db.CreatePlant(context.Background(), p); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("create plant %d once the database takes writes: %v", p.ID, err)
+	}
 }
 
 // waitForEvent waits until the standby at url has replayed event id.
@@ -362,15 +369,7 @@ func TestStandbyStartedAsPrimary(t *testing.T) {
 	primary.Crash()
 	standby.StartAsPrimary()
 
-	var created error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, created = db.CreatePlant(ctx, plantstore.Plant{ID: 20, Name: "After"}); plantstore.ErrorCode(created) != plantstore.EUNAVAILABLE {
-			break
-		}
-	}
-	if created != nil {
-		t.Fatalf("create once the standby took writes: %v", created)
-	}
+	createOnceWritable(t, db, plantstore.Plant{ID: 20, Name: "After"})
 	if got, want := latestEvent(t, db), seen+leap+1; got != want {
 		t.Fatalf("the first change after the standby took writes took event id %d, want %d: past the ids the instance saw (%d), not after the standby's %d", got, want, seen, kept)
 	}

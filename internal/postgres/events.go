@@ -60,8 +60,9 @@ const eventsChannel = "plantstore_events"
 // others') past the counter, which never goes back otherwise (the
 // parameter seen: a standby started as a primary without a promotion, a
 // file-system snapshot restored, keep the timeline). The first write that
-// finds either takes its ids a leap (lostEventIDs) past the last id known,
-// and sets lost_through to the leap's end: the feed reads as pruned up to
+// finds either takes its ids a leap (lostEventIDs) past the counter, past
+// any id the lost commits can have taken, and sets lost_through to the
+// leap's end: the feed reads as pruned up to
 // there, and followers get 410 and resync (eventsSQL). Taking ids and
 // looking for the signs in one statement, under the counter's lock,
 // leaves no window for a write to slip between them. A planned switchover
@@ -72,9 +73,9 @@ func takeEventIDs(seen string) string {
 	leap := `(c.timeline <> w.timeline OR c.last < ` + seen + `::bigint)`
 	return `counter AS (
 		UPDATE event_counter c SET
-			last = CASE WHEN ` + leap + ` THEN greatest(c.last, ` + seen + `::bigint) + ` + lostEventIDs + ` ELSE c.last END
+			last = CASE WHEN ` + leap + ` THEN c.last + ` + lostEventIDs + ` ELSE c.last END
 				+ (SELECT count(*) FROM changed),
-			lost_through = CASE WHEN ` + leap + ` THEN greatest(c.last, ` + seen + `::bigint) + ` + lostEventIDs + ` ELSE c.lost_through END,
+			lost_through = CASE WHEN ` + leap + ` THEN c.last + ` + lostEventIDs + ` ELSE c.lost_through END,
 			timeline = coalesce(w.timeline, c.timeline)
 		FROM (SELECT ` + currentTimeline + ` AS timeline) w
 		WHERE (SELECT count(*) FROM changed) > 0
@@ -148,25 +149,28 @@ func (db *DB) saw(id int64) {
 }
 
 // counterSQL reads the counter as followers see it: the last id given,
-// and the horizon of the ids lost (lost_through). On a database whose
-// timeline changed since the last write (promoted, and not yet written
-// to), both are read as the next write will leave them: past the leap
-// (takeEventIDs), so that a follower told to resync now is not told again
-// by that write. A standby, where the timeline cannot be read, is read as
-// it is.
-const counterSQL = `counter AS (
-		SELECT CASE WHEN k.timeline <> w.timeline THEN k.last + ` + lostEventIDs + ` ELSE k.last END AS last,
-			CASE WHEN k.timeline <> w.timeline THEN k.last + ` + lostEventIDs + ` ELSE k.lost_through END AS lost_through
+// and the horizon of the ids lost (lost_through). On a database that the
+// next write will find changed (takeEventIDs: another timeline, or behind
+// the parameter seen, the ids this instance saw), both are read as that
+// write will leave them, past the leap, so that a follower told to resync
+// now is not told again by that write. A standby, where the timeline
+// cannot be read, is read as it is.
+func counterSQL(seen string) string {
+	leap := `(k.timeline <> w.timeline OR k.last < ` + seen + `::bigint)`
+	return `counter AS (
+		SELECT CASE WHEN ` + leap + ` THEN k.last + ` + lostEventIDs + ` ELSE k.last END AS last,
+			CASE WHEN ` + leap + ` THEN k.last + ` + lostEventIDs + ` ELSE k.lost_through END AS lost_through
 		FROM event_counter k, (SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE ` + currentTimeline + ` END AS timeline) w
 	)`
+}
 
 // eventsSQL reads the horizon (past the events pruned, and those a
 // failover lost: counterSQL), the last event id given and one page of
 // events in one statement, so from one snapshot: a prune cannot come
 // between them and hide a gap. The horizon and the last id come back on
 // every row, and alone (with NULL event fields) when no event follows $1
-// (or the horizon, when $4).
-const eventsSQL = `WITH ` + counterSQL + `
+// (or the horizon, when $4). $5 is the newest id this instance saw.
+var eventsSQL = `WITH ` + counterSQL("$5") + `
 	SELECT h.pruned_through, c.lost_through, c.last, e.id, e.type, e.plant_id, e.name, e.tag, e.at
 	FROM event_horizon h CROSS JOIN counter c LEFT JOIN LATERAL (
 		SELECT id, type, plant_id, name, tag, at FROM events
@@ -183,7 +187,7 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	if types == nil {
 		types = []string{}
 	}
-	rows, err := db.pool.Query(ctx, db.eventSQL(eventsSQL), q.After, q.Limit, types, q.FromOldest)
+	rows, err := db.pool.Query(ctx, db.eventSQL(eventsSQL), q.After, q.Limit, types, q.FromOldest, db.seen.Load())
 	if err != nil {
 		return nil, db.storeError("read events", err)
 	}
@@ -223,11 +227,11 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 
 // latestEventSQL reads the last event id given, as followers see it
 // (counterSQL).
-const latestEventSQL = `WITH ` + counterSQL + ` SELECT last FROM counter`
+var latestEventSQL = `WITH ` + counterSQL("$1") + ` SELECT last FROM counter`
 
 func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := db.pool.QueryRow(ctx, db.eventSQL(latestEventSQL)).Scan(&id); err != nil {
+	if err := db.pool.QueryRow(ctx, db.eventSQL(latestEventSQL), db.seen.Load()).Scan(&id); err != nil {
 		return 0, db.storeError("read the latest event id", err)
 	}
 	return id, nil

@@ -369,9 +369,27 @@ func TestStandbyStartedAsPrimary(t *testing.T) {
 	primary.Crash()
 	standby.StartAsPrimary()
 
+	// Before any write, the instance's feed reads as past the leap the
+	// first write will take: a follower that resyncs now does so once.
+	var err2 error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err2 = db.Events(ctx, plantstore.EventQuery{After: seen, Limit: 10}); plantstore.ErrorCode(err2) != plantstore.EUNAVAILABLE {
+			break
+		}
+	}
+	if plantstore.ErrorCode(err2) != plantstore.EGONE || !strings.Contains(err2.Error(), "may be lost") {
+		t.Errorf("events after %d before the first write: %v, want EGONE saying they may be lost", seen, err2)
+	}
+	resynced := latestEvent(t, db)
+	if resynced != kept+leap {
+		t.Errorf("before the first write, the newest event id reads %d, want %d", resynced, kept+leap)
+	}
 	createOnceWritable(t, db, plantstore.Plant{ID: 20, Name: "After"})
-	if got, want := latestEvent(t, db), seen+leap+1; got != want {
-		t.Fatalf("the first change after the standby took writes took event id %d, want %d: past the ids the instance saw (%d), not after the standby's %d", got, want, seen, kept)
+	if got, want := latestEvent(t, db), kept+leap+1; got != want {
+		t.Fatalf("the first change after the standby took writes took event id %d, want %d: a leap past the standby's %d, and so past the ids the instance saw (%d)", got, want, kept, seen)
+	}
+	if evs, err := db.Events(ctx, plantstore.EventQuery{After: resynced, Limit: 10}); err != nil || len(evs) != 1 {
+		t.Errorf("events after %d, where a follower resynced before the first write: %+v, %v; want the create since", resynced, evs, err)
 	}
 	if !strings.Contains(logs.String(), `"level":"WARN","msg":"this write took its event ids a leap further on`) {
 		t.Errorf("the instance logged\n%s\nwant a warning of the leap", logs.String())

@@ -106,13 +106,7 @@ func TestFailoverThatLostCommits(t *testing.T) {
 	// Before any write, followers are told to resync already, and the
 	// newest id reads as past the leap the first write will take: a
 	// follower that resyncs now is not told again by that write.
-	if _, err := db.Events(ctx, plantstore.EventQuery{After: seen, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EGONE || !strings.Contains(err.Error(), "may be lost") {
-		t.Errorf("events after %d before the first write on the promoted standby: %v, want EGONE saying they may be lost", seen, err)
-	}
-	resynced := latestEvent(t, db)
-	if resynced != kept+leap {
-		t.Errorf("before the first write, the newest event id reads %d, want %d", resynced, kept+leap)
-	}
+	resynced := checkFeedPastLeap(t, db, seen, kept+leap)
 
 	// The next change takes an id a leap past the last the standby knew,
 	// never one the follower saw for another change.
@@ -172,6 +166,29 @@ func latestEvent(t *testing.T, db *postgres.DB) int64 {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// checkFeedPastLeap checks that db's feed, before the first write on a
+// database that lost commits, reads as past the leap that write will take:
+// a follower after seen (an id lost) gets EGONE saying so, once the
+// database answers, and the newest id reads leapt. It returns that id,
+// where a follower resyncs.
+func checkFeedPastLeap(t *testing.T, db *postgres.DB, seen, leapt int64) int64 {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err = db.Events(context.Background(), plantstore.EventQuery{After: seen, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			break
+		}
+	}
+	if plantstore.ErrorCode(err) != plantstore.EGONE || !strings.Contains(err.Error(), "may be lost") {
+		t.Errorf("events after %d before the first write: %v, want EGONE saying they may be lost", seen, err)
+	}
+	latest := latestEvent(t, db)
+	if latest != leapt {
+		t.Errorf("before the first write, the newest event id reads %d, want %d", latest, leapt)
+	}
+	return latest
 }
 
 // createOnceWritable creates p through db once the database it follows
@@ -371,19 +388,7 @@ func TestStandbyStartedAsPrimary(t *testing.T) {
 
 	// Before any write, the instance's feed reads as past the leap the
 	// first write will take: a follower that resyncs now does so once.
-	var err2 error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, err2 = db.Events(ctx, plantstore.EventQuery{After: seen, Limit: 10}); plantstore.ErrorCode(err2) != plantstore.EUNAVAILABLE {
-			break
-		}
-	}
-	if plantstore.ErrorCode(err2) != plantstore.EGONE || !strings.Contains(err2.Error(), "may be lost") {
-		t.Errorf("events after %d before the first write: %v, want EGONE saying they may be lost", seen, err2)
-	}
-	resynced := latestEvent(t, db)
-	if resynced != kept+leap {
-		t.Errorf("before the first write, the newest event id reads %d, want %d", resynced, kept+leap)
-	}
+	resynced := checkFeedPastLeap(t, db, seen, kept+leap)
 	createOnceWritable(t, db, plantstore.Plant{ID: 20, Name: "After"})
 	if got, want := latestEvent(t, db), kept+leap+1; got != want {
 		t.Fatalf("the first change after the standby took writes took event id %d, want %d: a leap past the standby's %d, and so past the ids the instance saw (%d)", got, want, kept, seen)

@@ -62,9 +62,15 @@ type Error struct {
 	// request under it (a 500's cause, say). Error quotes it for a 5xx.
 	RequestID string
 	// Attempt is the attempt that got this answer: 1 for the first, more
-	// after retries (RetryPolicy). A Delete's 404 on a later attempt may
-	// mean that an earlier one deleted the plant and its answer was lost.
+	// after retries (RetryPolicy).
 	Attempt int
+	// EarlierMayHaveTakenEffect is set when an earlier attempt of the
+	// request ended without saying whether it took effect: its connection
+	// dropped before the whole answer, or it got a 503 (which a write may
+	// follow after it took effect). A Delete's 404 may then be that
+	// attempt's success, its answer lost. A 429 was refused before
+	// anything was done, and does not set it.
+	EarlierMayHaveTakenEffect bool
 }
 
 func (e *Error) Error() string {

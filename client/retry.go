@@ -32,7 +32,8 @@ import (
 // an attempt took effect but its answer was lost, the retry reports what
 // it finds: a Delete or DeleteIf 404, an UpdateIf 412, a Create 409 if
 // another client changed the plant in between. Error.Attempt tells an
-// answer to a retry from the first.
+// answer to a retry from the first, and Error.EarlierMayHaveTakenEffect
+// whether an earlier attempt may have done it.
 type RetryPolicy struct {
 	// Max is how many times a request is retried after its first attempt.
 	Max int
@@ -78,14 +79,17 @@ func RetryAfter(err error) time.Duration {
 
 // send makes the request, and again as c.retry allows.
 func (c *Client) send(ctx context.Context, r request) error {
+	unsure := false // an earlier attempt may have taken effect
 	for retry := 0; ; retry++ {
 		err := c.sendOnce(ctx, r)
-		if e, ok := errors.AsType[*Error](err); ok {
-			e.Attempt = retry + 1
+		e, answered := errors.AsType[*Error](err)
+		if answered {
+			e.Attempt, e.EarlierMayHaveTakenEffect = retry+1, unsure
 		}
 		if err == nil || retry >= c.retry.Max || !retryable(r, err) {
 			return err
 		}
+		unsure = unsure || !answered || e.StatusCode == http.StatusServiceUnavailable
 		wait, ok := c.retry.wait(retry, RetryAfter(err))
 		if !ok {
 			return err // the service asks for longer than we wait

@@ -359,9 +359,10 @@ that ETag (from plants get).`,
 					return err
 				}
 				err = c.DeleteIf(ctx, id, entityTag(*ifMatch))
-				// A retry's 404: the plant is gone, as asked, perhaps by
-				// the attempt whose answer was lost.
-				if e, ok := errors.AsType[*client.Error](err); ok && e.StatusCode == http.StatusNotFound && e.Attempt > 1 {
+				// A retry's 404 after an attempt that may have taken
+				// effect: the plant is gone, as asked, perhaps by that
+				// attempt, whose answer was lost.
+				if e, ok := errors.AsType[*client.Error](err); ok && e.StatusCode == http.StatusNotFound && e.EarlierMayHaveTakenEffect {
 					fmt.Fprintf(stderr, "plant %d is gone: an earlier attempt, whose answer was lost, may have deleted it\n", id)
 					return nil
 				}
@@ -711,10 +712,12 @@ func tableCell(s string) string {
 // separators but the space), and the printable characters Unicode says
 // a renderer may ignore (Default_Ignorable_Code_Point: the combining
 // grapheme joiner U+034F, variation selectors such as U+FE0F, Hangul
-// fillers such as U+3164), which strconv.Quote would leave as they are.
+// fillers such as U+3164) and the braille pattern blank U+2800, which
+// strconv.Quote would leave as they are.
 // An emoji's U+FE0F is escaped with the rest: harmless in a quoted cell.
 func hidden(r rune) bool {
-	return !unicode.IsPrint(r) || unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
+	return !unicode.IsPrint(r) || unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector) ||
+		r == '\u2800' // the braille pattern blank: a symbol to Unicode, a space on screen
 }
 
 // terminalText is text for a terminal line, a server's or one that

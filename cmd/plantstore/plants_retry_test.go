@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -161,6 +162,24 @@ func TestPlantsDeleteAnswerLost(t *testing.T) {
 	}
 	if r := cli(t, dir, env, "plants", "delete", "6"); r.exit != 1 || !strings.Contains(r.stderr, "plant 6 not found (HTTP 404)") {
 		t.Errorf("delete of a plant never there: exit %d, %q; want 404, exit 1", r.exit, r.stderr)
+	}
+	// A 429 refused the first attempt before anything was done: the
+	// retry's 404 is the plant's absence, not a lost answer's success.
+	var refuse atomic.Bool
+	refuse.Store(true)
+	throttled := inFront(t, s.url, func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodDelete || !refuse.CompareAndSwap(true, false) {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, `{"error":429,"message":"slow down"}`)
+		return true
+	})
+	env = []string{"PLANTSTORE_SERVER=" + throttled, "PLANTSTORE_TOKEN=" + token}
+	if r := cli(t, dir, env, "plants", "delete", "8"); r.exit != 1 || !strings.Contains(r.stderr, "plant 8 not found (HTTP 404)") || refuse.Load() {
+		t.Errorf("delete of a plant never there, after a 429: exit %d, %q; want 404, exit 1", r.exit, r.stderr)
 	}
 }
 

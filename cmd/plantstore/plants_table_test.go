@@ -31,6 +31,8 @@ func TestPlantTableEscapesFormatCharacters(t *testing.T) {
 		// selector of the supplement; and a quoted tag escapes them too.
 		{client.Plant{ID: 9, Name: "alice\u034f", Tag: tag("two\ufe0f words")}, `"alice\u034f"`, `"two\ufe0f words"`, []rune{0x34f, 0xfe0f}},
 		{client.Plant{ID: 10, Name: "\u3164Fern\U000e0100"}, `"\u3164Fern\U000e0100"`, "-", []rune{0x3164, 0xe0100}},
+		// The braille pattern blank is printable to Go, and blank on screen.
+		{client.Plant{ID: 13, Name: "Fern\u2800"}, `"Fern\u2800"`, "-", []rune{0x2800}},
 		// A space at either end would read as the column's padding.
 		{client.Plant{ID: 11, Name: "Fern "}, `"Fern "`, "-", nil},
 		{client.Plant{ID: 12, Name: " Fern", Tag: tag("shade")}, `" Fern"`, "shade", nil},

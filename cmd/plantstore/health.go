@@ -69,6 +69,16 @@ server can reach its store. Redirects and proxies are not followed.`, getenv, st
 		return fmt.Errorf("health: %w", err)
 	}
 	resp, err := client.Do(req)
+	if errors.Is(err, errNotPinned) {
+		// Just after a renewal the server may serve the previous
+		// certificate for up to a second (it looks at its files at most
+		// that often): once more, after that.
+		select {
+		case <-ctx.Done():
+		case <-time.After(certRecheck):
+			resp, err = client.Do(req.Clone(ctx))
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}
@@ -92,6 +102,14 @@ server can reach its store. Redirects and proxies are not followed.`, getenv, st
 	fmt.Fprintf(stdout, "%s: %s\n", target, serverMessage(resp.Status))
 	return nil
 }
+
+// errNotPinned is the handshake's error when the server presents another
+// certificate than the pinned one.
+var errNotPinned = errors.New("the server's certificate is not the one in")
+
+// certRecheck is longer than the server's pause between two looks at its
+// certificate's files (httpapi's certCheckEvery).
+const certRecheck = 1100 * time.Millisecond
 
 // pinCertificate is a TLS client configuration that trusts the server
 // only if it presents the first certificate of certFile (the server's
@@ -119,7 +137,7 @@ func pinCertificate(certFile string) (*tls.Config, error) {
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, want) {
-				return fmt.Errorf("the server's certificate is not the one in %s", certFile)
+				return fmt.Errorf("%w %s", errNotPinned, certFile)
 			}
 			return nil
 		},

@@ -172,10 +172,16 @@ func TestTLSCertificateRenewed(t *testing.T) {
 		t.Fatal("the server does not serve its certificate")
 	}
 	newCert, newKey, _ := selfSigned(t)
+	served() // the server looks at its files again a second after this
 	for from, to := range map[string]string{newCert: certFile, newKey: keyFile} {
 		if err := os.Rename(from, to); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// health, pinned to the file, asks again once the server has looked.
+	env := []string{"PLANTSTORE_ADDR=" + addr, "PLANTSTORE_TLS_CERT=" + certFile}
+	if r := cli(t, dir, env, "health"); r.exit != 0 {
+		t.Errorf("health just after the renewal: exit %d, %s", r.exit, r.stderr)
 	}
 	want := inFile(certFile)
 	for deadline := time.Now().Add(10 * time.Second); !bytes.Equal(served(), want); time.Sleep(100 * time.Millisecond) {

@@ -70,17 +70,26 @@ const eventsChannel = "plantstore_events"
 // returns the last id taken, and whether this write leapt (lost_through
 // is then where its ids start).
 func takeEventIDs(seen string) string {
-	leap := `(c.timeline <> w.timeline OR c.last < ` + seen + `::bigint)`
+	last, lostThrough := afterLeap(seen)
 	return `counter AS (
-		UPDATE event_counter c SET
-			last = CASE WHEN ` + leap + ` THEN c.last + ` + lostEventIDs + ` ELSE c.last END
-				+ (SELECT count(*) FROM changed),
-			lost_through = CASE WHEN ` + leap + ` THEN c.last + ` + lostEventIDs + ` ELSE c.lost_through END,
-			timeline = coalesce(w.timeline, c.timeline)
+		UPDATE event_counter k SET
+			last = ` + last + ` + (SELECT count(*) FROM changed),
+			lost_through = ` + lostThrough + `,
+			timeline = coalesce(w.timeline, k.timeline)
 		FROM (SELECT ` + currentTimeline + ` AS timeline) w
 		WHERE (SELECT count(*) FROM changed) > 0
-		RETURNING c.last, c.lost_through > 0 AND c.lost_through = c.last - (SELECT count(*) FROM changed) AS leapt
+		RETURNING k.last, k.lost_through > 0 AND k.lost_through = k.last - (SELECT count(*) FROM changed) AS leapt
 	)`
+}
+
+// afterLeap is the counter's row k (last, lost_through) as it stands once
+// the leap is taken when one is due (takeEventIDs), and as it is when
+// none is: w.timeline is the server's timeline, seen the parameter of the
+// newest id this instance saw.
+func afterLeap(seen string) (last, lostThrough string) {
+	due := `(k.timeline <> w.timeline OR k.last < ` + seen + `::bigint)`
+	return `CASE WHEN ` + due + ` THEN k.last + ` + lostEventIDs + ` ELSE k.last END`,
+		`CASE WHEN ` + due + ` THEN k.last + ` + lostEventIDs + ` ELSE k.lost_through END`
 }
 
 // lostEventIDs is how far past the last id it knows a database on a new
@@ -156,10 +165,9 @@ func (db *DB) saw(id int64) {
 // now is not told again by that write. A standby, where the timeline
 // cannot be read, is read as it is.
 func counterSQL(seen string) string {
-	leap := `(k.timeline <> w.timeline OR k.last < ` + seen + `::bigint)`
+	last, lostThrough := afterLeap(seen)
 	return `counter AS (
-		SELECT CASE WHEN ` + leap + ` THEN k.last + ` + lostEventIDs + ` ELSE k.last END AS last,
-			CASE WHEN ` + leap + ` THEN k.last + ` + lostEventIDs + ` ELSE k.lost_through END AS lost_through
+		SELECT ` + last + ` AS last, ` + lostThrough + ` AS lost_through
 		FROM event_counter k, (SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE ` + currentTimeline + ` END AS timeline) w
 	)`
 }

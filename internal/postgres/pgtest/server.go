@@ -141,9 +141,7 @@ func (s *Server) StartAsPrimary() {
 // shutdown checkpoint, and no last WAL sent to its standbys.
 func (s *Server) Crash() {
 	s.t.Helper()
-	if out, err := s.pgCtl("-m", "immediate", "-w", "stop"); err != nil {
-		s.t.Fatalf("stop PostgreSQL: %v\n%s", err, out)
-	}
+	s.stop("immediate")
 }
 
 // URL is the server's admin URL, for its database postgres. It stays the
@@ -156,8 +154,14 @@ func (s *Server) URL() string {
 // fast): sessions are ended, new connections refused.
 func (s *Server) Stop() {
 	s.t.Helper()
-	if out, err := s.pgCtl("-m", "fast", "-w", "stop"); err != nil {
-		s.t.Fatalf("stop PostgreSQL: %v\n%s", err, out)
+	s.stop("fast")
+}
+
+// stop stops the server with pg_ctl's shutdown mode and waits for it.
+func (s *Server) stop(mode string) {
+	s.t.Helper()
+	if out, err := s.pgCtl("-m", mode, "-w", "stop"); err != nil {
+		s.t.Fatalf("stop PostgreSQL (-m %s): %v\n%s", mode, err, out)
 	}
 }
 

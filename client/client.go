@@ -61,9 +61,6 @@ type Error struct {
 	// RequestID is the answer's X-Request-Id: the service's log has the
 	// request under it (a 500's cause, say). Error quotes it for a 5xx.
 	RequestID string
-	// Attempt is the attempt that got this answer: 1 for the first, more
-	// after retries (RetryPolicy).
-	Attempt int
 	// EarlierMayHaveTakenEffect is set when an earlier attempt of the
 	// request ended without saying whether it took effect: its connection
 	// dropped before the whole answer, or it got a 503 (which a write may

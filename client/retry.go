@@ -31,9 +31,9 @@ import (
 // create again as a replay (200, nothing changed). One consequence: when
 // an attempt took effect but its answer was lost, the retry reports what
 // it finds: a Delete or DeleteIf 404, an UpdateIf 412, a Create 409 if
-// another client changed the plant in between. Error.Attempt tells an
-// answer to a retry from the first, and Error.EarlierMayHaveTakenEffect
-// whether an earlier attempt may have done it.
+// another client changed the plant in between.
+// Error.EarlierMayHaveTakenEffect says whether an earlier attempt may have
+// done it.
 type RetryPolicy struct {
 	// Max is how many times a request is retried after its first attempt.
 	Max int
@@ -84,7 +84,7 @@ func (c *Client) send(ctx context.Context, r request) error {
 		err := c.sendOnce(ctx, r)
 		e, answered := errors.AsType[*Error](err)
 		if answered {
-			e.Attempt, e.EarlierMayHaveTakenEffect = retry+1, unsure
+			e.EarlierMayHaveTakenEffect = unsure
 		}
 		if err == nil || retry >= c.retry.Max || !retryable(r, err) {
 			return err

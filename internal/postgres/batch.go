@@ -21,21 +21,25 @@ import (
 // queued and inserts them, with their webhook outbox rows, in one
 // statement: one round trip, one commit. There is no waiting to fill a
 // batch: under light load a batch is one create; under heavy load, the
-// creates that queued during the previous commit. Unlike SQLite, the
-// server takes concurrent writers, and several committers keep its group
-// commit fed while a batch is on the wire (see DefaultCommitters).
+// creates that queued during the previous commit. The change feed's
+// counter lets one batch commit at a time (see DefaultCommitters).
 
 // maxBatch bounds a batch, so one statement's arrays and locks stay small.
 const maxBatch = 256
 
 // DefaultCommitters is how many batches of creates may be in flight at
-// once when Options.Committers is 0. With 64 concurrent creators on a
-// shared 2-core machine, 1, 2, 4 and 8 committers were within the noise of
-// each other, 2 the best median, each about 3x one transaction per create
-// (docs/benchmarks/postgres-batch.txt). More than one also keeps creates
-// flowing while a batch waits for a lock another session holds on one of
-// its ids.
-const DefaultCommitters = 2
+// once when Options.Committers is 0. Every write takes its change-feed
+// event ids under the one event_counter row's lock, held until its commit
+// is flushed, so batches commit one at a time whatever their number, on
+// one instance or several; a second committer only splits the creates
+// queued meanwhile into smaller batches that wait for that lock. With one
+// a batch, unsplit, holds everything that queued during the last commit:
+// the load harness, 64 connections on PostgreSQL, made 11,600-11,800
+// creates a second with one committer against 7,600-7,900 with two at one
+// instance, and 4,200-5,900 against 3,000-3,700 at three (mean batches 28
+// against 17; docs/benchmarks/postgres-committers.txt). Before the change
+// feed, two were the best (docs/benchmarks/postgres-batch.txt).
+const DefaultCommitters = 1
 
 type createRequest struct {
 	ctx   context.Context // the caller's; its plant is left out once it ends

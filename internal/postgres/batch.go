@@ -38,7 +38,11 @@ const maxBatch = 256
 // creates a second with one committer against 7,600-7,900 with two at one
 // instance, and 4,200-5,900 against 3,000-3,700 at three (mean batches 28
 // against 17; docs/benchmarks/postgres-committers.txt). Before the change
-// feed, two were the best (docs/benchmarks/postgres-batch.txt).
+// feed, two were the best (docs/benchmarks/postgres-batch.txt). The price:
+// a batch that waits for a plant's row lock another session holds (in
+// practice another write of the same id, committing) holds up the
+// creates queued behind it, as SQLite's one writer does, at most until
+// its lock_timeout or its earliest deadline.
 const DefaultCommitters = 1
 
 type createRequest struct {

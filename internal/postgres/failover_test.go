@@ -40,11 +40,7 @@ func TestFailoverThatLostCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for id := int64(1); id <= 4; id++ {
-		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "Fern"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createPlants(t, db, 1, 4, "Fern")
 	if err := db.DeletePlant(ctx, 2, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +187,16 @@ func checkFeedPastLeap(t *testing.T, db *postgres.DB, seen, leapt int64) int64 {
 	return latest
 }
 
+// createPlants creates plants first to last, each named name.
+func createPlants(t *testing.T, db *postgres.DB, first, last int64, name string) {
+	t.Helper()
+	for id := first; id <= last; id++ {
+		if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // createOnceWritable creates p through db once the database it follows
 // takes writes: its answers are 503 until then, for at most 10 s.
 func createOnceWritable(t *testing.T, db *postgres.DB, p plantstore.Plant) {
@@ -323,11 +329,7 @@ func TestNoTimelineFunction(t *testing.T) {
 	if !strings.Contains(logs.String(), warning) || !strings.Contains(logs.String(), "permission denied for function pg_walfile_name") {
 		t.Errorf("an instance that may not read the timeline logged\n%s\nwant %s…", logs.String(), warning)
 	}
-	for id := int64(1); id <= 3; id++ {
-		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "Fern"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createPlants(t, db, 1, 3, "Fern")
 	if err := db.DeletePlant(ctx, 2, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -369,19 +371,11 @@ func TestStandbyStartedAsPrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for id := int64(1); id <= 3; id++ {
-		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "Fern"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createPlants(t, db, 1, 3, "Fern")
 	kept := latestEvent(t, db)
 	waitForEvent(t, standby.URL(), kept)
 	standby.Stop()
-	for id := int64(10); id <= 12; id++ {
-		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: "Lost"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createPlants(t, db, 10, 12, "Lost")
 	seen := latestEvent(t, db)
 	primary.Crash()
 	standby.StartAsPrimary()

@@ -286,7 +286,7 @@ func (db *DB) insertPlants(ctx context.Context, plants []plantstore.Plant, deadl
 	// caller's would otherwise land after its 503. A batch that fails so
 	// is tried a create at a time, each under its own (commit).
 	err = retry(ctx, func(ctx context.Context) error {
-		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), db.eventSQL(insertPlantsSQL), []any{ids, names, tags, events, db.now(), until, db.seen.Load()},
+		return writeRow(ctx, db.pool, slices.MinFunc(until, time.Time.Compare), db.sql.insertPlants, []any{ids, names, tags, events, db.now(), until, db.seen.Load()},
 			&insertedIDs, &enqueued, &ev.last, &ev.leapt, &lateIDs)
 	})
 	if err != nil {

@@ -102,19 +102,31 @@ const lostEventIDs = `1000000000`
 // eight hex digits of the current WAL file's name. It fails on a standby,
 // where a write fails first anyway (read-only). Where the server has no
 // such function (some services built on PostgreSQL), the statements use
-// NULL instead (DB.eventSQL) and no failover is noticed.
+// NULL instead (withoutTimeline) and no failover is noticed.
 const currentTimeline = `substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)`
 
-// eventSQL is stmt, one of the statements that read the timeline (those
+// timelineStatements are the statements that read the timeline (those
 // that take event ids, and those that read the counter for followers), as
-// this database runs it: without the timeline where the server cannot
-// tell it.
-func (db *DB) eventSQL(stmt string) string {
-	if db.noTimeline {
-		return strings.Replace(stmt, currentTimeline, "NULL::text", 1)
-	}
-	return stmt
+// one database runs them: DB.sql, chosen once at the start
+// (checkTimeline).
+type timelineStatements struct {
+	insertPlants, insertPlant, updatePlant, deletePlant, events, latestEvent string
 }
+
+var (
+	withTimeline = timelineStatements{
+		insertPlants: insertPlantsSQL, insertPlant: insertPlantSQL, updatePlant: updatePlantSQL,
+		deletePlant: deletePlantSQL, events: eventsSQL, latestEvent: latestEventSQL,
+	}
+	// withoutTimeline is for a server that cannot tell its timeline: NULL
+	// in its place, so no failover is noticed.
+	withoutTimeline = func(s timelineStatements) timelineStatements {
+		for _, stmt := range []*string{&s.insertPlants, &s.insertPlant, &s.updatePlant, &s.deletePlant, &s.events, &s.latestEvent} {
+			*stmt = strings.Replace(*stmt, currentTimeline, "NULL::text", 1)
+		}
+		return s
+	}(withTimeline)
+)
 
 // notifyEvents is the last two columns of the statements that record
 // events: the id of the last event recorded, NULL when none, with a
@@ -195,7 +207,7 @@ func (db *DB) Events(ctx context.Context, q plantstore.EventQuery) ([]plantstore
 	if types == nil {
 		types = []string{}
 	}
-	rows, err := db.pool.Query(ctx, db.eventSQL(eventsSQL), q.After, q.Limit, types, q.FromOldest, db.seen.Load())
+	rows, err := db.pool.Query(ctx, db.sql.events, q.After, q.Limit, types, q.FromOldest, db.seen.Load())
 	if err != nil {
 		return nil, db.storeError("read events", err)
 	}
@@ -239,7 +251,7 @@ var latestEventSQL = `WITH ` + counterSQL("$1") + ` SELECT last FROM counter`
 
 func (db *DB) LatestEventID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := db.pool.QueryRow(ctx, db.eventSQL(latestEventSQL), db.seen.Load()).Scan(&id); err != nil {
+	if err := db.pool.QueryRow(ctx, db.sql.latestEvent, db.seen.Load()).Scan(&id); err != nil {
 		return 0, db.storeError("read the latest event id", err)
 	}
 	return id, nil

@@ -112,7 +112,7 @@ func (db *DB) createPlant(ctx context.Context, p plantstore.Plant) (bool, error)
 	for range insertAttempts {
 		var inserted, enqueued int
 		var ev recordedEvents
-		err := gatedWrite(ctx, db.pool, db.eventSQL(insertPlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()},
+		err := gatedWrite(ctx, db.pool, db.sql.insertPlant, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()},
 			&inserted, &enqueued, &ev.last, &ev.leapt)
 		if err != nil {
 			return false, err
@@ -234,7 +234,7 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 			if stored.SameContent(p) {
 				return ev, nil // no change, no event
 			}
-			err := gatedWrite(ctx, tx, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
+			err := gatedWrite(ctx, tx, db.sql.updatePlant, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
 			return ev, err
 		})
 		db.wake(err, enqueued)
@@ -244,7 +244,7 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 		var ev recordedEvents
 		var enqueued int
 		err := retry(ctx, func(ctx context.Context) error {
-			return gatedWrite(ctx, db.pool, db.eventSQL(updatePlantSQL), []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
+			return gatedWrite(ctx, db.pool, db.sql.updatePlant, []any{p.ID, p.Name, p.Tag, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
 		})
 		if err != nil {
 			return db.storeError(op, err)
@@ -292,7 +292,7 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 		var enqueued int
 		err := db.conditionally(ctx, id, cond, func(tx pgx.Tx, _ plantstore.Plant) (recordedEvents, error) {
 			var ev recordedEvents
-			err := gatedWrite(ctx, tx, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
+			err := gatedWrite(ctx, tx, db.sql.deletePlant, []any{id, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
 			return ev, err
 		})
 		db.wake(err, enqueued)
@@ -301,7 +301,7 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 	var ev recordedEvents
 	var enqueued int
 	err := retry(ctx, func(ctx context.Context) error {
-		return gatedWrite(ctx, db.pool, db.eventSQL(deletePlantSQL), []any{id, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
+		return gatedWrite(ctx, db.pool, db.sql.deletePlant, []any{id, db.now(), plantstore.NewEventID(), db.seen.Load()}, &enqueued, &ev.last, &ev.leapt)
 	})
 	if err != nil {
 		return db.storeError(op, err)

@@ -118,6 +118,9 @@ type DB struct {
 	// found it can, and new sessions read it.
 	noTimeline    bool
 	readsTimeline atomic.Bool
+	// sql are the statements that read the timeline, without it when
+	// noTimeline.
+	sql timelineStatements
 	// seen is the newest event id this instance knows was given: by its
 	// writes, or by others' (their notifications). takeEventIDs leaps
 	// when the counter is behind it.
@@ -153,7 +156,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	// server stops the statement rather than run it on, holding locks or
 	// even committing, after its caller was told it failed. pgx's default
 	// is what we want.
-	db := &DB{now: opts.Now, secrets: secrets, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch,
+	db := &DB{sql: withTimeline, now: opts.Now, secrets: secrets, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch,
 		eventsWritten: opts.EventsWritten, log: opts.Logger}
 	afterConnect := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
@@ -384,6 +387,7 @@ func (db *DB) checkTimeline(ctx context.Context) {
 		return // the server busy or going away: no news of the function
 	}
 	db.noTimeline = true
+	db.sql = withoutTimeline
 	db.log.Warn("the database cannot tell its timeline, so a failover to a standby that lacks the last commits goes unnoticed: see docs/postgres.md, Replicas and failover",
 		"error", withoutSecrets(pgErr.Message, db.secrets))
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	neturl "net/url"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/apitest"
@@ -219,7 +221,10 @@ func waitForEvent(t *testing.T, url string, id int64) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var last int64
-		if err := conn.QueryRow(context.Background(), `SELECT last FROM event_counter`).Scan(&last); err != nil {
+		err := conn.QueryRow(context.Background(), `SELECT last FROM event_counter`).Scan(&last)
+		// Until the standby has replayed the schema, the table is not
+		// there (undefined_table): nothing replayed yet, not a failure.
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); err != nil && (!ok || pgErr.Code != "42P01") {
 			t.Fatal(err)
 		}
 		if last >= id {

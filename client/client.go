@@ -123,11 +123,15 @@ var defaultHTTP = &http.Client{Timeout: DefaultTimeout}
 const userAgent = "plantstore-go-client"
 
 // New returns a Client for the service at baseURL (which may carry a path
-// prefix) that sends token as a bearer credential.
+// prefix) that sends token as a bearer credential. It refuses a token no
+// service could take (ErrToken) rather than let every call fail with 401.
 func New(baseURL, token string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("plantstore: base URL %q must be an absolute http(s) URL, such as http://127.0.0.1:8080", baseURL)
+	}
+	if err := checkToken(token); err != nil {
+		return nil, err
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	c := &Client{base: u, token: token, http: defaultHTTP}
@@ -142,6 +146,24 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	}
 	c.keepTokenAtHome()
 	return c, nil
+}
+
+// ErrToken is what New's error wraps when the token is empty (an unset
+// PLANTSTORE_TOKEN) or holds a space or a control character (a newline
+// read from a file along with it), which net/http would refuse at every
+// call without saying why.
+var ErrToken = errors.New("plantstore: unusable token")
+
+// checkToken returns an ErrToken for a token no service could take. The
+// error does not quote the token.
+func checkToken(token string) error {
+	if token == "" {
+		return fmt.Errorf("%w: it is empty (plantstore token create makes one)", ErrToken)
+	}
+	if i := strings.IndexFunc(token, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("%w: it has a space or a control character at byte %d (a newline read from a file with it?)", ErrToken, i)
+	}
+	return nil
 }
 
 // keepTokenAtHome has c's requests follow a redirect only within the

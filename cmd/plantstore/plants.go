@@ -181,6 +181,9 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 	// (A followed stream has a bound of its own: client.DefaultStreamSilence.)
 	opts = append([]client.Option{client.WithHTTPClient(&http.Client{Timeout: *f.timeout})}, opts...)
 	c, err := client.New(f.server.raw, *f.token, opts...)
+	if errors.Is(err, client.ErrToken) {
+		return nil, usageError("--token (PLANTSTORE_TOKEN): " + strings.TrimPrefix(err.Error(), "plantstore: "))
+	}
 	if err != nil {
 		// The client quotes the URL as %q does, escapes and all.
 		msg := strings.TrimPrefix(err.Error(), "plantstore: ")

@@ -190,6 +190,10 @@ func (c *plantsCLI) errors(t *testing.T) {
 	if r := cli(t, c.dir, []string{"PLANTSTORE_SERVER=" + c.url}, "plants", "list"); r.exit != 2 || !strings.Contains(r.stderr, "no token") {
 		t.Errorf("no token: %+v", r)
 	}
+	// A newline read from a file with the token: said, not sent.
+	if r := cli(t, c.dir, []string{"PLANTSTORE_SERVER=" + c.url, "PLANTSTORE_TOKEN=" + c.token + "\n"}, "plants", "list"); r.exit != 2 || !strings.Contains(r.stderr, "--token (PLANTSTORE_TOKEN): unusable token: it has a space or a control character at byte") || strings.Contains(r.stderr, c.token) {
+		t.Errorf("a token with a newline: %+v", r)
+	}
 	// --token and --server on the command line win over the environment.
 	r := cli(t, c.dir, []string{"PLANTSTORE_SERVER=http://127.0.0.1:1", "PLANTSTORE_TOKEN=x"}, "plants", "get", "3", "--server", c.url, "--token", c.token)
 	taggedRow(t, r, `3\s+Aloe vera\s+-`)

@@ -149,19 +149,20 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 }
 
 // ErrToken is what New's error wraps when the token is empty (an unset
-// PLANTSTORE_TOKEN) or holds a space or a control character (a newline
-// read from a file along with it), which net/http would refuse at every
-// call without saying why.
+// PLANTSTORE_TOKEN) or holds a control character (a newline read from a
+// file along with it), which net/http would refuse at every call without
+// saying why. Spaces at either end are let through: the service ignores
+// them.
 var ErrToken = errors.New("plantstore: unusable token")
 
 // checkToken returns an ErrToken for a token no service could take. The
 // error does not quote the token.
 func checkToken(token string) error {
-	if token == "" {
+	if strings.Trim(token, " ") == "" {
 		return fmt.Errorf("%w: it is empty (plantstore token create makes one)", ErrToken)
 	}
-	if i := strings.IndexFunc(token, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
-		return fmt.Errorf("%w: it has a space or a control character at byte %d (a newline read from a file with it?)", ErrToken, i)
+	if i := strings.IndexFunc(token, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("%w: it has a control character at byte %d (a newline read from a file with it?)", ErrToken, i)
 	}
 	return nil
 }

@@ -48,14 +48,16 @@ func TestNew(t *testing.T) {
 	if got := c.url("/plants/1", nil); got != "https://example.test/prefix/plants/1" {
 		t.Errorf("url = %q", got)
 	}
-	for _, bad := range []string{"", "secret-token\n", " secret-token", "secret token", "secret\x00token", "secret\x7ftoken"} {
+	for _, bad := range []string{"", "   ", "secret-token\n", "\tsecret-token", "secret\x00token", "secret\x7ftoken"} {
 		_, err := New("https://example.test", bad)
 		if !errors.Is(err, ErrToken) || strings.Contains(err.Error(), "secret") {
 			t.Errorf("New with token %q: %v; want an ErrToken that does not quote the token", bad, err)
 		}
 	}
-	if _, err := New("https://example.test", "ps_AZaz09-._~+/="); err != nil {
-		t.Errorf("a token of every token68 character refused: %v", err)
+	for _, good := range []string{"ps_AZaz09-._~+/=", " ps_spaces_at_the_ends "} { // the service trims the spaces
+		if _, err := New("https://example.test", good); err != nil {
+			t.Errorf("token %q refused: %v", good, err)
+		}
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -576,10 +575,9 @@ func (p plantPrinter) tagged(plant client.Plant, etag string) error {
 			ETag string `json:"etag"`
 		}{plant, etag})
 	}
-	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTAG\tETAG")
-	fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag), terminalText(etag, ""))
-	return tw.Flush()
+	t := newTable(p.w, "ID", "NAME", "TAG", "ETAG")
+	t.add(strconv.FormatInt(plant.ID, 10), tableCell(plant.Name), tagCell(plant.Tag), terminalText(etag, ""))
+	return t.flush()
 }
 
 func (p plantPrinter) many(plants []client.Plant) error {
@@ -602,24 +600,23 @@ func (p plantPrinter) stream(seq iter.Seq2[client.Plant, error]) error {
 	if p.json {
 		return p.streamJSON(seq)
 	}
-	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTAG")
+	t := newTable(p.w, "ID", "NAME", "TAG")
 	rows := 0
 	for plant, err := range seq {
 		if err != nil {
 			if rows > 0 { // a header alone would read as an empty listing
-				tw.Flush()
+				t.flush()
 			}
 			return err
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag))
+		t.add(strconv.FormatInt(plant.ID, 10), tableCell(plant.Name), tagCell(plant.Tag))
 		if rows++; rows%alignedRows == 0 {
-			if err := tw.Flush(); err != nil {
+			if err := t.flush(); err != nil {
 				return err
 			}
 		}
 	}
-	return tw.Flush()
+	return t.flush()
 }
 
 // alignedRows is how many rows of a streamed table are aligned together.
@@ -666,12 +663,11 @@ func (p plantPrinter) encode(v any) error {
 }
 
 func (p plantPrinter) table(plants []client.Plant) error {
-	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTAG")
+	t := newTable(p.w, "ID", "NAME", "TAG")
 	for _, plant := range plants {
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", plant.ID, tableCell(plant.Name), tagCell(plant.Tag))
+		t.add(strconv.FormatInt(plant.ID, 10), tableCell(plant.Name), tagCell(plant.Tag))
 	}
-	return tw.Flush()
+	return t.flush()
 }
 
 // tagCell is a tag as a table shows it: "-" for none, quoted when it is

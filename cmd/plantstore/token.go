@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -177,20 +176,19 @@ Shows each token's name, scopes, creation and last use; never a secret.`, getenv
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	header := "NAME\tSCOPES\tCREATED\tLAST USED"
+	header := []string{"NAME", "SCOPES", "CREATED", "LAST USED"}
 	if *all {
-		header += "\tREVOKED"
+		header = append(header, "REVOKED")
 	}
-	fmt.Fprintln(tw, header)
+	table := newTable(stdout, header...)
 	for _, t := range tokens {
-		line := fmt.Sprintf("%s\t%s\t%s\t%s", tableCell(t.Name), strings.Join(t.Scopes, ","), timeOrNever(t.CreatedAt), timeOrNever(t.LastUsedAt))
+		row := []string{tableCell(t.Name), strings.Join(t.Scopes, ","), timeOrNever(t.CreatedAt), timeOrNever(t.LastUsedAt)}
 		if *all {
-			line += "\t" + timeOrNever(t.RevokedAt)
+			row = append(row, timeOrNever(t.RevokedAt))
 		}
-		fmt.Fprintln(tw, line)
+		table.add(row...)
 	}
-	return tw.Flush()
+	return table.flush()
 }
 
 func timeOrNull(t time.Time) *time.Time {

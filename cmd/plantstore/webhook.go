@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -310,26 +309,25 @@ func printSubscribersJSON(stdout io.Writer, subs []plantstore.Subscriber, parked
 // printSubscribers prints webhook list's tables: the subscribers, then
 // their parked deliveries when there are any.
 func printSubscribers(stdout io.Writer, subs []plantstore.Subscriber, parked []plantstore.Delivery, shown func(string) string) error {
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tURL\tEVENTS\tSTATE\tPENDING\tDELIVERED\tPARKED\tCREATED\tLAST ERROR AT\tLAST ERROR")
+	t := newTable(stdout, "ID", "URL", "EVENTS", "STATE", "PENDING", "DELIVERED", "PARKED", "CREATED", "LAST ERROR AT", "LAST ERROR")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.ID, tableCell(shown(s.URL)), strings.Join(s.Events, ","), s.State(),
-			s.Pending, s.Delivered, s.Failed, timeOrNever(s.CreatedAt), lastErrorAt(s), tableCell(orDash(s.LastError)))
+		t.add(fmt.Sprint(s.ID), tableCell(shown(s.URL)), strings.Join(s.Events, ","), s.State(),
+			fmt.Sprint(s.Pending), fmt.Sprint(s.Delivered), fmt.Sprint(s.Failed), timeOrNever(s.CreatedAt), lastErrorAt(s), tableCell(orDash(s.LastError)))
 	}
-	if err := tw.Flush(); err != nil || len(parked) == 0 {
+	if err := t.flush(); err != nil || len(parked) == 0 {
 		return err
 	}
 	fmt.Fprintln(stdout)
-	fmt.Fprintln(tw, "PARKED\tSUBSCRIBER\tEVENT\tTYPE\tPLANT\tATTEMPTS\tPARKED AT\tLAST ERROR")
+	t = newTable(stdout, "PARKED", "SUBSCRIBER", "EVENT", "TYPE", "PLANT", "ATTEMPTS", "PARKED AT", "LAST ERROR")
 	for _, d := range parked {
 		seq := "-"
 		if d.Seq > 0 {
 			seq = fmt.Sprint(d.Seq)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", d.ID, d.SubscriberID, seq, d.EventType, d.Plant.ID, d.Attempts,
+		t.add(fmt.Sprint(d.ID), fmt.Sprint(d.SubscriberID), seq, string(d.EventType), fmt.Sprint(d.Plant.ID), fmt.Sprint(d.Attempts),
 			timeOrNever(*d.ParkedAt), tableCell(orDash(d.LastError)))
 	}
-	return tw.Flush()
+	return t.flush()
 }
 
 func webhookRetry(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

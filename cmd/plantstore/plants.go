@@ -180,12 +180,12 @@ func (f serverFlags) client(opts ...client.Option) (*client.Client, error) {
 	// (A followed stream has a bound of its own: client.DefaultStreamSilence.)
 	opts = append([]client.Option{client.WithHTTPClient(&http.Client{Timeout: *f.timeout})}, opts...)
 	c, err := client.New(f.server.raw, *f.token, opts...)
-	if errors.Is(err, client.ErrToken) {
-		return nil, usageError("--token (PLANTSTORE_TOKEN): " + strings.TrimPrefix(err.Error(), "plantstore: "))
-	}
 	if err != nil {
-		// The client quotes the URL as %q does, escapes and all.
 		msg := strings.TrimPrefix(err.Error(), "plantstore: ")
+		if errors.Is(err, client.ErrToken) {
+			return nil, usageError("--token (PLANTSTORE_TOKEN): " + msg)
+		}
+		// The client quotes the URL as %q does, escapes and all.
 		msg = strings.ReplaceAll(msg, strconv.Quote(f.server.raw), strconv.Quote(f.server.String()))
 		msg = strings.ReplaceAll(msg, f.server.raw, f.server.String())
 		return nil, usageError("--server (PLANTSTORE_SERVER): " + msg)

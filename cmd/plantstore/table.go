@@ -15,8 +15,10 @@ import (
 // a name in Chinese or Japanese, or with an emoji, pushed the rest of its
 // row out of line.
 type table struct {
-	w    io.Writer
-	rows [][]string
+	w      io.Writer
+	rows   [][]string
+	widths [][]int // each cell's, measured once, by add
+	column []int   // each column's: its widest cell's
 }
 
 func newTable(w io.Writer, header ...string) *table {
@@ -25,39 +27,44 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
-func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+func (t *table) add(cells ...string) {
+	widths := make([]int, len(cells))
+	for i, cell := range cells {
+		widths[i] = cellWidth(cell)
+		if i == len(t.column) {
+			t.column = append(t.column, 0)
+		}
+		t.column[i] = max(t.column[i], widths[i])
+	}
+	t.rows = append(t.rows, cells)
+	t.widths = append(t.widths, widths)
+}
 
 // flush writes the rows added since the last flush, aligned among
 // themselves.
 func (t *table) flush() error {
-	var widths []int
-	for _, row := range t.rows {
-		for i, cell := range row {
-			if i == len(widths) {
-				widths = append(widths, 0)
-			}
-			widths[i] = max(widths[i], cellWidth(cell))
-		}
-	}
 	var b bytes.Buffer
-	for _, row := range t.rows {
+	for r, row := range t.rows {
 		for i, cell := range row {
 			b.WriteString(cell)
 			if i < len(row)-1 {
-				b.Write(bytes.Repeat([]byte{' '}, widths[i]-cellWidth(cell)+2))
+				for range t.column[i] - t.widths[r][i] + 2 {
+					b.WriteByte(' ')
+				}
 			}
 		}
 		b.WriteByte('\n')
 	}
-	t.rows = t.rows[:0]
+	t.rows, t.widths, t.column = t.rows[:0], t.widths[:0], t.column[:0]
 	_, err := t.w.Write(b.Bytes())
 	return err
 }
 
 // cellWidth is how many columns a terminal gives s: two for each East
-// Asian wide or fullwidth character (漢字, ＡＢＣ, most emoji), none for a combining mark (the accent of a decomposed "é"),
-// one for the rest. The characters a terminal hides are escaped before a
-// cell is measured (tableCell).
+// Asian wide or fullwidth character (漢字, ＡＢＣ, most emoji), none for
+// a combining mark (the accent of a decomposed "é"), one for the rest.
+// The characters a terminal hides are escaped before a cell is measured
+// (tableCell).
 func cellWidth(s string) int {
 	n := 0
 	for _, r := range s {

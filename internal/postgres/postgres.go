@@ -113,14 +113,12 @@ type DB struct {
 	log           *slog.Logger
 	// schemaVersion is the version Open found or brought the schema to.
 	schemaVersion int
-	// noTimeline is set when the server cannot tell its timeline
-	// (takeEventIDs, checkTimeline); readsTimeline once the start has
-	// found it can, and new sessions read it.
-	noTimeline    bool
+	// sql are the statements that read the timeline (takeEventIDs), or
+	// withoutTimeline where the server cannot tell it (checkTimeline);
+	// readsTimeline is set once the start has found it can, and new
+	// sessions read it.
+	sql           timelineStatements
 	readsTimeline atomic.Bool
-	// sql are the statements that read the timeline, without it when
-	// noTimeline.
-	sql timelineStatements
 	// seen is the newest event id this instance knows was given: by its
 	// writes, or by others' (their notifications). takeEventIDs leaps
 	// when the counter is behind it.
@@ -372,7 +370,8 @@ const timelineSQL = `SELECT ` + currentTimeline + `, timeline FROM event_counter
 // timelines, and the start says that a failover that loses commits goes
 // unnoticed there.
 func (db *DB) checkTimeline(ctx context.Context) {
-	defer func() { db.readsTimeline.Store(!db.noTimeline) }()
+	refused := false
+	defer func() { db.readsTimeline.Store(!refused) }()
 	c, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return // migrate has just connected; a failure now shows in the requests
@@ -386,7 +385,7 @@ func (db *DB) checkTimeline(ctx context.Context) {
 	if code, _ := classify(err); code == plantstore.EUNAVAILABLE {
 		return // the server busy or going away: no news of the function
 	}
-	db.noTimeline = true
+	refused = true
 	db.sql = withoutTimeline
 	db.log.Warn("the database cannot tell its timeline, so a failover to a standby that lacks the last commits goes unnoticed: see docs/postgres.md, Replicas and failover",
 		"error", withoutSecrets(pgErr.Message, db.secrets))

@@ -18,8 +18,9 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 
 Writes a consistent copy of the SQLite store at --db to FILE, while the
 server goes on serving: every plant acknowledged before the backup began
-is in it. FILE must not exist. The copy holds token hashes and webhook
-secrets: keep it as safe as the store. Restore it with plantstore restore.
+is in it. FILE must not exist. Its SHA-256 is written to FILE.sha256,
+which restore checks. The copy holds token hashes and webhook secrets:
+keep it as safe as the store. Restore it with plantstore restore.
 For PostgreSQL, use pg_dump (see docs/operations.md, Backups).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	to := fs.FlagSet.String("to", "", "the backup `FILE` to write; it must not exist (required)")
@@ -44,8 +45,8 @@ For PostgreSQL, use pg_dump (see docs/operations.md, Backups).`, getenv, stdout,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "backed up %s to %s: %s, schema version %d, %d plants\n",
-		db.db.raw, info.Path, byteSize(info.Bytes), info.SchemaVersion, info.Plants)
+	fmt.Fprintf(stderr, "backed up %s to %s: %s, schema version %d, %d plants; its SHA-256 is in %s, which restore (and sha256sum -c) checks: keep the two together\n",
+		db.db.raw, info.Path, byteSize(info.Bytes), info.SchemaVersion, info.Plants, info.Checksum)
 	return nil
 }
 
@@ -57,7 +58,8 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 
 Makes the backup FILE (written by plantstore backup) the SQLite store at
 --db. Stop the server first: restore refuses while one serves the store.
-The backup is checked before anything changes. A store already at --db
+The backup is checked before anything changes: against FILE.sha256 when
+it is there, then its structure and schema. A store already at --db
 is replaced only with --force, and is then gone: back it up first if you
 may need it. The change feed goes on after the newest event of the store
 replaced, so that its followers resync; when that store cannot be read,
@@ -97,8 +99,12 @@ section).`, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "restored %s to %s: schema version %d, %d plants, %d active tokens, %d webhook subscribers; start the server with: plantstore serve --db %s\n",
-		*from, info.Path, info.SchemaVersion, info.Plants, info.Tokens, info.Subscribers, info.Path)
+	checked := "it matched its checksum in " + info.Checksum
+	if info.Checksum == "" {
+		checked = "no " + *from + sqlite.ChecksumSuffix + " beside it, so its contents were not checked against a checksum, only its structure"
+	}
+	fmt.Fprintf(stderr, "restored %s to %s (%s): schema version %d, %d plants, %d active tokens, %d webhook subscribers; start the server with: plantstore serve --db %s\n",
+		*from, info.Path, checked, info.SchemaVersion, info.Plants, info.Tokens, info.Subscribers, info.Path)
 	if info.Tokens > 0 || info.Subscribers > 0 {
 		fmt.Fprintln(stderr, "tokens revoked and webhook subscribers removed since the backup are active again, and those added since are gone: check plantstore token list and plantstore webhook list, and revoke or remove again what must stay so")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -173,7 +174,7 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	file := filepath.Join(t.TempDir(), "backup.db")
-	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 0 {
+	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 0 || !strings.Contains(r.stderr, "its SHA-256 is in "+file+".sha256") {
 		t.Fatalf("backup: %+v", r)
 	}
 	if status, _, body := call(t, client, "POST", s.url+"/plants", token, `{"id":2,"name":"after"}`); status != 200 {
@@ -223,9 +224,28 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 	if r := cli(t, dir, nil, "restore", "--from", garbage, "--force"); r.exit != 1 || !strings.Contains(r.stderr, "not a usable backup") {
 		t.Errorf("restore of garbage: %+v", r)
 	}
+	// A backup changed after it was written (a flipped bit in a name),
+	// with its checksum file beside it.
+	changed := filepath.Join(t.TempDir(), "changed.db")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte("before"), []byte("befor%"), 1)
+	sum, err := os.ReadFile(file + ".sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.WriteFile(changed, b, 0o600), os.WriteFile(changed+".sha256", sum, 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	if r := cli(t, dir, nil, "restore", "--from", changed, "--force"); r.exit != 1 || !strings.Contains(r.stderr, "do not match the SHA-256 in "+changed+".sha256") {
+		t.Errorf("restore of a changed backup: %+v", r)
+	}
 	// The plant created after the backup made event 2: its followers
 	// resync, and follow after 3, the horizon past it.
 	if r := cli(t, dir, nil, "restore", "--from", file, "--force"); r.exit != 0 || !strings.Contains(r.stderr, "1 plants, 1 active tokens, 0 webhook subscribers") ||
+		!strings.Contains(r.stderr, "(it matched its checksum in "+file+".sha256)") ||
 		!strings.Contains(r.stderr, "tokens revoked and webhook subscribers removed since the backup are active again") ||
 		!strings.Contains(r.stderr, "the change feed goes on after event 3, past event 2") {
 		t.Fatalf("restore --force: %+v", r)
@@ -319,7 +339,7 @@ func TestRestoreOverADamagedStore(t *testing.T) {
 		t.Fatalf("token create: %+v", r)
 	}
 	file := filepath.Join(t.TempDir(), "backup.db")
-	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 0 {
+	if r := cli(t, dir, nil, "backup", "--to", file); r.exit != 0 || !strings.Contains(r.stderr, "its SHA-256 is in "+file+".sha256") {
 		t.Fatalf("backup: %+v", r)
 	}
 	store := filepath.Join(dir, "plantstore.db")

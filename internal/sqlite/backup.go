@@ -1,7 +1,9 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -40,6 +42,10 @@ type BackupInfo struct {
 	// FeedAfter, after a restore, is where the restored change feed goes
 	// on: new events get the ids after it.
 	FeedAfter int64
+	// Checksum is the checksum file (ChecksumSuffix) Backup wrote beside
+	// the backup, or the one Restore checked the backup against; "" after
+	// a restore from a backup with none beside it.
+	Checksum string
 }
 
 // Backup writes a consistent copy of the store at from to the new file to,
@@ -51,11 +57,16 @@ type BackupInfo struct {
 // never replaces a file. The copy is written beside to under a temporary
 // name, synced, checked with PRAGMA integrity_check and only then given
 // its name, so a crash never leaves a partial backup under that name.
+// Its SHA-256 goes beside it, in to+ChecksumSuffix; a checksum file left
+// there by a backup since removed is replaced.
 func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (BackupInfo, error) {
 	if fi, err := os.Lstat(to); err == nil && fi.IsDir() {
 		return BackupInfo{}, fmt.Errorf("backup to %s: it is a directory; name a new file, in it or elsewhere", to)
 	} else if err == nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w; a backup never replaces a file", to, fs.ErrExist)
+	}
+	if fi, err := os.Lstat(to + ChecksumSuffix); err == nil && fi.IsDir() {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %s is a directory, where the backup's checksum file goes; move it away, or name another file", to, to+ChecksumSuffix)
 	}
 	abs, err := filepath.Abs(from)
 	if err != nil {
@@ -119,10 +130,37 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: the copy failed its check: %w", to, err)
 	}
+	sum, err := hashFile(tmp)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+	}
+	sumPath := absTo + ChecksumSuffix
+	sumTmp, err := newTemp(sumPath)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+	}
+	defer os.Remove(sumTmp) // a no-op once it has its name
+	if err := writeChecksum(sumTmp, sum, filepath.Base(absTo)); err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: its checksum: %w", to, err)
+	}
+	// A checksum file whose backup is gone describes nothing. It goes
+	// before the backup takes its name, so that a crash between the two
+	// names below leaves a backup without a checksum, never beside the
+	// old one's (which a restore would take for a changed backup).
+	if err := os.Remove(sumPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %s: %w", to, sumPath, unwrapPath(err))
+	}
 	if err := install(tmp, to, false); err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
 	}
+	if err := os.Rename(sumTmp, sumPath); err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: the backup was written, but not its checksum file %s: %w", to, sumPath, unwrapPath(err))
+	}
+	if err := syncDir(filepath.Dir(sumPath)); err != nil {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+	}
 	info.Path = to
+	info.Checksum = to + ChecksumSuffix
 	return info, nil
 }
 
@@ -152,8 +190,9 @@ var ErrStoreExists = errors.New("a store exists there")
 // Restore makes the backup at from the store at to. It takes the lock a
 // server holds (see Options.SoleServer), so it fails while a server uses
 // the store, and no server can start until it is done. The backup is
-// copied beside to, synced and checked (integrity, and a schema no newer
-// than this binary knows) before anything at to changes; then the old
+// copied beside to, synced and checked (against the checksum file beside
+// from, when there is one; integrity; a schema no newer than this binary
+// knows) before anything at to changes; then the old
 // store's write-ahead log and shared-memory files are removed, since
 // SQLite would otherwise replay the old log onto the restored file, and
 // the copy is renamed into place. Commands such as "token" must not run
@@ -221,12 +260,23 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 	if st, err := os.Stat(from + "-wal"); err == nil && st.Size() > 0 {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %s-wal exists, so it is a live store or a copy of one, not a backup; make one with plantstore backup", from, from)
 	}
-	if err := copyFile(from, tmp); err != nil {
+	wantSum, sumPath, err := readChecksum(from)
+	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
+	}
+	sum, err := copyFile(from, tmp)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
+	}
+	if wantSum != nil && !bytes.Equal(sum, wantSum) {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, &ChecksumMismatchError{Backup: from, ChecksumFile: sumPath})
 	}
 	info, err := inspect(ctx, tmp)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore from %s: not a usable backup: %w", from, err)
+	}
+	if wantSum != nil {
+		info.Checksum = sumPath
 	}
 	ms, err := loadMigrations()
 	if err != nil {
@@ -557,25 +607,28 @@ func install(tmp, path string, replace bool) error {
 	return syncDir(filepath.Dir(path))
 }
 
-func copyFile(from, to string) error {
+// copyFile copies the file from to the existing file to, syncs it, and
+// returns the SHA-256 of what it copied.
+func copyFile(from, to string) ([]byte, error) {
 	src, err := os.Open(from)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer src.Close()
 	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := io.Copy(dst, src); err != nil {
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(dst, h), src); err != nil {
 		dst.Close()
-		return err
+		return nil, err
 	}
 	if err := dst.Sync(); err != nil {
 		dst.Close()
-		return err
+		return nil, err
 	}
-	return dst.Close()
+	return h.Sum(nil), dst.Close()
 }
 
 func syncFile(path string) error {

@@ -135,7 +135,7 @@ func (db *DB) commit(batch []createRequest) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, stop := batchContext(live)
+	ctx, stop := batchContext(live, func(r createRequest) context.Context { return r.ctx })
 	results, settled, err := db.commitBatch(ctx, live)
 	stop()
 	if db.observeBatch != nil {
@@ -157,14 +157,14 @@ func (db *DB) commit(batch []createRequest) {
 // ends when every caller in batch has given up, so that the server stops
 // work nobody waits for (a statement stuck behind a lock, say), and no
 // sooner, so that one caller's deadline does not fail its neighbours.
-// stop releases it.
-func batchContext(batch []createRequest) (ctx context.Context, stop func()) {
+// stop releases it. ctxOf is the caller's context of a request.
+func batchContext[R any](batch []R, ctxOf func(R) context.Context) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var waiting atomic.Int64
 	waiting.Store(int64(len(batch)))
 	stops := make([]func() bool, len(batch))
 	for i, req := range batch {
-		stops[i] = context.AfterFunc(req.ctx, func() {
+		stops[i] = context.AfterFunc(ctxOf(req), func() {
 			if waiting.Add(-1) == 0 {
 				cancel()
 			}

@@ -29,10 +29,11 @@ func openWith(t *testing.T, opts postgres.Options) (*postgres.DB, string) {
 	return db, url
 }
 
-// The suite again, with every create a transaction of its own.
+// The suite again, with every create a transaction of its own and every
+// get a statement of its own.
 func TestConformanceNoBatch(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) plantstore.Store {
-		db, _ := openWith(t, postgres.Options{NoBatch: true})
+		db, _ := openWith(t, postgres.Options{NoBatch: true, NoReadBatch: true})
 		return db
 	})
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,6 +66,67 @@ func BenchmarkCreateParallel(b *testing.B) {
 			if n := batches.Load(); n > 0 {
 				b.ReportMetric(float64(batched.Load())/float64(n), "creates/batch")
 			}
+		})
+	}
+}
+
+// BenchmarkGetParallel reads plants from 64 goroutines, in batches with 1
+// to 4 readers and, as the baseline, one statement per get
+// (Options.NoReadBatch), on the default pool, from a table of 10,000
+// plants. Every get finds its plant. It reports µs/get, the wall time per
+// get.
+func BenchmarkGetParallel(b *testing.B) {
+	const plants = 10_000
+	url := pgtest.NewDatabase(b)
+	seed, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range int64(16) {
+		wg.Go(func() {
+			for id := w; id < plants; id += 16 {
+				if _, err := seed.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	seed.Close()
+	for _, mode := range []struct {
+		name string
+		opts postgres.Options
+	}{
+		{"one-statement-per-get", postgres.Options{NoReadBatch: true}},
+		{"batched/readers=1", postgres.Options{Readers: 1}},
+		{"batched/readers=2", postgres.Options{Readers: 2}},
+		{"batched/readers=4", postgres.Options{Readers: 4}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			db, err := postgres.Open(context.Background(), url, mode.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			var next atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := next.Add(7919) % plants
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					p, err := db.GetPlant(ctx, id)
+					cancel()
+					if err != nil || p.ID != id {
+						b.Errorf("get %d: %+v, %v", id, p, err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/get")
 		})
 	}
 }

@@ -169,13 +169,14 @@ var insertPlantSQL = `WITH ` + gate("$7") + `, changed AS (
 	)
 	SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM enqueued)::int, ` + notifyEvents + `, (SELECT open FROM gate)`
 
-func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
+// getOne reads plant id in a statement of its own (Options.NoReadBatch).
+func (db *DB) getOne(ctx context.Context, id int64) (plantstore.Plant, error) {
 	p, err := getPlant(ctx, db.pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
 	}
 	if err != nil {
-		return plantstore.Plant{}, db.storeError(fmt.Sprintf("get plant %d", id), err)
+		return plantstore.Plant{}, db.storeError(getOp(id), err)
 	}
 	return p, nil
 }

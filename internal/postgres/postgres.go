@@ -53,6 +53,13 @@ type Options struct {
 	// ObserveBatch, when set, is told the size of each batch of creates
 	// (for metrics). It must not block.
 	ObserveBatch func(creates int)
+	// NoReadBatch reads every plant GetPlant asks for in a statement of
+	// its own, as a baseline for benchmarks; see reads.go.
+	NoReadBatch bool
+	// Readers is how many batches of gets may be read at once, each on a
+	// pooled connection; 0 means DefaultReaders. It is capped at half the
+	// pool.
+	Readers int
 	// EventsWritten, when set, is called after each write of this process
 	// that recorded events and, through LISTEN on a connection of its own,
 	// whenever another process on the database records some, so that
@@ -105,9 +112,12 @@ type DB struct {
 	enqueued func()
 
 	// creates feeds the committers (batch.go); nil with Options.NoBatch.
-	creates       chan createRequest
-	committers    sync.WaitGroup
-	closeMu       sync.RWMutex // held for reading while sending on creates
+	creates    chan createRequest
+	committers sync.WaitGroup
+	closeMu    sync.RWMutex // held for reading while sending on creates or gets
+	// gets feeds the readers (reads.go); nil with Options.NoReadBatch.
+	gets          chan getRequest
+	readers       sync.WaitGroup
 	observeBatch  func(int)
 	eventsWritten func()
 	log           *slog.Logger
@@ -131,6 +141,9 @@ type DB struct {
 	listening     sync.WaitGroup
 	// afterInsert, when set (by tests), runs after each batch's insert.
 	afterInsert func(candidates []plantstore.Plant)
+	// observeReadBatch, when set (by tests), is told each batch of gets'
+	// size.
+	observeReadBatch func(gets int)
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -194,6 +207,17 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		db.creates = make(chan createRequest, 4*maxBatch)
 		for range committers {
 			db.committers.Go(db.committer)
+		}
+	}
+	if !opts.NoReadBatch {
+		readers := opts.Readers
+		if readers <= 0 {
+			readers = DefaultReaders
+		}
+		readers = min(readers, max(1, int(cfg.MaxConns)/2))
+		db.gets = make(chan getRequest, 4*maxReadBatch)
+		for range readers {
+			db.readers.Go(db.reader)
 		}
 	}
 	listenCtx, stop := context.WithCancel(context.Background())
@@ -435,7 +459,11 @@ func (db *DB) Close() error {
 	if db.creates != nil {
 		close(db.creates) // no sender holds closeMu now, and none will send
 	}
+	if db.gets != nil {
+		close(db.gets)
+	}
 	db.committers.Wait()
+	db.readers.Wait()
 	if db.stopListening != nil {
 		db.stopListening()
 		db.listening.Wait()

@@ -1,0 +1,253 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/postgres"
+)
+
+// holdReaders makes the store's readers wait: another session locks the
+// plants table against reads, and gets of absent plants wait for that
+// lock, one a reader. Gets made until release is called queue behind
+// them, and go in one batch (of up to 256) once release lets the lock go.
+func holdReaders(t *testing.T, db *postgres.DB, url string, readers int) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE plants IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, readers)
+	for i := range readers {
+		go func() {
+			_, err := db.GetPlant(ctx, sentinelID+int64(i))
+			done <- err
+		}()
+		// One at a time, so that each reader takes one.
+		waitForLockWaiters(t, connect(t, url), i+1)
+	}
+	return func() {
+		t.Helper()
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range readers {
+			if err := <-done; plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+				t.Fatalf("a sentinel get: %v, want %s", err, plantstore.ENOTFOUND)
+			}
+		}
+	}
+}
+
+// waitQueuedGets waits until n gets wait for a reader.
+func waitQueuedGets(t *testing.T, db *postgres.DB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for postgres.QueuedGets(db) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d gets queued, want %d", postgres.QueuedGets(db), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Gets queued together are read in one batch, and each gets its own
+// plant, or ENOTFOUND; ids asked for twice in a batch are answered twice.
+func TestBatchedGets(t *testing.T) {
+	db, url := openWith(t, postgres.Options{Readers: 1})
+	var mu sync.Mutex
+	var batches []int
+	postgres.SetObserveReadBatch(db, func(n int) {
+		mu.Lock()
+		batches = append(batches, n)
+		mu.Unlock()
+	})
+	for id := int64(1); id <= 40; id++ {
+		p := plantstore.Plant{ID: id, Name: fmt.Sprintf("plant %d", id)}
+		if id%2 == 0 {
+			p.Tag = ptr(fmt.Sprintf("tag %d", id))
+		}
+		if _, err := db.CreatePlant(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := holdReaders(t, db, url, 1)
+	type got struct {
+		p   plantstore.Plant
+		err error
+	}
+	const gets = 60 // ids 1 to 50 and 1 to 10 again: 41 to 50 are absent
+	answers := make([]chan got, gets)
+	for i := range gets {
+		answers[i] = make(chan got, 1)
+		go func() {
+			p, err := db.GetPlant(context.Background(), int64(i%50+1))
+			answers[i] <- got{p, err}
+		}()
+	}
+	waitQueuedGets(t, db, gets)
+	release()
+	for i, c := range answers {
+		id := int64(i%50 + 1)
+		a := <-c
+		switch {
+		case id > 40:
+			if perr, ok := errors.AsType[*plantstore.Error](a.err); !ok || perr.Code != plantstore.ENOTFOUND || perr.Message != fmt.Sprintf("plant %d not found", id) {
+				t.Errorf("get %d: %+v, %v; want %s", id, a.p, a.err, plantstore.ENOTFOUND)
+			}
+		case a.err != nil || a.p.ID != id || a.p.Name != fmt.Sprintf("plant %d", id) || (id%2 == 0) != (a.p.Tag != nil):
+			t.Errorf("get %d: %+v, %v", id, a.p, a.err)
+		case a.p.Tag != nil && *a.p.Tag != fmt.Sprintf("tag %d", id):
+			t.Errorf("get %d: tag %q", id, *a.p.Tag)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batches) != 2 || batches[0] != 1 || batches[1] != gets {
+		t.Errorf("batches of %v, want the sentinel's 1 and one of %d", batches, gets)
+	}
+}
+
+// A get answered after a write was acknowledged sees it, on the instance
+// that wrote or another: a batch's statement starts after its gets were
+// queued.
+func TestGetsSeeAcknowledgedWrites(t *testing.T) {
+	a, url := openWith(t, postgres.Options{})
+	b, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 30 {
+				id := next.Add(1)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				want := plantstore.Plant{ID: id, Name: fmt.Sprintf("plant %d", id)}
+				if _, err := a.CreatePlant(ctx, want); err != nil {
+					t.Errorf("create %d: %v", id, err)
+					return
+				}
+				for _, db := range []*postgres.DB{b, a} {
+					if p, err := db.GetPlant(ctx, id); err != nil || p.Name != want.Name {
+						t.Errorf("get %d just after its create: %+v, %v", id, p, err)
+						return
+					}
+				}
+				if err := a.DeletePlant(ctx, id, nil); err != nil {
+					t.Errorf("delete %d: %v", id, err)
+					return
+				}
+				if _, err := b.GetPlant(ctx, id); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+					t.Errorf("get %d just after its delete: %v, want %s", id, err, plantstore.ENOTFOUND)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A get whose deadline passes while its read waits answers unavailable
+// then; the gets beside it, with later deadlines, are read once the wait
+// ends.
+func TestGetDeadlineWhileReadWaits(t *testing.T) {
+	db, url := openWith(t, postgres.Options{Readers: 1})
+	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "Fern"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE plants IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	patient := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p, err := db.GetPlant(ctx, 1)
+		if err == nil && p.Name != "Fern" {
+			err = fmt.Errorf("got %+v", p)
+		}
+		patient <- err
+	}()
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = db.GetPlant(short, 1)
+	if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Errorf("a get whose deadline passed while its read waited: %v, want %s", err, plantstore.EUNAVAILABLE)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("a get with a 200 ms deadline took %v", took)
+	}
+	select {
+	case err := <-patient:
+		t.Fatalf("the get with a 10 s deadline answered while the table was locked: %v", err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-patient; err != nil {
+		t.Errorf("the get with a 10 s deadline: %v", err)
+	}
+}
+
+// Gets racing Close: each is answered with its plant or as unavailable;
+// after Close, every get is refused (the race detector watches the
+// channel).
+func TestCloseWhileGetting(t *testing.T) {
+	db, _ := openWith(t, postgres.Options{})
+	for id := int64(1); id <= 100; id++ {
+		if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: fmt.Sprintf("p%d", id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for {
+				id := rand.Int64N(100) + 1
+				p, err := db.GetPlant(context.Background(), id)
+				if err != nil {
+					if !isClosed(err) && plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+						t.Errorf("get %d: %v", id, err)
+					}
+					return
+				}
+				if p.Name != fmt.Sprintf("p%d", id) {
+					t.Errorf("get %d: %+v", id, p)
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	db.Close()
+	wg.Wait()
+	if answered.Load() == 0 {
+		t.Error("no get answered before Close")
+	}
+	if _, err := db.GetPlant(context.Background(), 1); !isClosed(err) {
+		t.Errorf("a get after Close: %v, want %s \"the store is closed\"", err, plantstore.EUNAVAILABLE)
+	}
+}

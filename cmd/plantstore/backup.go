@@ -45,7 +45,7 @@ For PostgreSQL, use pg_dump (see docs/operations.md, Backups).`, getenv, stdout,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "backed up %s to %s: %s, schema version %d, %d plants; its SHA-256 is in %s, which restore (and sha256sum -c) checks: keep the two together\n",
+	fmt.Fprintf(stderr, "backed up %s to %s: %s, schema version %d, %d plants; its SHA-256 is in %s, which restore checks (as does sha256sum -c, run in that directory): keep the two together\n",
 		db.db.raw, info.Path, byteSize(info.Bytes), info.SchemaVersion, info.Plants, info.Checksum)
 	return nil
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -65,8 +64,12 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	} else if err == nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w; a backup never replaces a file", to, fs.ErrExist)
 	}
+	// A checksum file there already is left by a backup since removed.
+	staleSum := false
 	if fi, err := os.Lstat(to + ChecksumSuffix); err == nil && fi.IsDir() {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %s is a directory, where the backup's checksum file goes; move it away, or name another file", to, to+ChecksumSuffix)
+	} else if err == nil {
+		staleSum = true
 	}
 	abs, err := filepath.Abs(from)
 	if err != nil {
@@ -146,18 +149,27 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 	// A checksum file whose backup is gone describes nothing. It goes
 	// before the backup takes its name, so that a crash between the two
 	// names below leaves a backup without a checksum, never beside the
-	// old one's (which a restore would take for a changed backup).
-	if err := os.Remove(sumPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return BackupInfo{}, fmt.Errorf("backup to %s: %s: %w", to, sumPath, unwrapPath(err))
+	// old one's (which a restore would take for a changed backup). Only
+	// one that was there at the start: one that came since is another
+	// backup's of this name, racing this one.
+	if staleSum {
+		if err := os.Remove(sumPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return BackupInfo{}, fmt.Errorf("backup to %s: %s: %w", to, sumPath, unwrapPath(err))
+		}
+		if err := syncDir(filepath.Dir(sumPath)); err != nil {
+			return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+		}
 	}
 	if err := install(tmp, to, false); err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
 	}
+	// Past here the backup is whole under its name; a crash leaves its
+	// checksum under sumTmp's, synced, to rename by hand.
 	if err := os.Rename(sumTmp, sumPath); err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: the backup was written, but not its checksum file %s: %w", to, sumPath, unwrapPath(err))
 	}
 	if err := syncDir(filepath.Dir(sumPath)); err != nil {
-		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
+		return BackupInfo{}, fmt.Errorf("backup to %s: the backup was written, but its checksum file %s may not outlive a crash: %w", to, sumPath, err)
 	}
 	info.Path = to
 	info.Checksum = to + ChecksumSuffix
@@ -610,17 +622,12 @@ func install(tmp, path string, replace bool) error {
 // copyFile copies the file from to the existing file to, syncs it, and
 // returns the SHA-256 of what it copied.
 func copyFile(from, to string) ([]byte, error) {
-	src, err := os.Open(from)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
 	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return nil, err
 	}
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(dst, h), src); err != nil {
+	sum, err := hashInto(dst, from)
+	if err != nil {
 		dst.Close()
 		return nil, err
 	}
@@ -628,7 +635,7 @@ func copyFile(from, to string) ([]byte, error) {
 		dst.Close()
 		return nil, err
 	}
-	return h.Sum(nil), dst.Close()
+	return sum, dst.Close()
 }
 
 func syncFile(path string) error {

@@ -36,14 +36,17 @@ func (e *ChecksumMismatchError) Error() string {
 }
 
 // hashFile is the SHA-256 of the file at path.
-func hashFile(path string) ([]byte, error) {
+func hashFile(path string) ([]byte, error) { return hashInto(io.Discard, path) }
+
+// hashInto copies the file at path to w and returns its SHA-256.
+func hashInto(w io.Writer, path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(io.MultiWriter(w, h), f); err != nil {
 		return nil, err
 	}
 	return h.Sum(nil), nil
@@ -82,10 +85,11 @@ func writeChecksum(path string, sum []byte, name string) error {
 
 // readChecksum reads the digest the checksum file beside the backup at
 // from gives for it, and that file's path; a nil digest when there is no
-// such file. It takes what sha256sum writes: the line Backup wrote, or
-// one written by hand with `sha256sum FILE > FILE.sha256`, whatever path
-// it names the backup by. A file of several lines must have one whose
-// name ends in the backup's name.
+// such file. It reads what sha256sum writes and checks, with or without
+// --tag: the line Backup wrote, or a file written by hand with
+// `sha256sum FILE > FILE.sha256`, whatever path it names the backup by.
+// A file of several lines must name the backup: by the path restore was
+// given, or else by its base name, once.
 func readChecksum(from string) (sum []byte, path string, err error) {
 	path = from + ChecksumSuffix
 	f, err := os.Open(path)
@@ -103,49 +107,94 @@ func readChecksum(from string) (sum []byte, path string, err error) {
 	if err != nil {
 		return nil, path, fmt.Errorf("its checksum file %s cannot be read: %w", path, unwrapPath(err))
 	}
-	unusable := fmt.Errorf("its checksum file %s is not one sha256sum can check (a line of 64 hex digits, two spaces and the backup's name); nothing was changed: fix it, or remove it to restore the backup unchecked", path)
+	unusable := fmt.Errorf("its checksum file %s is not in a form restore reads (sha256sum's: 64 hex digits, two spaces and the backup's name; or sha256sum --tag's); %s", path, fixOrRemove)
 	if len(b) > maxChecksumFile {
 		return nil, path, unusable
 	}
-	var lines [][]byte
+	type entry struct {
+		sum  []byte
+		name string
+	}
+	var entries []entry
 	for line := range bytes.Lines(b) {
-		if line = bytes.TrimRight(line, "\r\n"); len(line) > 0 {
-			lines = append(lines, line)
+		line = bytes.TrimLeft(bytes.TrimRight(line, "\r\n"), " \t")
+		if len(line) == 0 || line[0] == '#' { // sha256sum -c skips comments too
+			continue
 		}
-	}
-	if len(lines) == 0 {
-		return nil, path, unusable
-	}
-	base := filepath.Base(from)
-	for _, line := range lines {
 		sum, name, ok := parseChecksumLine(line)
 		if !ok {
 			return nil, path, unusable
 		}
-		if len(lines) == 1 || filepath.Base(name) == base {
-			return sum, path, nil
+		entries = append(entries, entry{sum, name})
+	}
+	switch len(entries) {
+	case 0:
+		return nil, path, unusable
+	case 1:
+		return entries[0].sum, path, nil
+	}
+	base := filepath.Base(from)
+	var named []entry
+	for _, e := range entries {
+		if e.name == from || samePath(e.name, from) {
+			return e.sum, path, nil
+		}
+		if filepath.Base(e.name) == base {
+			named = append(named, e)
 		}
 	}
-	return nil, path, fmt.Errorf("its checksum file %s names no file called %s; nothing was changed: fix it, or remove it to restore the backup unchecked", path, base)
+	for _, e := range named[min(1, len(named)):] {
+		if !bytes.Equal(e.sum, named[0].sum) {
+			return nil, path, fmt.Errorf("its checksum file %s names more than one file called %s, with different checksums; %s", path, base, fixOrRemove)
+		}
+	}
+	if len(named) == 0 {
+		return nil, path, fmt.Errorf("its checksum file %s names no file called %s; %s", path, base, fixOrRemove)
+	}
+	return named[0].sum, path, nil
 }
 
-// parseChecksumLine reads one line of sha256sum's output: a digest, a
-// space, a space or '*' (binary mode), and the file's name, escaped when
-// the line begins with a backslash.
+// fixOrRemove ends Restore's refusals of a checksum file.
+const fixOrRemove = "nothing was changed: fix it, or remove it to restore the backup unchecked"
+
+// samePath reports whether the paths a and b name one file by their
+// absolute forms.
+func samePath(a, b string) bool {
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
+}
+
+// parseChecksumLine reads one line of what sha256sum writes: a digest, a
+// space, a space or '*' (binary mode) and the file's name; or, with
+// --tag, "SHA256 (NAME) = DIGEST". A line that begins with a backslash
+// has its name escaped.
 func parseChecksumLine(line []byte) (sum []byte, name string, ok bool) {
 	escaped := len(line) > 0 && line[0] == '\\'
 	if escaped {
 		line = line[1:]
 	}
 	const digits = 2 * sha256.Size
-	if len(line) < digits+3 || line[digits] != ' ' || (line[digits+1] != ' ' && line[digits+1] != '*') {
+	var hexSum []byte
+	if rest, found := bytes.CutPrefix(line, []byte("SHA256 (")); found {
+		at := bytes.LastIndex(rest, []byte(") = "))
+		if at < 0 {
+			return nil, "", false
+		}
+		name, hexSum = string(rest[:at]), rest[at+4:]
+	} else {
+		if len(line) < digits+3 || line[digits] != ' ' || (line[digits+1] != ' ' && line[digits+1] != '*') {
+			return nil, "", false
+		}
+		name, hexSum = string(line[digits+2:]), line[:digits]
+	}
+	if len(hexSum) != digits {
 		return nil, "", false
 	}
-	sum, err := hex.DecodeString(string(line[:digits]))
+	sum, err := hex.DecodeString(string(hexSum))
 	if err != nil {
 		return nil, "", false
 	}
-	name = string(line[digits+2:])
 	if escaped {
 		name = strings.NewReplacer(`\\`, `\`, `\n`, "\n", `\r`, "\r").Replace(name)
 	}

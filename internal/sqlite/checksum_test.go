@@ -141,9 +141,10 @@ func TestRestoreRefusesAChangedBackup(t *testing.T) {
 	}
 }
 
-// Restore reads what sha256sum writes, by hand as well: a path in place
-// of the name, binary mode, several files in one list; and refuses a file
-// it cannot read a checksum for the backup from.
+// Restore reads what sha256sum writes and checks, by hand as well: a path
+// in place of the name, binary mode, several files in one list, escaped
+// names, --tag, comments; and refuses a file it cannot read a checksum
+// for the backup from.
 func TestRestoreReadsChecksumFiles(t *testing.T) {
 	db, path := openTest(t, Options{})
 	fillForBackup(t, db)
@@ -154,27 +155,39 @@ func TestRestoreReadsChecksumFiles(t *testing.T) {
 	}
 	sum := fmt.Sprintf("%x", sha256.Sum256(b))
 	other := strings.Repeat("ab", 32)
-	for _, c := range []struct{ name, file, wantErr string }{
-		{"a path, binary mode", sum + " *" + backup + "\n", ""},
-		{"CRLF", sum + "  backup.db\r\n", ""},
-		{"one of several", other + "  other.db\n" + sum + "  /elsewhere/backup.db\n", ""},
-		{"one line, another name", sum + "  renamed.db\n", ""},
-		{"escaped", `\` + sum + `  back\\up.db` + "\n", ""},
-		{"several, none of it", other + "  a.db\n" + sum + "  b.db\n", "names no file called backup.db"},
-		{"another checksum", other + "  backup.db\n", "do not match"},
-		{"not sha256sum's", "SHA256 (backup.db) = " + sum + "\n", "not one sha256sum can check"},
-		{"a short digest", sum[:40] + "  backup.db\n", "not one sha256sum can check"},
-		{"empty", "", "not one sha256sum can check"},
+	// A backup whose name sha256sum escapes.
+	odd := filepath.Join(filepath.Dir(backup), `back\up.db`)
+	if err := os.WriteFile(odd, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, backup, file, wantErr string }{
+		{"a path, binary mode", backup, sum + " *" + backup + "\n", ""},
+		{"one line, another name", backup, sum + "  renamed.db\n", ""},
+		{"one of several", backup, other + "  other.db\n" + sum + "  /elsewhere/backup.db\n", ""},
+		{"CRLF, one of several", backup, other + "  other.db\r\n" + sum + "  backup.db\r\n", ""},
+		{"escaped, one of several", odd, other + "  other.db\n" + `\` + sum + `  back\\up.db` + "\n", ""},
+		{"--tag", backup, "SHA256 (other.db) = " + other + "\nSHA256 (backup.db) = " + sum + "\n", ""},
+		{"comments and indents", backup, "# nightly\n\n  " + other + "  other.db\n\t" + sum + "  backup.db\n", ""},
+		{"the path given, beside another of its name", backup, other + "  /a/backup.db\n" + sum + "  " + backup + "\n", ""},
+		{"two of its name", backup, other + "  /a/backup.db\n" + sum + "  /b/backup.db\n", "names more than one file called backup.db"},
+		{"several, none of it", backup, other + "  a.db\n" + sum + "  b.db\n", "names no file called backup.db"},
+		{"another checksum", backup, other + "  backup.db\n", "do not match"},
+		{"openssl's", backup, "SHA2-256(backup.db)= " + sum + "\n", "not in a form restore reads"},
+		{"a short digest", backup, sum[:40] + "  backup.db\n", "not in a form restore reads"},
+		{"a short digest, --tag", backup, "SHA256 (backup.db) = " + sum[:40] + "\n", "not in a form restore reads"},
+		{"comments only", backup, "# nothing\n", "not in a form restore reads"},
+		{"empty", backup, "", "not in a form restore reads"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if err := os.WriteFile(backup+".sha256", []byte(c.file), 0o600); err != nil {
+			if err := os.WriteFile(c.backup+".sha256", []byte(c.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
+			defer os.Remove(c.backup + ".sha256")
 			to := filepath.Join(t.TempDir(), "restored.db")
-			info, err := Restore(context.Background(), backup, to, RestoreOptions{})
+			info, err := Restore(context.Background(), c.backup, to, RestoreOptions{})
 			if c.wantErr == "" {
-				if err != nil || info.Checksum != backup+".sha256" {
-					t.Errorf("restore: %+v, %v; want it checked against %s.sha256", info, err, backup)
+				if err != nil || info.Checksum != c.backup+".sha256" {
+					t.Errorf("restore: %+v, %v; want it checked against %s.sha256", info, err, c.backup)
 				}
 				return
 			}
@@ -185,9 +198,6 @@ func TestRestoreReadsChecksumFiles(t *testing.T) {
 				t.Error("a refused restore made the store")
 			}
 		})
-	}
-	if err := os.Remove(backup + ".sha256"); err != nil {
-		t.Fatal(err)
 	}
 	if err := os.Mkdir(backup+".sha256", 0o700); err != nil {
 		t.Fatal(err)

@@ -71,18 +71,9 @@ func (db *DB) CreatePlant(ctx context.Context, p plantstore.Plant) (bool, error)
 		return false, db.storeError(op, err)
 	}
 	req := createRequest{ctx: ctx, plant: p, done: make(chan createResult, 1)}
-	db.closeMu.RLock()
-	if db.closed.Load() {
-		db.closeMu.RUnlock()
-		return false, plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
+	if err := enqueue(db, ctx, db.creates, req); err != nil {
+		return false, db.storeError(op, err)
 	}
-	select {
-	case db.creates <- req:
-	case <-ctx.Done():
-		db.closeMu.RUnlock()
-		return false, db.storeError(op, ctx.Err())
-	}
-	db.closeMu.RUnlock()
 	select {
 	case r := <-req.done:
 		return r.created, r.err
@@ -102,23 +93,47 @@ func (db *DB) createOne(ctx context.Context, p plantstore.Plant) (created bool, 
 	return created, db.storeError(fmt.Sprintf("create plant %d", p.ID), err)
 }
 
+// enqueue queues req for db's committers or readers on ch, unless the
+// store is closed (EUNAVAILABLE) or ctx ends first (its error).
+func enqueue[R any](db *DB, ctx context.Context, ch chan<- R, req R) error {
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed.Load() {
+		return errClosed
+	}
+	select {
+	case ch <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// errClosed answers what comes after Close.
+var errClosed = plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
+
+// gather appends to batch, which holds the request a worker was given,
+// what else is queued on ch, up to max, without waiting for more.
+func gather[R any](ch <-chan R, batch []R, max int) []R {
+	for len(batch) < max {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
 // committer runs until creates is closed, committing what it finds queued.
 func (db *DB) committer() {
 	batch := make([]createRequest, 0, maxBatch)
 	for first := range db.creates {
-		batch = append(batch[:0], first)
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case r, ok := <-db.creates:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
+		batch = gather(db.creates, append(batch[:0], first), maxBatch)
 		db.commit(batch)
 		clear(batch) // let the callers' contexts go
 	}

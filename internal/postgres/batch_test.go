@@ -94,10 +94,16 @@ func holdCommitter(t *testing.T, db *postgres.DB, url string) (release func()) {
 // waitQueued waits until n creates wait for a committer.
 func waitQueued(t *testing.T, db *postgres.DB, n int) {
 	t.Helper()
+	waitCount(t, "creates queued", func() int { return postgres.QueuedCreates(db) }, n)
+}
+
+// waitCount waits up to 5 s until count says n.
+func waitCount(t *testing.T, what string, count func() int, n int) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for postgres.QueuedCreates(db) != n {
+	for count() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d creates queued, want %d", postgres.QueuedCreates(db), n)
+			t.Fatalf("%d %s, want %d", count(), what, n)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -57,8 +57,8 @@ type Options struct {
 	// its own, as a baseline for benchmarks; see reads.go.
 	NoReadBatch bool
 	// Readers is how many batches of gets may be read at once, each on a
-	// pooled connection; 0 means DefaultReaders. It is capped at half the
-	// pool.
+	// pooled connection; 0 means DefaultReaders. It is capped at half of
+	// what the committers leave of the pool.
 	Readers int
 	// EventsWritten, when set, is called after each write of this process
 	// that recorded events and, through LISTEN on a connection of its own,
@@ -198,25 +198,20 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	}
 	db.warnIfReadOnly(ctx)
 	db.checkTimeline(ctx)
+	// Each committer and reader holds a pooled connection only while its
+	// statement runs; together they leave at least half the pool to the
+	// rest (lists, updates, readiness checks) where it has room.
+	committers := 0
 	if !opts.NoBatch {
-		committers := opts.Committers
-		if committers <= 0 {
-			committers = DefaultCommitters
-		}
-		committers = min(committers, max(1, int(cfg.MaxConns)/2))
+		committers = poolShare(opts.Committers, DefaultCommitters, int(cfg.MaxConns))
 		db.creates = make(chan createRequest, 4*maxBatch)
 		for range committers {
 			db.committers.Go(db.committer)
 		}
 	}
 	if !opts.NoReadBatch {
-		readers := opts.Readers
-		if readers <= 0 {
-			readers = DefaultReaders
-		}
-		readers = min(readers, max(1, int(cfg.MaxConns)/2))
 		db.gets = make(chan getRequest, 4*maxReadBatch)
-		for range readers {
+		for range poolShare(opts.Readers, DefaultReaders, int(cfg.MaxConns)-committers) {
 			db.readers.Go(db.reader)
 		}
 	}
@@ -226,6 +221,16 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		db.listening.Go(func() { db.listen(listenCtx) })
 	}
 	return db, nil
+}
+
+// poolShare is how many workers of a kind to run: n, or def when n is 0
+// or less, capped at half of conns, the pooled connections left to them,
+// and never none.
+func poolShare(n, def, conns int) int {
+	if n <= 0 {
+		n = def
+	}
+	return min(n, max(1, conns/2))
 }
 
 // IsURL reports whether s names a PostgreSQL database: a URL of scheme
@@ -445,9 +450,9 @@ func readOnly(pc *pgconn.PgConn) bool {
 	return pc.ParameterStatus("default_transaction_read_only") == "on" || pc.ParameterStatus("in_hot_standby") == "on"
 }
 
-// Close commits the creates already queued and refuses new ones, waits
-// for the connections in use to be released, then closes them all. Later
-// calls fail with EUNAVAILABLE.
+// Close commits the creates and reads the gets already queued, and
+// refuses new ones; it waits for the connections in use to be released,
+// then closes them all. Later calls fail with EUNAVAILABLE.
 func (db *DB) Close() error {
 	db.closeMu.Lock()
 	if db.closed.Load() {

@@ -51,18 +51,9 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 		return plantstore.Plant{}, db.storeError(getOp(id), err)
 	}
 	req := getRequest{ctx: ctx, id: id, done: make(chan getResult, 1)}
-	db.closeMu.RLock()
-	if db.closed.Load() {
-		db.closeMu.RUnlock()
-		return plantstore.Plant{}, plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
+	if err := enqueue(db, ctx, db.gets, req); err != nil {
+		return plantstore.Plant{}, db.storeError(getOp(id), err)
 	}
-	select {
-	case db.gets <- req:
-	case <-ctx.Done():
-		db.closeMu.RUnlock()
-		return plantstore.Plant{}, db.storeError(getOp(id), ctx.Err())
-	}
-	db.closeMu.RUnlock()
 	select {
 	case r := <-req.done:
 		return r.plant, r.err
@@ -79,19 +70,7 @@ func (db *DB) reader() {
 	ids := make([]int64, 0, maxReadBatch)
 	found := make(map[int64]plantstore.Plant, maxReadBatch)
 	for first := range db.gets {
-		batch = append(batch[:0], first)
-	more:
-		for len(batch) < maxReadBatch {
-			select {
-			case r, ok := <-db.gets:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
+		batch = gather(db.gets, append(batch[:0], first), maxReadBatch)
 		db.read(batch, ids, found)
 		clear(batch) // let the callers' contexts go
 		clear(found)

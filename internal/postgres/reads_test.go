@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/postgres"
 )
@@ -21,13 +23,7 @@ import (
 func holdReaders(t *testing.T, db *postgres.DB, url string, readers int) (release func()) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE plants IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockPlants(t, url)
 	done := make(chan error, readers)
 	for i := range readers {
 		go func() {
@@ -50,16 +46,24 @@ func holdReaders(t *testing.T, db *postgres.DB, url string, readers int) (releas
 	}
 }
 
+// lockPlants locks the plants table against reads, in a transaction of
+// another session, until the test commits it or ends.
+func lockPlants(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	tx, err := connect(t, url).Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `LOCK TABLE plants IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // waitQueuedGets waits until n gets wait for a reader.
 func waitQueuedGets(t *testing.T, db *postgres.DB, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for postgres.QueuedGets(db) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d gets queued, want %d", postgres.QueuedGets(db), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitCount(t, "gets queued", func() int { return postgres.QueuedGets(db) }, n)
 }
 
 // Gets queued together are read in one batch, and each gets its own
@@ -133,10 +137,10 @@ func TestGetsSeeAcknowledgedWrites(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
 			for range 30 {
 				id := next.Add(1)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
 				want := plantstore.Plant{ID: id, Name: fmt.Sprintf("plant %d", id)}
 				if _, err := a.CreatePlant(ctx, want); err != nil {
 					t.Errorf("create %d: %v", id, err)
@@ -171,13 +175,7 @@ func TestGetDeadlineWhileReadWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	tx, err := connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE plants IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockPlants(t, url)
 	patient := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -191,7 +189,7 @@ func TestGetDeadlineWhileReadWaits(t *testing.T) {
 	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = db.GetPlant(short, 1)
+	_, err := db.GetPlant(short, 1)
 	if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
 		t.Errorf("a get whose deadline passed while its read waited: %v, want %s", err, plantstore.EUNAVAILABLE)
 	}
@@ -250,4 +248,76 @@ func TestCloseWhileGetting(t *testing.T) {
 	if _, err := db.GetPlant(context.Background(), 1); !isClosed(err) {
 		t.Errorf("a get after Close: %v, want %s \"the store is closed\"", err, plantstore.EUNAVAILABLE)
 	}
+}
+
+// A batch whose callers have all given up has its statement cancelled on
+// the server, and its reader goes on to the next.
+func TestGetStatementEndsWithItsCallers(t *testing.T) {
+	db, url := openWith(t, postgres.Options{Readers: 1})
+	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "Fern"}); err != nil {
+		t.Fatal(err)
+	}
+	tx := lockPlants(t, url)
+	observer := connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := db.GetPlant(ctx, 1); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+		t.Fatalf("a get whose deadline passed while its read waited: %v, want %s", err, plantstore.EUNAVAILABLE)
+	}
+	// Its statement no longer waits for the lock.
+	waitForLockWaiters(t, observer, 0)
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := db.GetPlant(context.Background(), 1); err != nil || p.Name != "Fern" {
+		t.Errorf("the next get: %+v, %v", p, err)
+	}
+}
+
+// Close reads the gets already queued, then refuses gets.
+func TestCloseReadsQueuedGets(t *testing.T) {
+	db, url := openWith(t, postgres.Options{Readers: 1})
+	for id := int64(1); id <= 20; id++ {
+		if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: fmt.Sprintf("p%d", id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := holdReaders(t, db, url, 1)
+	answers := make([]chan error, 20)
+	for i := range answers {
+		answers[i] = make(chan error, 1)
+		go func() {
+			id := int64(i + 1)
+			p, err := db.GetPlant(context.Background(), id)
+			if err == nil && p.Name != fmt.Sprintf("p%d", id) {
+				err = fmt.Errorf("got %+v", p)
+			}
+			answers[i] <- err
+		}()
+	}
+	waitQueuedGets(t, db, len(answers))
+	closed := make(chan struct{})
+	go func() {
+		db.Close()
+		close(closed)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := db.GetPlant(ctx, 1)
+		cancel()
+		if isClosed(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gets still taken 5 s after Close began: %v", err)
+		}
+	}
+	release()
+	for i, c := range answers {
+		if err := <-c; err != nil {
+			t.Errorf("get %d, queued before Close: %v", i+1, err)
+		}
+	}
+	<-closed
 }

@@ -487,28 +487,11 @@ func TestCloseCommitsQueuedCreates(t *testing.T) {
 		plants = append(plants, plantstore.Plant{ID: id + 1, Name: "queued"})
 	}
 	wait := enqueueInOrder(t, db, plants)
-	closed := make(chan struct{})
-	go func() {
-		db.Close()
-		close(closed)
-	}()
-	// Close refuses new creates at once, while it waits for the queue. (A
-	// create that comes before Close begins queues, and gives up.)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	// Close refuses new creates at once, while it waits for the queue.
+	closed := closeUntilRefused(t, db, "create", func(ctx context.Context) error {
 		_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 100, Name: "late"})
-		cancel()
-		if isClosed(err) {
-			break
-		}
-		if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
-			t.Fatalf("a create while closing: %v, want %s", err, plantstore.EUNAVAILABLE)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("creates still accepted 5 s after Close began")
-		}
-	}
+		return err
+	})
 	release()
 	for i, a := range wait() {
 		if !isCreated(a) {
@@ -522,6 +505,33 @@ func TestCloseCommitsQueuedCreates(t *testing.T) {
 	var n int
 	if err := connect(t, url).QueryRow(context.Background(), `SELECT count(*) FROM plants WHERE id BETWEEN 1 AND 20`).Scan(&n); err != nil || n != 20 {
 		t.Errorf("%d queued plants stored (%v), want 20", n, err)
+	}
+}
+
+// closeUntilRefused closes db in the background and waits until try, with
+// a short deadline, is refused as after Close; what comes before Close
+// begins queues, and gives up. The channel closes when Close returns.
+func closeUntilRefused(t *testing.T, db *postgres.DB, what string, try func(ctx context.Context) error) (closed chan struct{}) {
+	t.Helper()
+	closed = make(chan struct{})
+	go func() {
+		db.Close()
+		close(closed)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := try(ctx)
+		cancel()
+		if isClosed(err) {
+			return closed
+		}
+		if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			t.Fatalf("a %s while closing: %v, want %s", what, err, plantstore.EUNAVAILABLE)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a %s still accepted 5 s after Close began", what)
+		}
 	}
 }
 

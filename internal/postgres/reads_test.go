@@ -296,23 +296,10 @@ func TestCloseReadsQueuedGets(t *testing.T) {
 		}()
 	}
 	waitQueuedGets(t, db, len(answers))
-	closed := make(chan struct{})
-	go func() {
-		db.Close()
-		close(closed)
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	closed := closeUntilRefused(t, db, "get", func(ctx context.Context) error {
 		_, err := db.GetPlant(ctx, 1)
-		cancel()
-		if isClosed(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gets still taken 5 s after Close began: %v", err)
-		}
-	}
+		return err
+	})
 	release()
 	for i, c := range answers {
 		if err := <-c; err != nil {

@@ -12,15 +12,15 @@ import (
 // its row and much around it: a round trip, a backend woken, a portal
 // bound and an executor started, and a pooled connection held for all
 // of it. Under load, gets queued for connections and the server spent
-// its CPU on that overhead (BenchmarkGetParallel, 64 goroutines: 59-66 µs
-// a get, one statement each; 14-15 µs batched by two readers, 15-24 by
-// one, 19-24 by four). So gets go to a few
-// reader goroutines, as creates go to the committers: a reader that is
-// free takes every get queued and reads their plants in one statement,
-// id = ANY($1). There is no waiting to fill a batch: under light load a
-// batch is one get. A get never sees less than it would alone: its batch's
-// statement starts after the get was queued, so its snapshot holds every
-// write acknowledged before the get began, on this instance or another.
+// its CPU on that overhead (BenchmarkGetParallel, 64 goroutines: 59-66
+// µs a get, one statement each; 14-15 µs batched by two readers, 15-24
+// by one, 19-24 by four). So gets go to a few reader goroutines, as
+// creates go to the committers: a reader that is free takes every get
+// queued and reads their plants in one statement, id = ANY($1). There is
+// no waiting to fill a batch: under light load a batch is one get. A get
+// never sees less than it would alone: its batch's statement starts
+// after the get was queued, so its snapshot holds every write
+// acknowledged before the get began, on this instance or another.
 
 // maxReadBatch bounds a batch of gets.
 const maxReadBatch = 256

@@ -51,6 +51,18 @@ type createRequest struct {
 	done  chan createResult // buffered: a committer never blocks on it
 }
 
+func (r createRequest) caller() context.Context { return r.ctx }
+
+// request is what committers and readers are given: a caller's, who may
+// give up waiting for it.
+type request interface{ caller() context.Context }
+
+// withoutAbandoned removes from batch, in place, the requests whose
+// callers gave up: they have had their answers.
+func withoutAbandoned[R request](batch []R) []R {
+	return slices.DeleteFunc(batch, func(r R) bool { return r.caller().Err() != nil })
+}
+
 type createResult struct {
 	created bool
 	err     error
@@ -146,11 +158,11 @@ func (db *DB) committer() {
 // each of its statements commits on its own.
 func (db *DB) commit(batch []createRequest) {
 	// A caller who gave up has had its answer; its plant is left out.
-	live := slices.DeleteFunc(batch, func(r createRequest) bool { return r.ctx.Err() != nil })
+	live := withoutAbandoned(batch)
 	if len(live) == 0 {
 		return
 	}
-	ctx, stop := batchContext(live, func(r createRequest) context.Context { return r.ctx })
+	ctx, stop := batchContext(live)
 	results, settled, err := db.commitBatch(ctx, live)
 	stop()
 	if db.observeBatch != nil {
@@ -172,14 +184,14 @@ func (db *DB) commit(batch []createRequest) {
 // ends when every caller in batch has given up, so that the server stops
 // work nobody waits for (a statement stuck behind a lock, say), and no
 // sooner, so that one caller's deadline does not fail its neighbours.
-// stop releases it. ctxOf is the caller's context of a request.
-func batchContext[R any](batch []R, ctxOf func(R) context.Context) (ctx context.Context, stop func()) {
+// stop releases it.
+func batchContext[R request](batch []R) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var waiting atomic.Int64
 	waiting.Store(int64(len(batch)))
 	stops := make([]func() bool, len(batch))
 	for i, req := range batch {
-		stops[i] = context.AfterFunc(ctxOf(req), func() {
+		stops[i] = context.AfterFunc(req.caller(), func() {
 			if waiting.Add(-1) == 0 {
 				cancel()
 			}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/plantstore/plantstore"
 )
@@ -35,6 +34,8 @@ type getRequest struct {
 	id   int64
 	done chan getResult // buffered: a reader never blocks on it
 }
+
+func (r getRequest) caller() context.Context { return r.ctx }
 
 type getResult struct {
 	plant plantstore.Plant
@@ -80,8 +81,7 @@ func (db *DB) reader() {
 // read reads the plants of batch in one statement and answers each
 // request. ids and found are the reader's, reused from batch to batch.
 func (db *DB) read(batch []getRequest, ids []int64, found map[int64]plantstore.Plant) {
-	// A caller who gave up has had its answer.
-	live := slices.DeleteFunc(batch, func(r getRequest) bool { return r.ctx.Err() != nil })
+	live := withoutAbandoned(batch)
 	if len(live) == 0 {
 		return
 	}
@@ -92,7 +92,7 @@ func (db *DB) read(batch []getRequest, ids []int64, found map[int64]plantstore.P
 	for _, r := range live {
 		ids = append(ids, r.id)
 	}
-	ctx, stop := batchContext(live, func(r getRequest) context.Context { return r.ctx })
+	ctx, stop := batchContext(live)
 	err := db.readPlants(ctx, ids, found)
 	stop()
 	for _, r := range live {

@@ -65,9 +65,10 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w; a backup never replaces a file", to, fs.ErrExist)
 	}
 	// A checksum file there already is left by a backup since removed.
+	sumName := to + ChecksumSuffix
 	staleSum := false
-	if fi, err := os.Lstat(to + ChecksumSuffix); err == nil && fi.IsDir() {
-		return BackupInfo{}, fmt.Errorf("backup to %s: %s is a directory, where the backup's checksum file goes; move it away, or name another file", to, to+ChecksumSuffix)
+	if fi, err := os.Lstat(sumName); err == nil && fi.IsDir() {
+		return BackupInfo{}, fmt.Errorf("backup to %s: %s is a directory, where the backup's checksum file goes; move it away, or name another file", to, sumName)
 	} else if err == nil {
 		staleSum = true
 	}
@@ -172,7 +173,7 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 		return BackupInfo{}, fmt.Errorf("backup to %s: the backup was written, but its checksum file %s may not outlive a crash: %w", to, sumPath, err)
 	}
 	info.Path = to
-	info.Checksum = to + ChecksumSuffix
+	info.Checksum = sumName
 	return info, nil
 }
 
@@ -281,7 +282,7 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 	}
 	if wantSum != nil && !bytes.Equal(sum, wantSum) {
-		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, &ChecksumMismatchError{Backup: from, ChecksumFile: sumPath})
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, &ChecksumMismatchError{ChecksumFile: sumPath})
 	}
 	info, err := inspect(ctx, tmp)
 	if err != nil {

@@ -27,7 +27,7 @@ const maxChecksumFile = 64 << 10
 // ChecksumMismatchError is Restore's refusal of a backup whose contents
 // are not those its checksum file was written for.
 type ChecksumMismatchError struct {
-	Backup, ChecksumFile string
+	ChecksumFile string
 }
 
 func (e *ChecksumMismatchError) Error() string {

@@ -217,6 +217,10 @@ func TestBackupAndRestoreRefusals(t *testing.T) {
 	if r := cli(t, dir, []string{"PLANTSTORE_FORCE=true"}, "restore", "--from", file); r.exit != 1 || !strings.Contains(r.stderr, "--force") {
 		t.Errorf("restore onto a store without --force: %+v", r)
 	}
+	// A mistyped backup name is named first, not the advice to --force.
+	if r := cli(t, dir, nil, "restore", "--from", file+"x"); r.exit != 1 || !strings.Contains(r.stderr, "no such file") || strings.Contains(r.stderr, "--force") {
+		t.Errorf("restore of a missing backup onto a store: %+v", r)
+	}
 	garbage := filepath.Join(t.TempDir(), "garbage")
 	if err := os.WriteFile(garbage, []byte(strings.Repeat("not a database ", 500)), 0o600); err != nil {
 		t.Fatal(err)

@@ -191,6 +191,24 @@ type RestoreOptions struct {
 	FeedAfter *int64
 }
 
+// checkBackupFile refuses what cannot be a backup before Restore touches
+// anything, and reads the checksum file beside it (readChecksum).
+func checkBackupFile(from string) (sum []byte, sumPath string, err error) {
+	if fi, err := os.Stat(from); err != nil {
+		return nil, "", unwrapPath(err)
+	} else if fi.IsDir() {
+		return nil, "", errors.New("it is a directory; name a backup file (plantstore backup --to makes one)")
+	} else if fi.Size() == 0 {
+		return nil, "", errors.New("the file is empty, not a backup (plantstore backup --to makes one)")
+	}
+	// A store's main file without its log may lack commits: that is a
+	// live store or a copy of one, not a backup.
+	if st, err := os.Stat(from + "-wal"); err == nil && st.Size() > 0 {
+		return nil, "", fmt.Errorf("%s-wal exists, so it is a live store or a copy of one, not a backup; make one with plantstore backup", from)
+	}
+	return readChecksum(from)
+}
+
 // ErrFeedUnknown is Restore's refusal to replace a store whose change feed
 // it cannot read without being told where the feed is to go on
 // (RestoreOptions.FeedAfter).
@@ -212,6 +230,12 @@ var ErrStoreExists = errors.New("a store exists there")
 // during a restore: one that has the old store open would go on writing
 // to it.
 func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ BackupInfo, err error) {
+	// The backup first: a mistyped --from is named as such, not after
+	// advice about the store it was to replace.
+	wantSum, sumPath, err := checkBackupFile(from)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
+	}
 	abs, err := resolve(to)
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
@@ -260,22 +284,6 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 		if err := noLeftovers(abs); err != nil {
 			return BackupInfo{}, fmt.Errorf("restore to %s: %w", to, err)
 		}
-	}
-	if fi, err := os.Stat(from); err != nil {
-		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, unwrapPath(err))
-	} else if fi.IsDir() {
-		return BackupInfo{}, fmt.Errorf("restore from %s: it is a directory; name a backup file (plantstore backup --to makes one)", from)
-	} else if fi.Size() == 0 {
-		return BackupInfo{}, fmt.Errorf("restore from %s: the file is empty, not a backup (plantstore backup --to makes one)", from)
-	}
-	// A store's main file without its log may lack commits: that is a
-	// live store or a copy of one, not a backup.
-	if st, err := os.Stat(from + "-wal"); err == nil && st.Size() > 0 {
-		return BackupInfo{}, fmt.Errorf("restore from %s: %s-wal exists, so it is a live store or a copy of one, not a backup; make one with plantstore backup", from, from)
-	}
-	wantSum, sumPath, err := readChecksum(from)
-	if err != nil {
-		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, err)
 	}
 	sum, err := copyFile(from, tmp)
 	if err != nil {

@@ -165,7 +165,12 @@ func TestPlantedSymlinksRefused(t *testing.T) {
 	if err := os.Symlink(filepath.Join(elsewhere, "restore-target"), path+".lock"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Restore(context.Background(), filepath.Join(dir, "backup.db"), path, RestoreOptions{}); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+	// The backup must exist: Restore looks at it first.
+	backup := filepath.Join(dir, "backup.db")
+	if err := os.WriteFile(backup, []byte("not read: the lock is refused first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(context.Background(), backup, path, RestoreOptions{}); err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("Restore beside a planted lock link: %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(elsewhere, "restore-target")); err == nil {

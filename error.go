@@ -42,6 +42,12 @@ func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// PlantNotFound is every store's answer for a plant id it does not hold,
+// worded once so that both engines answer alike.
+func PlantNotFound(id int64) *Error {
+	return Errorf(ENOTFOUND, "plant %d not found", id)
+}
+
 // WrapError returns an *Error with the given code and message whose cause is
 // err, so the cause reaches the log but not the client.
 func WrapError(code, message string, err error) *Error {

@@ -173,7 +173,7 @@ var insertPlantSQL = `WITH ` + gate("$7") + `, changed AS (
 func (db *DB) getOne(ctx context.Context, id int64) (plantstore.Plant, error) {
 	p, err := getPlant(ctx, db.pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+		return plantstore.Plant{}, plantstore.PlantNotFound(id)
 	}
 	if err != nil {
 		return plantstore.Plant{}, db.storeError(getOp(id), err)
@@ -259,7 +259,7 @@ func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantsto
 		// already. A new statement, so a new snapshot, tells which.
 		stored, err := getPlant(ctx, db.pool, p.ID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", p.ID)
+			return plantstore.PlantNotFound(p.ID)
 		}
 		if err != nil {
 			return db.storeError(op, err)
@@ -308,7 +308,7 @@ func (db *DB) DeletePlant(ctx context.Context, id int64, cond plantstore.Precond
 		return db.storeError(op, err)
 	}
 	if ev.last == nil {
-		return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+		return plantstore.PlantNotFound(id)
 	}
 	db.wake(nil, enqueued)
 	db.recorded(ev)
@@ -376,7 +376,7 @@ func (db *DB) conditionally(ctx context.Context, id int64, cond plantstore.Preco
 			})
 			err = tx.SendBatch(ctx, b).Close()
 			if errors.Is(err, pgx.ErrNoRows) {
-				return plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+				return plantstore.PlantNotFound(id)
 			}
 			if err != nil {
 				return err

@@ -103,7 +103,7 @@ func (db *DB) read(batch []getRequest, ids []int64, found map[int64]plantstore.P
 		case ok:
 			res.plant = p
 		default:
-			res.err = plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", r.id)
+			res.err = plantstore.PlantNotFound(r.id)
 		}
 		r.done <- res
 	}

@@ -31,7 +31,7 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 	if db.replica != nil {
 		if p, found, ok := db.replica.get(id); ok {
 			if !found {
-				return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+				return plantstore.Plant{}, plantstore.PlantNotFound(id)
 			}
 			return p, nil
 		}
@@ -72,7 +72,7 @@ func readPlant(c *rawConn, id int64) (plantstore.Plant, error) {
 		return plantstore.Plant{}, err
 	}
 	if !found {
-		return plantstore.Plant{}, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+		return plantstore.Plant{}, plantstore.PlantNotFound(id)
 	}
 	return p, nil
 }

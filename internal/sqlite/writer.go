@@ -663,7 +663,7 @@ func writeOne(c *rawConn, req *writeRequest) (*plantstore.Event, error) {
 		return nil, err
 	}
 	if deleted == nil {
-		return nil, plantstore.Errorf(plantstore.ENOTFOUND, "plant %d not found", id)
+		return nil, plantstore.PlantNotFound(id)
 	}
 	return &plantstore.Event{Type: plantstore.EventDeleted, Plant: *deleted}, nil
 }

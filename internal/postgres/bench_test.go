@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,7 +77,36 @@ func BenchmarkCreateParallel(b *testing.B) {
 // plants. Every get finds its plant. It reports µs/get, the wall time per
 // get.
 func BenchmarkGetParallel(b *testing.B) {
-	const plants = 10_000
+	benchReads(b, "get", func(ctx context.Context, db *postgres.DB, n int64) error {
+		id := n % benchPlants
+		p, err := db.GetPlant(ctx, id)
+		if err == nil && p.ID != id {
+			err = fmt.Errorf("got %+v", p)
+		}
+		return err
+	})
+}
+
+// BenchmarkListParallel reads pages of 100 plants as BenchmarkGetParallel
+// reads plants, each page from a different place in the table. It reports
+// µs/page.
+func BenchmarkListParallel(b *testing.B) {
+	benchReads(b, "page", func(ctx context.Context, db *postgres.DB, n int64) error {
+		after := n % (benchPlants - 100)
+		page, err := db.ListPlants(ctx, plantstore.ListOptions{After: &after, Limit: 100})
+		if err == nil && (len(page) != 100 || page[0].ID != after+1) {
+			err = fmt.Errorf("a page of %d plants after %d, want 100 from %d", len(page), after, after+1)
+		}
+		return err
+	})
+}
+
+const benchPlants = 10_000
+
+// benchReads runs read from 64 goroutines against a table of benchPlants
+// plants, with each of the read modes, n growing by a prime from call to
+// call; it reports µs per what.
+func benchReads(b *testing.B, what string, read func(ctx context.Context, db *postgres.DB, n int64) error) {
 	url := pgtest.NewDatabase(b)
 	seed, err := postgres.Open(context.Background(), url, postgres.Options{})
 	if err != nil {
@@ -85,7 +115,7 @@ func BenchmarkGetParallel(b *testing.B) {
 	var wg sync.WaitGroup
 	for w := range int64(16) {
 		wg.Go(func() {
-			for id := w; id < plants; id += 16 {
+			for id := w; id < benchPlants; id += 16 {
 				if _, err := seed.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: "a plant", Tag: ptr("bench")}); err != nil {
 					b.Error(err)
 					return
@@ -99,7 +129,7 @@ func BenchmarkGetParallel(b *testing.B) {
 		name string
 		opts postgres.Options
 	}{
-		{"one-statement-per-get", postgres.Options{NoReadBatch: true}},
+		{"one-statement-per-" + what, postgres.Options{NoReadBatch: true}},
 		{"batched/readers=1", postgres.Options{Readers: 1}},
 		{"batched/readers=2", postgres.Options{Readers: 2}},
 		{"batched/readers=4", postgres.Options{Readers: 4}},
@@ -115,18 +145,17 @@ func BenchmarkGetParallel(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					id := next.Add(7919) % plants
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					p, err := db.GetPlant(ctx, id)
+					err := read(ctx, db, next.Add(7919))
 					cancel()
-					if err != nil || p.ID != id {
-						b.Errorf("get %d: %+v, %v", id, p, err)
+					if err != nil {
+						b.Errorf("%s: %v", what, err)
 						return
 					}
 				}
 			})
 			b.StopTimer()
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/get")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/"+what)
 		})
 	}
 }

@@ -14,12 +14,12 @@ func SetAfterInsert(db *DB, f func(candidates []plantstore.Plant)) { db.afterIns
 // QueuedCreates is how many creates wait for a committer.
 func QueuedCreates(db *DB) int { return len(db.creates) }
 
-// QueuedGets is how many gets wait for a reader.
-func QueuedGets(db *DB) int { return len(db.gets) }
+// QueuedReads is how many gets and pages wait for a reader.
+func QueuedReads(db *DB) int { return len(db.reads) }
 
-// SetObserveReadBatch makes db call f with the size of each batch of gets
-// it reads. Set it before the first get.
-func SetObserveReadBatch(db *DB, f func(gets int)) { db.observeReadBatch = f }
+// SetObserveReadBatch makes db call f with how many gets and pages each
+// batch of reads holds. Set it before the first read.
+func SetObserveReadBatch(db *DB, f func(gets, pages int)) { db.observeReadBatch = f }
 
 // SetReadOnlyRenewal sets how old a read-only session must be to be closed
 // when it is given back, until the test ends.

@@ -190,42 +190,6 @@ func getPlant(ctx context.Context, q interface {
 	return p, err
 }
 
-// ListPlants reads one page by keyset: "id >= lower" on the primary key,
-// or "tag = $1 AND id >= lower" on plants_by_tag, so the page's position in
-// the table does not change its cost.
-func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	lower, ok := opts.FirstID()
-	if !ok {
-		return []plantstore.Plant{}, nil
-	}
-	var rows pgx.Rows
-	var err error
-	if opts.Tag != nil {
-		rows, err = db.pool.Query(ctx, `SELECT id, name, tag FROM plants WHERE tag = $1 AND id >= $2 ORDER BY id LIMIT $3`,
-			*opts.Tag, lower, opts.Limit)
-	} else {
-		rows, err = db.pool.Query(ctx, `SELECT id, name, tag FROM plants WHERE id >= $1 ORDER BY id LIMIT $2`,
-			lower, opts.Limit)
-	}
-	if err != nil {
-		return nil, db.storeError("list plants", err)
-	}
-	plants := make([]plantstore.Plant, 0, min(opts.Limit, 1024))
-	var p plantstore.Plant
-	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.Name, &p.Tag}, func() error {
-		plants = append(plants, p)
-		p.Tag = nil // a fresh pointer for the next row's tag
-		return nil
-	})
-	if err != nil {
-		return nil, db.storeError("list plants", err)
-	}
-	return plants, nil
-}
-
 func (db *DB) UpdatePlant(ctx context.Context, p plantstore.Plant, cond plantstore.Precondition) error {
 	op := fmt.Sprintf("update plant %d", p.ID)
 	if cond != nil {

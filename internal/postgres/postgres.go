@@ -53,10 +53,11 @@ type Options struct {
 	// ObserveBatch, when set, is told the size of each batch of creates
 	// (for metrics). It must not block.
 	ObserveBatch func(creates int)
-	// NoReadBatch reads every plant GetPlant asks for in a statement of
-	// its own, as a baseline for benchmarks; see reads.go.
+	// NoReadBatch reads every plant GetPlant asks for, and every page of
+	// ListPlants, in a statement of its own, as a baseline for
+	// benchmarks; see reads.go.
 	NoReadBatch bool
-	// Readers is how many batches of gets may be read at once, each on a
+	// Readers is how many batches of reads may be read at once, each on a
 	// pooled connection; 0 means DefaultReaders. It is capped at half of
 	// what the committers leave of the pool.
 	Readers int
@@ -114,9 +115,9 @@ type DB struct {
 	// creates feeds the committers (batch.go); nil with Options.NoBatch.
 	creates    chan createRequest
 	committers sync.WaitGroup
-	closeMu    sync.RWMutex // held for reading while sending on creates or gets
-	// gets feeds the readers (reads.go); nil with Options.NoReadBatch.
-	gets          chan getRequest
+	closeMu    sync.RWMutex // held for reading while sending on creates or reads
+	// reads feeds the readers (reads.go); nil with Options.NoReadBatch.
+	reads         chan readRequest
 	readers       sync.WaitGroup
 	observeBatch  func(int)
 	eventsWritten func()
@@ -141,9 +142,9 @@ type DB struct {
 	listening     sync.WaitGroup
 	// afterInsert, when set (by tests), runs after each batch's insert.
 	afterInsert func(candidates []plantstore.Plant)
-	// observeReadBatch, when set (by tests), is told each batch of gets'
-	// size.
-	observeReadBatch func(gets int)
+	// observeReadBatch, when set (by tests), is told how many gets and
+	// pages each batch of reads holds.
+	observeReadBatch func(gets, pages int)
 }
 
 var _ plantstore.Store = (*DB)(nil)
@@ -210,7 +211,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		}
 	}
 	if !opts.NoReadBatch {
-		db.gets = make(chan getRequest, 4*maxReadBatch)
+		db.reads = make(chan readRequest, 4*maxReadBatch)
 		for range poolShare(opts.Readers, DefaultReaders, int(cfg.MaxConns)-committers) {
 			db.readers.Go(db.reader)
 		}
@@ -450,7 +451,7 @@ func readOnly(pc *pgconn.PgConn) bool {
 	return pc.ParameterStatus("default_transaction_read_only") == "on" || pc.ParameterStatus("in_hot_standby") == "on"
 }
 
-// Close commits the creates and reads the gets already queued, and
+// Close commits the creates and reads the gets and pages already queued, and
 // refuses new ones; it waits for the connections in use to be released,
 // then closes them all. Later calls fail with EUNAVAILABLE.
 func (db *DB) Close() error {
@@ -464,8 +465,8 @@ func (db *DB) Close() error {
 	if db.creates != nil {
 		close(db.creates) // no sender holds closeMu now, and none will send
 	}
-	if db.gets != nil {
-		close(db.gets)
+	if db.reads != nil {
+		close(db.reads)
 	}
 	db.committers.Wait()
 	db.readers.Wait()

@@ -1,103 +1,198 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/plantstore/plantstore"
 )
 
-// Batched reads of one plant. Such a read costs the server little for
-// its row and much around it: a round trip, a backend woken, a portal
-// bound and an executor started, and a pooled connection held for all
-// of it. Under load, gets queued for connections and the server spent
-// its CPU on that overhead (BenchmarkGetParallel, 64 goroutines: 59-66
-// µs a get, one statement each; 14-15 µs batched by two readers, 15-24
-// by one, 19-24 by four). So gets go to a few reader goroutines, as
-// creates go to the committers: a reader that is free takes every get
-// queued and reads their plants in one statement, id = ANY($1). There is
-// no waiting to fill a batch: under light load a batch is one get. A get
-// never sees less than it would alone: its batch's statement starts
-// after the get was queued, so its snapshot holds every write
-// acknowledged before the get began, on this instance or another.
+// Batched reads: gets of one plant and untagged pages. Such a read costs
+// the server little for its rows and much around it: a round trip, a
+// backend woken, a portal bound and an executor started, and a pooled
+// connection held for all of it. Under load, reads queued for
+// connections and the server spent its CPU on that overhead
+// (BenchmarkGetParallel, 64 goroutines: 59-66 µs a get, one statement
+// each; 14-15 µs batched by two readers, 15-24 by one, 19-24 by four).
+// So reads go to a few reader goroutines, as creates go to the
+// committers: a reader that is free takes every read queued and sends
+// one statement for its gets, id = ANY($1), and one for its pages, each
+// page a LATERAL keyset scan, in one round trip. There is no waiting to
+// fill a batch: under light load a batch is one read. A read never sees
+// less than it would alone: its batch's statements start after the read
+// was queued, so their snapshot holds every write acknowledged before
+// the read began, on this instance or another.
+//
+// Pages of one tag are read alone: in a batch the tag is a parameter of
+// the LATERAL scan, and the planner, not knowing which tag, may walk the
+// primary key and filter, which for a rare tag is the whole table.
 
-// maxReadBatch bounds a batch of gets.
+// maxReadBatch bounds a batch of reads.
 const maxReadBatch = 256
 
-// DefaultReaders is how many batches of gets may be in flight at once
+// DefaultReaders is how many batches of reads may be in flight at once
 // when Options.Readers is 0: with two, one batch can be read while the
-// next gathers, and a slow read holds up only half the gets.
+// next gathers, and a slow read holds up only half the reads.
 const DefaultReaders = 2
 
-type getRequest struct {
-	ctx  context.Context // the caller's; its get is left out once it ends
-	id   int64
-	done chan getResult // buffered: a reader never blocks on it
+// readRequest is a get of plant id, or with page set, a page of up to
+// limit plants from id up.
+type readRequest struct {
+	ctx   context.Context // the caller's; its read is left out once it ends
+	id    int64
+	page  bool
+	limit int
+	done  chan readResult // buffered: a reader never blocks on it
 }
 
-func (r getRequest) caller() context.Context { return r.ctx }
+func (r readRequest) caller() context.Context { return r.ctx }
 
-type getResult struct {
-	plant plantstore.Plant
+type readResult struct {
+	plant plantstore.Plant   // a get's
+	page  []plantstore.Plant // a page's
 	err   error
 }
 
+const (
+	getsSQL  = `SELECT id, name, tag FROM plants WHERE id = ANY($1)`
+	pagesSQL = `SELECT r.n, p.id, p.name, p.tag
+	FROM unnest($1::int8[], $2::int4[]) WITH ORDINALITY AS r(first, lim, n)
+	CROSS JOIN LATERAL (SELECT id, name, tag FROM plants WHERE id >= r.first ORDER BY id LIMIT r.lim) AS p`
+)
+
 // GetPlant returns plant id, or ENOTFOUND. Unless Options.NoReadBatch is
-// set, it goes through a reader with the gets queued beside it.
+// set, it goes through a reader with the reads queued beside it.
 func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) {
-	if db.gets == nil {
+	if db.reads == nil {
 		return db.getOne(ctx, id)
 	}
-	if err := ctx.Err(); err != nil {
-		return plantstore.Plant{}, db.storeError(getOp(id), err)
-	}
-	req := getRequest{ctx: ctx, id: id, done: make(chan getResult, 1)}
-	if err := enqueue(db, ctx, db.gets, req); err != nil {
-		return plantstore.Plant{}, db.storeError(getOp(id), err)
-	}
-	select {
-	case r := <-req.done:
-		return r.plant, r.err
-	case <-ctx.Done():
-		return plantstore.Plant{}, db.storeError(getOp(id), ctx.Err())
-	}
+	r, err := db.readBatched(ctx, readRequest{ctx: ctx, id: id}, getOp(id))
+	return r.plant, err
 }
+
+// ListPlants reads one page by keyset: "id >= first" on the primary key,
+// or "tag = $1 AND id >= first" on plants_by_tag, so the page's position
+// in the table does not change its cost. Unless Options.NoReadBatch is
+// set, an untagged page goes through a reader with the reads queued
+// beside it.
+func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	first, ok := opts.FirstID()
+	if !ok {
+		return []plantstore.Plant{}, nil
+	}
+	if db.reads == nil || opts.Tag != nil {
+		return db.listOne(ctx, opts.Tag, first, opts.Limit)
+	}
+	r, err := db.readBatched(ctx, readRequest{ctx: ctx, id: first, page: true, limit: opts.Limit}, listOp)
+	return r.page, err
+}
+
+const listOp = "list plants"
 
 func getOp(id int64) string { return fmt.Sprintf("get plant %d", id) }
 
-// reader runs until gets is closed, reading what it finds queued.
-func (db *DB) reader() {
-	batch := make([]getRequest, 0, maxReadBatch)
-	ids := make([]int64, 0, maxReadBatch)
-	found := make(map[int64]plantstore.Plant, maxReadBatch)
-	for first := range db.gets {
-		batch = gather(db.gets, append(batch[:0], first), maxReadBatch)
-		db.read(batch, ids, found)
-		clear(batch) // let the callers' contexts go
-		clear(found)
+// readBatched queues req for a reader and waits for its answer.
+func (db *DB) readBatched(ctx context.Context, req readRequest, op string) (readResult, error) {
+	if err := ctx.Err(); err != nil {
+		return readResult{}, db.storeError(op, err)
+	}
+	req.done = make(chan readResult, 1)
+	if err := enqueue(db, ctx, db.reads, req); err != nil {
+		return readResult{}, db.storeError(op, err)
+	}
+	select {
+	case r := <-req.done:
+		return r, r.err
+	case <-ctx.Done():
+		return readResult{}, db.storeError(op, ctx.Err())
 	}
 }
 
-// read reads the plants of batch in one statement and answers each
-// request. ids and found are the reader's, reused from batch to batch.
-func (db *DB) read(batch []getRequest, ids []int64, found map[int64]plantstore.Plant) {
+// reader runs until reads is closed, reading what it finds queued.
+func (db *DB) reader() {
+	batch := make([]readRequest, 0, maxReadBatch)
+	var rb readBatch
+	for first := range db.reads {
+		batch = gather(db.reads, append(batch[:0], first), maxReadBatch)
+		db.read(batch, &rb)
+		clear(batch) // let the callers' contexts go
+	}
+}
+
+// readBatch is a reader's scratch space, reused from batch to batch.
+type readBatch struct {
+	gets, pages []readRequest
+	ids         []int64 // the gets'
+	firsts      []int64 // the pages'
+	limits      []int32
+	found       map[int64]plantstore.Plant
+	n, id       int64
+	name        string
+	tag         pgtype.Text
+}
+
+// read sends the gets and the pages of batch in one round trip and
+// answers each request: the gets first, as their rows come first.
+func (db *DB) read(batch []readRequest, rb *readBatch) {
 	live := withoutAbandoned(batch)
 	if len(live) == 0 {
 		return
 	}
-	if db.observeReadBatch != nil {
-		db.observeReadBatch(len(live))
-	}
-	ids = ids[:0]
+	rb.gets, rb.pages = rb.gets[:0], rb.pages[:0]
+	rb.ids, rb.firsts, rb.limits = rb.ids[:0], rb.firsts[:0], rb.limits[:0]
 	for _, r := range live {
-		ids = append(ids, r.id)
+		if r.page {
+			rb.pages = append(rb.pages, r)
+			rb.firsts = append(rb.firsts, r.id)
+			rb.limits = append(rb.limits, int32(r.limit))
+		} else {
+			rb.gets = append(rb.gets, r)
+			rb.ids = append(rb.ids, r.id)
+		}
+	}
+	if db.observeReadBatch != nil {
+		db.observeReadBatch(len(rb.gets), len(rb.pages))
 	}
 	ctx, stop := batchContext(live)
-	err := db.readPlants(ctx, ids, found)
-	stop()
-	for _, r := range live {
-		var res getResult
-		switch p, ok := found[r.id]; {
+	defer stop()
+	var b pgx.Batch
+	if len(rb.gets) > 0 {
+		b.Queue(getsSQL, rb.ids)
+	}
+	if len(rb.pages) > 0 {
+		b.Queue(pagesSQL, rb.firsts, rb.limits)
+	}
+	results := db.pool.SendBatch(ctx, &b)
+	var err error
+	if len(rb.gets) > 0 {
+		err = db.answerGets(results, rb)
+	}
+	if len(rb.pages) > 0 {
+		err = db.answerPages(results, rb, err)
+	}
+	results.Close()
+}
+
+// answerGets reads the gets' rows and answers them.
+func (db *DB) answerGets(results pgx.BatchResults, rb *readBatch) error {
+	if rb.found == nil {
+		rb.found = make(map[int64]plantstore.Plant, maxReadBatch)
+	}
+	defer clear(rb.found)
+	err := readRows(results, []any{&rb.id, &rb.name, &rb.tag}, func() {
+		rb.found[rb.id] = plantstore.Plant{ID: rb.id, Name: rb.name, Tag: textPtr(rb.tag)}
+	})
+	for _, r := range rb.gets {
+		var res readResult
+		switch p, ok := rb.found[r.id]; {
 		case err != nil:
 			res.err = db.storeError(getOp(r.id), err)
 		case ok:
@@ -107,21 +202,93 @@ func (db *DB) read(batch []getRequest, ids []int64, found map[int64]plantstore.P
 		}
 		r.done <- res
 	}
+	return err
 }
 
-// readPlants puts the stored plants of ids in found.
-func (db *DB) readPlants(ctx context.Context, ids []int64, found map[int64]plantstore.Plant) error {
-	rows, err := db.pool.Query(ctx, `SELECT id, name, tag FROM plants WHERE id = ANY($1)`, ids)
+// answerPages reads the pages' rows and answers them; err is the gets'
+// failure, which the pages share, as the round trip failed for both.
+func (db *DB) answerPages(results pgx.BatchResults, rb *readBatch, err error) error {
+	pages := make([][]plantstore.Plant, len(rb.pages))
+	if err == nil {
+		err = readRows(results, []any{&rb.n, &rb.id, &rb.name, &rb.tag}, func() {
+			i := int(rb.n - 1)
+			if pages[i] == nil {
+				pages[i] = make([]plantstore.Plant, 0, min(rb.pages[i].limit, 1024))
+			}
+			pages[i] = append(pages[i], plantstore.Plant{ID: rb.id, Name: rb.name, Tag: textPtr(rb.tag)})
+		})
+	}
+	for i, r := range rb.pages {
+		if err != nil {
+			r.done <- readResult{err: db.storeError(listOp, err)}
+			continue
+		}
+		page := pages[i]
+		if page == nil {
+			page = []plantstore.Plant{}
+		}
+		// The nested loop gives each page in the index's order; nothing
+		// in SQL promises it, so it is checked (and a page sorted only
+		// if a plan ever changes that).
+		if !slices.IsSortedFunc(page, byID) {
+			slices.SortFunc(page, byID)
+		}
+		r.done <- readResult{page: page}
+	}
+	return err
+}
+
+func byID(a, b plantstore.Plant) int { return cmp.Compare(a.ID, b.ID) }
+
+// readRows reads the next result of results into dest, calling row after
+// each row is scanned.
+func readRows(results pgx.BatchResults, dest []any, row func()) error {
+	rows, err := results.Query()
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var p plantstore.Plant
-		if err := rows.Scan(&p.ID, &p.Name, &p.Tag); err != nil {
-			return err
-		}
-		found[p.ID] = p
+	_, err = pgx.ForEachRow(rows, dest, func() error {
+		row()
+		return nil
+	})
+	return err
+}
+
+// textPtr is a nullable text column as a plant's tag. pgtype.Text scans
+// without reflection, which a **string needs.
+func textPtr(t pgtype.Text) *string {
+	if !t.Valid {
+		return nil
 	}
-	return rows.Err()
+	s := t.String
+	return &s
+}
+
+// listOne reads one page in a statement of its own: a page of one tag,
+// or any page with Options.NoReadBatch.
+func (db *DB) listOne(ctx context.Context, tag *string, first int64, limit int) ([]plantstore.Plant, error) {
+	var rows pgx.Rows
+	var err error
+	if tag != nil {
+		rows, err = db.pool.Query(ctx, `SELECT id, name, tag FROM plants WHERE tag = $1 AND id >= $2 ORDER BY id LIMIT $3`,
+			*tag, first, limit)
+	} else {
+		rows, err = db.pool.Query(ctx, `SELECT id, name, tag FROM plants WHERE id >= $1 ORDER BY id LIMIT $2`,
+			first, limit)
+	}
+	if err != nil {
+		return nil, db.storeError(listOp, err)
+	}
+	plants := make([]plantstore.Plant, 0, min(limit, 1024))
+	var id int64
+	var name string
+	var tagCol pgtype.Text
+	_, err = pgx.ForEachRow(rows, []any{&id, &name, &tagCol}, func() error {
+		plants = append(plants, plantstore.Plant{ID: id, Name: name, Tag: textPtr(tagCol)})
+		return nil
+	})
+	if err != nil {
+		return nil, db.storeError(listOp, err)
+	}
+	return plants, nil
 }

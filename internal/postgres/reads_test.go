@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,21 +61,25 @@ func lockPlants(t *testing.T, url string) pgx.Tx {
 	return tx
 }
 
-// waitQueuedGets waits until n gets wait for a reader.
-func waitQueuedGets(t *testing.T, db *postgres.DB, n int) {
+// waitQueuedReads waits until n gets and pages wait for a reader.
+func waitQueuedReads(t *testing.T, db *postgres.DB, n int) {
 	t.Helper()
-	waitCount(t, "gets queued", func() int { return postgres.QueuedGets(db) }, n)
+	waitCount(t, "reads queued", func() int { return postgres.QueuedReads(db) }, n)
 }
 
-// Gets queued together are read in one batch, and each gets its own
-// plant, or ENOTFOUND; ids asked for twice in a batch are answered twice.
-func TestBatchedGets(t *testing.T) {
+// Gets and untagged pages queued together are read in one batch. Each
+// get has its own plant, or ENOTFOUND; ids asked for twice in a batch are
+// answered twice. Each page has its own plants, in order, from its first
+// id, up to its limit; a page past the last plant is empty. Pages of a tag
+// are read on their own, and right.
+func TestBatchedReads(t *testing.T) {
 	db, url := openWith(t, postgres.Options{Readers: 1})
+	type batch struct{ gets, pages int }
 	var mu sync.Mutex
-	var batches []int
-	postgres.SetObserveReadBatch(db, func(n int) {
+	var batches []batch
+	postgres.SetObserveReadBatch(db, func(gets, pages int) {
 		mu.Lock()
-		batches = append(batches, n)
+		batches = append(batches, batch{gets, pages})
 		mu.Unlock()
 	})
 	for id := int64(1); id <= 40; id++ {
@@ -100,7 +105,34 @@ func TestBatchedGets(t *testing.T) {
 			answers[i] <- got{p, err}
 		}()
 	}
-	waitQueuedGets(t, db, gets)
+	type page struct {
+		after       *int64
+		limit       int
+		first, last int64 // the ids wanted; none when first is 0
+	}
+	after := func(id int64) *int64 { return &id }
+	pages := []page{
+		{nil, 5, 1, 5},
+		{after(1), 1, 2, 2},
+		{after(1), 1, 2, 2}, // the same page twice
+		{after(20), 100, 21, 40},
+		{after(36), 3, 37, 39},
+		{after(40), 10, 0, 0},
+		{after(1000), 10, 0, 0},
+		{nil, 1000, 1, 40},
+	}
+	pageAnswers := make([]chan []plantstore.Plant, len(pages))
+	for i, pg := range pages {
+		pageAnswers[i] = make(chan []plantstore.Plant, 1)
+		go func() {
+			plants, err := db.ListPlants(context.Background(), plantstore.ListOptions{After: pg.after, Limit: pg.limit})
+			if err != nil {
+				t.Errorf("page %+v: %v", pg, err)
+			}
+			pageAnswers[i] <- plants
+		}()
+	}
+	waitQueuedReads(t, db, gets+len(pages))
 	release()
 	for i, c := range answers {
 		id := int64(i%50 + 1)
@@ -116,10 +148,43 @@ func TestBatchedGets(t *testing.T) {
 			t.Errorf("get %d: tag %q", id, *a.p.Tag)
 		}
 	}
+	for i, pg := range pages {
+		checkPage(t, fmt.Sprintf("page %d", i), <-pageAnswers[i], pg.first, pg.last, 1)
+	}
+	// A tag's page, alone.
+	tagged, err := db.ListPlants(context.Background(), plantstore.ListOptions{Tag: ptr("tag 8"), Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPage(t, "the page of tag 8", tagged, 8, 8, 1)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(batches) != 2 || batches[0] != 1 || batches[1] != gets {
-		t.Errorf("batches of %v, want the sentinel's 1 and one of %d", batches, gets)
+	if want := []batch{{1, 0}, {gets, len(pages)}}; !slices.Equal(batches, want) {
+		t.Errorf("batches of %v, want the sentinel's and one of them all, %v", batches, want)
+	}
+}
+
+// checkPage checks that plants are those of ids first to last, step
+// apart, as created in TestBatchedReads; none when first is 0.
+func checkPage(t *testing.T, what string, plants []plantstore.Plant, first, last, step int64) {
+	t.Helper()
+	if plants == nil {
+		t.Errorf("%s: nil, want a page", what)
+		return
+	}
+	var want []int64
+	for id := first; first != 0 && id <= last; id += step {
+		want = append(want, id)
+	}
+	var ids []int64
+	for _, p := range plants {
+		ids = append(ids, p.ID)
+		if p.Name != fmt.Sprintf("plant %d", p.ID) || (p.ID%2 == 0) != (p.Tag != nil) || (p.Tag != nil && *p.Tag != fmt.Sprintf("tag %d", p.ID)) {
+			t.Errorf("%s: plant %+v", what, p)
+		}
+	}
+	if !slices.Equal(ids, want) {
+		t.Errorf("%s: ids %v, want %v", what, ids, want)
 	}
 }
 
@@ -274,8 +339,8 @@ func TestGetStatementEndsWithItsCallers(t *testing.T) {
 	}
 }
 
-// Close reads the gets already queued, then refuses gets.
-func TestCloseReadsQueuedGets(t *testing.T) {
+// Close reads the gets and pages already queued, then refuses gets.
+func TestCloseReadsQueuedReads(t *testing.T) {
 	db, url := openWith(t, postgres.Options{Readers: 1})
 	for id := int64(1); id <= 20; id++ {
 		if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: id, Name: fmt.Sprintf("p%d", id)}); err != nil {
@@ -283,11 +348,19 @@ func TestCloseReadsQueuedGets(t *testing.T) {
 		}
 	}
 	release := holdReaders(t, db, url, 1)
-	answers := make([]chan error, 20)
+	answers := make([]chan error, 24) // 20 gets, then 4 pages
 	for i := range answers {
 		answers[i] = make(chan error, 1)
 		go func() {
 			id := int64(i + 1)
+			if i >= 20 {
+				page, err := db.ListPlants(context.Background(), plantstore.ListOptions{Limit: 5})
+				if err == nil && (len(page) != 5 || page[0].ID != 1 || page[4].Name != "p5") {
+					err = fmt.Errorf("got %+v", page)
+				}
+				answers[i] <- err
+				return
+			}
 			p, err := db.GetPlant(context.Background(), id)
 			if err == nil && p.Name != fmt.Sprintf("p%d", id) {
 				err = fmt.Errorf("got %+v", p)
@@ -295,7 +368,7 @@ func TestCloseReadsQueuedGets(t *testing.T) {
 			answers[i] <- err
 		}()
 	}
-	waitQueuedGets(t, db, len(answers))
+	waitQueuedReads(t, db, len(answers))
 	closed := closeUntilRefused(t, db, "get", func(ctx context.Context) error {
 		_, err := db.GetPlant(ctx, 1)
 		return err
@@ -303,7 +376,7 @@ func TestCloseReadsQueuedGets(t *testing.T) {
 	release()
 	for i, c := range answers {
 		if err := <-c; err != nil {
-			t.Errorf("get %d, queued before Close: %v", i+1, err)
+			t.Errorf("read %d, queued before Close: %v", i+1, err)
 		}
 	}
 	<-closed

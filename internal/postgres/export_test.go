@@ -28,3 +28,6 @@ func SetReadOnlyRenewal(t interface{ Cleanup(func()) }, d time.Duration) {
 	readOnlyRenewal = d
 	t.Cleanup(func() { readOnlyRenewal = was })
 }
+
+// TagPagesSQL is the statement that reads a batch's pages of one tag.
+const TagPagesSQL = tagPagesSQL

@@ -12,7 +12,7 @@ import (
 	"github.com/plantstore/plantstore"
 )
 
-// Batched reads: gets of one plant and untagged pages. Such a read costs
+// Batched reads: gets of one plant and pages. Such a read costs
 // the server little for its rows and much around it: a round trip, a
 // backend woken, a portal bound and an executor started, and a pooled
 // connection held for all of it. Under load, reads queued for
@@ -21,16 +21,19 @@ import (
 // each; 14-15 µs batched by two readers, 15-24 by one, 19-24 by four).
 // So reads go to a few reader goroutines, as creates go to the
 // committers: a reader that is free takes every read queued and sends
-// one statement for its gets, id = ANY($1), and one for its pages, each
-// page a LATERAL keyset scan, in one round trip. There is no waiting to
+// one statement for its gets, id = ANY($1), and one for its pages of
+// each kind (all plants, one tag's), each page a LATERAL keyset scan, in
+// one round trip. There is no waiting to
 // fill a batch: under light load a batch is one read. A read never sees
 // less than it would alone: its batch's statements start after the read
 // was queued, so their snapshot holds every write acknowledged before
 // the read began, on this instance or another.
 //
-// Pages of one tag are read alone: in a batch the tag is a parameter of
-// the LATERAL scan, and the planner, not knowing which tag, may walk the
-// primary key and filter, which for a rare tag is the whole table.
+// In a batch a page's tag is a parameter of its LATERAL scan, and the
+// planner, not knowing which tag, plans "tag = r.tag AND id >= r.first"
+// as a walk of the primary key with a filter, which for a rare tag is the
+// whole table. So a tag's page asks for "(tag, id) >= (r.tag, r.first)",
+// which only plants_by_tag can serve as a range (TestTagPagesPlan).
 
 // maxReadBatch bounds a batch of reads.
 const maxReadBatch = 256
@@ -41,12 +44,13 @@ const maxReadBatch = 256
 const DefaultReaders = 2
 
 // readRequest is a get of plant id, or with page set, a page of up to
-// limit plants from id up.
+// limit plants from id up, of tag when it is set.
 type readRequest struct {
 	ctx   context.Context // the caller's; its read is left out once it ends
 	id    int64
 	page  bool
 	limit int
+	tag   *string
 	done  chan readResult // buffered: a reader never blocks on it
 }
 
@@ -63,6 +67,9 @@ const (
 	pagesSQL = `SELECT r.n, p.id, p.name, p.tag
 	FROM unnest($1::int8[], $2::int4[]) WITH ORDINALITY AS r(first, lim, n)
 	CROSS JOIN LATERAL (SELECT id, name, tag FROM plants WHERE id >= r.first ORDER BY id LIMIT r.lim) AS p`
+	tagPagesSQL = `SELECT r.n, p.id, p.name, p.tag
+	FROM unnest($1::text[], $2::int8[], $3::int4[]) WITH ORDINALITY AS r(tag, first, lim, n)
+	CROSS JOIN LATERAL (SELECT id, name, tag FROM plants WHERE (tag, id) >= (r.tag, r.first) AND tag = r.tag ORDER BY tag, id LIMIT r.lim) AS p`
 )
 
 // GetPlant returns plant id, or ENOTFOUND. Unless Options.NoReadBatch is
@@ -78,8 +85,7 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 // ListPlants reads one page by keyset: "id >= first" on the primary key,
 // or "tag = $1 AND id >= first" on plants_by_tag, so the page's position
 // in the table does not change its cost. Unless Options.NoReadBatch is
-// set, an untagged page goes through a reader with the reads queued
-// beside it.
+// set, it goes through a reader with the reads queued beside it.
 func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -88,10 +94,10 @@ func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]pl
 	if !ok {
 		return []plantstore.Plant{}, nil
 	}
-	if db.reads == nil || opts.Tag != nil {
+	if db.reads == nil {
 		return db.listOne(ctx, opts.Tag, first, opts.Limit)
 	}
-	r, err := db.readBatched(ctx, readRequest{ctx: ctx, id: first, page: true, limit: opts.Limit}, listOp)
+	r, err := db.readBatched(ctx, readRequest{ctx: ctx, id: first, page: true, limit: opts.Limit, tag: opts.Tag}, listOp)
 	return r.page, err
 }
 
@@ -129,14 +135,35 @@ func (db *DB) reader() {
 
 // readBatch is a reader's scratch space, reused from batch to batch.
 type readBatch struct {
-	gets, pages []readRequest
-	ids         []int64 // the gets'
-	firsts      []int64 // the pages'
-	limits      []int32
-	found       map[int64]plantstore.Plant
-	n, id       int64
-	name        string
-	tag         pgtype.Text
+	gets  []readRequest
+	ids   []int64 // the gets'
+	pages pageArgs
+	tags  pageArgs // pages of one tag
+	found map[int64]plantstore.Plant
+	n, id int64
+	name  string
+	tag   pgtype.Text
+}
+
+// pageArgs are the pages of one statement and its arguments.
+type pageArgs struct {
+	reqs   []readRequest
+	tags   []string
+	firsts []int64
+	limits []int32
+}
+
+func (a *pageArgs) reset() {
+	a.reqs, a.tags, a.firsts, a.limits = a.reqs[:0], a.tags[:0], a.firsts[:0], a.limits[:0]
+}
+
+func (a *pageArgs) add(r readRequest) {
+	a.reqs = append(a.reqs, r)
+	if r.tag != nil {
+		a.tags = append(a.tags, *r.tag)
+	}
+	a.firsts = append(a.firsts, r.id)
+	a.limits = append(a.limits, int32(r.limit))
 }
 
 // read sends the gets and the pages of batch in one round trip and
@@ -146,20 +173,22 @@ func (db *DB) read(batch []readRequest, rb *readBatch) {
 	if len(live) == 0 {
 		return
 	}
-	rb.gets, rb.pages = rb.gets[:0], rb.pages[:0]
-	rb.ids, rb.firsts, rb.limits = rb.ids[:0], rb.firsts[:0], rb.limits[:0]
+	rb.gets, rb.ids = rb.gets[:0], rb.ids[:0]
+	rb.pages.reset()
+	rb.tags.reset()
 	for _, r := range live {
-		if r.page {
-			rb.pages = append(rb.pages, r)
-			rb.firsts = append(rb.firsts, r.id)
-			rb.limits = append(rb.limits, int32(r.limit))
-		} else {
+		switch {
+		case !r.page:
 			rb.gets = append(rb.gets, r)
 			rb.ids = append(rb.ids, r.id)
+		case r.tag == nil:
+			rb.pages.add(r)
+		default:
+			rb.tags.add(r)
 		}
 	}
 	if db.observeReadBatch != nil {
-		db.observeReadBatch(len(rb.gets), len(rb.pages))
+		db.observeReadBatch(len(rb.gets), len(rb.pages.reqs)+len(rb.tags.reqs))
 	}
 	ctx, stop := batchContext(live)
 	defer stop()
@@ -167,16 +196,21 @@ func (db *DB) read(batch []readRequest, rb *readBatch) {
 	if len(rb.gets) > 0 {
 		b.Queue(getsSQL, rb.ids)
 	}
-	if len(rb.pages) > 0 {
-		b.Queue(pagesSQL, rb.firsts, rb.limits)
+	if len(rb.pages.reqs) > 0 {
+		b.Queue(pagesSQL, rb.pages.firsts, rb.pages.limits)
+	}
+	if len(rb.tags.reqs) > 0 {
+		b.Queue(tagPagesSQL, rb.tags.tags, rb.tags.firsts, rb.tags.limits)
 	}
 	results := db.pool.SendBatch(ctx, &b)
 	var err error
 	if len(rb.gets) > 0 {
 		err = db.answerGets(results, rb)
 	}
-	if len(rb.pages) > 0 {
-		err = db.answerPages(results, rb, err)
+	for _, pages := range []*pageArgs{&rb.pages, &rb.tags} {
+		if len(pages.reqs) > 0 {
+			err = db.answerPages(results, rb, pages.reqs, err)
+		}
 	}
 	results.Close()
 }
@@ -205,20 +239,21 @@ func (db *DB) answerGets(results pgx.BatchResults, rb *readBatch) error {
 	return err
 }
 
-// answerPages reads the pages' rows and answers them; err is the gets'
-// failure, which the pages share, as the round trip failed for both.
-func (db *DB) answerPages(results pgx.BatchResults, rb *readBatch, err error) error {
-	pages := make([][]plantstore.Plant, len(rb.pages))
+// answerPages reads the rows of reqs, the next statement's pages, and
+// answers them; err is an earlier statement's failure, which the pages
+// share, as the batch failed with it.
+func (db *DB) answerPages(results pgx.BatchResults, rb *readBatch, reqs []readRequest, err error) error {
+	pages := make([][]plantstore.Plant, len(reqs))
 	if err == nil {
 		err = readRows(results, []any{&rb.n, &rb.id, &rb.name, &rb.tag}, func() {
 			i := int(rb.n - 1)
 			if pages[i] == nil {
-				pages[i] = make([]plantstore.Plant, 0, min(rb.pages[i].limit, 1024))
+				pages[i] = make([]plantstore.Plant, 0, min(reqs[i].limit, 1024))
 			}
 			pages[i] = append(pages[i], plantstore.Plant{ID: rb.id, Name: rb.name, Tag: textPtr(rb.tag)})
 		})
 	}
-	for i, r := range rb.pages {
+	for i, r := range reqs {
 		if err != nil {
 			r.done <- readResult{err: db.storeError(listOp, err)}
 			continue
@@ -264,8 +299,7 @@ func textPtr(t pgtype.Text) *string {
 	return &s
 }
 
-// listOne reads one page in a statement of its own: a page of one tag,
-// or any page with Options.NoReadBatch.
+// listOne reads one page in a statement of its own (Options.NoReadBatch).
 func (db *DB) listOne(ctx context.Context, tag *string, first int64, limit int) ([]plantstore.Plant, error) {
 	var rows pgx.Rows
 	var err error

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -163,7 +164,7 @@ func (a *pageArgs) add(r readRequest) {
 		a.tags = append(a.tags, *r.tag)
 	}
 	a.firsts = append(a.firsts, r.id)
-	a.limits = append(a.limits, int32(r.limit))
+	a.limits = append(a.limits, int32(min(r.limit, math.MaxInt32))) // no page holds more
 }
 
 // read sends the gets and the pages of batch in one round trip and

@@ -154,7 +154,9 @@ type pageArgs struct {
 	limits []int32
 }
 
+// reset empties a, letting its callers' contexts go.
 func (a *pageArgs) reset() {
+	clear(a.reqs)
 	a.reqs, a.tags, a.firsts, a.limits = a.reqs[:0], a.tags[:0], a.firsts[:0], a.limits[:0]
 }
 
@@ -174,9 +176,12 @@ func (db *DB) read(batch []readRequest, rb *readBatch) {
 	if len(live) == 0 {
 		return
 	}
-	rb.gets, rb.ids = rb.gets[:0], rb.ids[:0]
-	rb.pages.reset()
-	rb.tags.reset()
+	defer func() { // let the callers' contexts go
+		clear(rb.gets)
+		rb.gets, rb.ids = rb.gets[:0], rb.ids[:0]
+		rb.pages.reset()
+		rb.tags.reset()
+	}()
 	for _, r := range live {
 		switch {
 		case !r.page:

@@ -113,10 +113,14 @@ type ListOptions struct {
 	Limit int     // at most this many; 1 or more (a caller may ask one more than a page, to see whether another follows)
 }
 
-// Validate reports a Limit below 1 as EINVALID.
+// Validate reports a Limit below 1, or a Tag no plant could have, as
+// EINVALID: a store is never asked for what its database may refuse.
 func (o ListOptions) Validate() error {
 	if o.Limit < 1 {
 		return Errorf(EINVALID, "list limit %d: must be 1 or more", o.Limit)
+	}
+	if o.Tag != nil {
+		return ValidateTag(*o.Tag)
 	}
 	return nil
 }

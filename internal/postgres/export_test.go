@@ -31,3 +31,6 @@ func SetReadOnlyRenewal(t interface{ Cleanup(func()) }, d time.Duration) {
 
 // TagPagesSQL is the statement that reads a batch's pages of one tag.
 const TagPagesSQL = tagPagesSQL
+
+// MaxReadRows bounds the rows a batch's pages may ask for.
+const MaxReadRows = maxReadRows

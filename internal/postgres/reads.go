@@ -39,6 +39,12 @@ import (
 // maxReadBatch bounds a batch of reads.
 const maxReadBatch = 256
 
+// maxReadRows bounds the rows a batch's pages may ask for: a reader then
+// holds no more than the 16 longest pages a default pool read at once
+// before pages were batched, and a short page does not wait behind
+// hundreds of long ones.
+const maxReadRows = 16 * (plantstore.MaxListLimit + 1)
+
 // DefaultReaders is how many batches of reads may be in flight at once
 // when Options.Readers is 0: with two, one batch can be read while the
 // next gathers, and a slow read holds up only half the reads.
@@ -56,6 +62,14 @@ type readRequest struct {
 }
 
 func (r readRequest) caller() context.Context { return r.ctx }
+
+// rows is what r counts against maxReadRows.
+func (r readRequest) rows() int {
+	if !r.page {
+		return 1
+	}
+	return min(r.limit, plantstore.MaxListLimit+1)
+}
 
 type readResult struct {
 	plant plantstore.Plant   // a get's
@@ -83,9 +97,9 @@ func (db *DB) GetPlant(ctx context.Context, id int64) (plantstore.Plant, error) 
 	return r.plant, err
 }
 
-// ListPlants reads one page by keyset: "id >= first" on the primary key,
-// or "tag = $1 AND id >= first" on plants_by_tag, so the page's position
-// in the table does not change its cost. Unless Options.NoReadBatch is
+// ListPlants reads one page by keyset, from "id >= first" on the primary
+// key, or from (tag, first) on plants_by_tag, so the page's position in
+// the table does not change its cost. Unless Options.NoReadBatch is
 // set, it goes through a reader with the reads queued beside it.
 func (db *DB) ListPlants(ctx context.Context, opts plantstore.ListOptions) ([]plantstore.Plant, error) {
 	if err := opts.Validate(); err != nil {
@@ -127,11 +141,39 @@ func (db *DB) readBatched(ctx context.Context, req readRequest, op string) (read
 func (db *DB) reader() {
 	batch := make([]readRequest, 0, maxReadBatch)
 	var rb readBatch
-	for first := range db.reads {
-		batch = gather(db.reads, append(batch[:0], first), maxReadBatch)
+	var held readRequest
+	for {
+		first, ok := held, held.done != nil
+		if !ok {
+			if first, ok = <-db.reads; !ok {
+				return
+			}
+		}
+		batch, held = gatherReads(db.reads, append(batch[:0], first))
 		db.read(batch, &rb)
 		clear(batch) // let the callers' contexts go
 	}
+}
+
+// gatherReads is gather with maxReadRows as well: the request that would
+// take the batch past it is held, to head the next one.
+func gatherReads(ch <-chan readRequest, batch []readRequest) (_ []readRequest, held readRequest) {
+	rows := batch[0].rows()
+	for len(batch) < maxReadBatch {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				return batch, readRequest{}
+			}
+			if rows += r.rows(); rows > maxReadRows {
+				return batch, r
+			}
+			batch = append(batch, r)
+		default:
+			return batch, readRequest{}
+		}
+	}
+	return batch, readRequest{}
 }
 
 // readBatch is a reader's scratch space, reused from batch to batch.
@@ -157,6 +199,7 @@ type pageArgs struct {
 // reset empties a, letting its callers' contexts go.
 func (a *pageArgs) reset() {
 	clear(a.reqs)
+	clear(a.tags)
 	a.reqs, a.tags, a.firsts, a.limits = a.reqs[:0], a.tags[:0], a.firsts[:0], a.limits[:0]
 }
 

@@ -353,11 +353,20 @@ func TestCloseReadsQueuedReads(t *testing.T) {
 		}
 	}
 	release := holdReaders(t, db, url, 1)
-	answers := make([]chan error, 24) // 20 gets, then 4 pages
+	answers := make([]chan error, 26) // 20 gets, 4 pages, 2 of a tag
 	for i := range answers {
 		answers[i] = make(chan error, 1)
 		go func() {
 			id := int64(i + 1)
+			if i >= 24 {
+				tag := "none has it"
+				page, err := db.ListPlants(context.Background(), plantstore.ListOptions{Limit: 5, Tag: &tag})
+				if err == nil && (page == nil || len(page) != 0) {
+					err = fmt.Errorf("got %+v", page)
+				}
+				answers[i] <- err
+				return
+			}
 			if i >= 20 {
 				page, err := db.ListPlants(context.Background(), plantstore.ListOptions{Limit: 5})
 				if err == nil && (len(page) != 5 || page[0].ID != 1 || page[4].Name != "p5") {
@@ -429,5 +438,107 @@ func TestTagPagesPlan(t *testing.T) {
 	page, err := db.ListPlants(ctx, plantstore.ListOptions{Tag: ptr("rare"), After: &after, Limit: 100})
 	if err != nil || len(page) != 5 || page[0].ID != 46000 || page[4].ID != 50000 {
 		t.Errorf("the rare tag's page after %d: %v, %v", after, page, err)
+	}
+}
+
+// A batch's pages ask for at most MaxReadRows rows: the page that would
+// go past it heads the next batch, and every page is answered.
+func TestReadBatchRowBudget(t *testing.T) {
+	db, url := openWith(t, postgres.Options{Readers: 1})
+	type batch struct{ gets, pages int }
+	var mu sync.Mutex
+	var batches []batch
+	postgres.SetObserveReadBatch(db, func(gets, pages int) {
+		mu.Lock()
+		batches = append(batches, batch{gets, pages})
+		mu.Unlock()
+	})
+	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "plant 1"}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdReaders(t, db, url, 1)
+	long := plantstore.MaxListLimit + 1
+	pages := postgres.MaxReadRows/long + 4 // four past the budget
+	errs := make(chan error, pages)
+	for range pages {
+		go func() {
+			page, err := db.ListPlants(context.Background(), plantstore.ListOptions{Limit: long})
+			if err == nil && (len(page) != 1 || page[0].Name != "plant 1") {
+				err = fmt.Errorf("got %+v", page)
+			}
+			errs <- err
+		}()
+	}
+	waitQueuedReads(t, db, pages)
+	release()
+	for range pages {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []batch{{1, 0}, {0, pages - 4}, {0, 4}}; !slices.Equal(batches, want) {
+		t.Errorf("batches of %v, want %v", batches, want)
+	}
+}
+
+// When a batch's statements fail, every read in it is answered with the
+// failure, the pages after the gets included, and none waits.
+func TestBatchFailureAnswersEveryRead(t *testing.T) {
+	db, url := openWith(t, postgres.Options{Readers: 1})
+	var mu sync.Mutex
+	var batches [][2]int
+	postgres.SetObserveReadBatch(db, func(gets, pages int) {
+		mu.Lock()
+		batches = append(batches, [2]int{gets, pages})
+		mu.Unlock()
+	})
+	tx := lockPlants(t, url)
+	sentinel := make(chan error, 1)
+	go func() {
+		_, err := db.GetPlant(context.Background(), sentinelID)
+		sentinel <- err
+	}()
+	waitForLockWaiters(t, connect(t, url), 1)
+	const gets, pages = 5, 6 // half the pages of a tag
+	errs := make(chan error, gets+pages)
+	for i := range gets + pages {
+		go func() {
+			var err error
+			switch tag := "fern"; {
+			case i < gets:
+				_, err = db.GetPlant(context.Background(), int64(i))
+			case i%2 == 0:
+				_, err = db.ListPlants(context.Background(), plantstore.ListOptions{Limit: 10})
+			default:
+				_, err = db.ListPlants(context.Background(), plantstore.ListOptions{Limit: 10, Tag: &tag})
+			}
+			errs <- err
+		}()
+	}
+	waitQueuedReads(t, db, gets+pages)
+	// The batch's statements will find no table.
+	if _, err := tx.Exec(context.Background(), `ALTER TABLE plants RENAME TO plants_gone`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-sentinel
+	for range gets + pages {
+		select {
+		case err := <-errs:
+			if code := plantstore.ErrorCode(err); code == "" || code == plantstore.ENOTFOUND {
+				t.Errorf("a read of the batch: %v, want the statement's failure", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a read of the failed batch was not answered")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batches) != 2 || batches[1] != [2]int{gets, pages} {
+		t.Errorf("batches of %v, want the sentinel's, then one of %d gets and %d pages", batches, gets, pages)
 	}
 }

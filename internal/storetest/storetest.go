@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -451,6 +452,13 @@ func testListEdges(t *testing.T, s plantstore.Store) {
 	for _, limit := range []int{0, -1} {
 		if _, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: limit}); plantstore.ErrorCode(err) != plantstore.EINVALID {
 			t.Errorf("limit %d: %v, want %s", limit, err, plantstore.EINVALID)
+		}
+	}
+	// A tag no plant can have is refused, not sent to the database (which
+	// may refuse it, with a fault of its own).
+	for _, tag := range []string{"a\x00b", "\xff", strings.Repeat("x", plantstore.MaxTagLength+1)} {
+		if _, err := s.ListPlants(context.Background(), plantstore.ListOptions{Tag: &tag, Limit: 10}); plantstore.ErrorCode(err) != plantstore.EINVALID {
+			t.Errorf("tag %q: %v, want %s", tag, err, plantstore.EINVALID)
 		}
 	}
 	big, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: plantstore.MaxListLimit + 1})

@@ -62,6 +62,26 @@ func lockPlants(t *testing.T, url string) pgx.Tx {
 	return tx
 }
 
+// readBatch is how many gets and pages a batch of reads held.
+type readBatch struct{ gets, pages int }
+
+// observeReadBatches records db's batches of reads; batches returns those
+// read so far.
+func observeReadBatches(db *postgres.DB) (batches func() []readBatch) {
+	var mu sync.Mutex
+	var seen []readBatch
+	postgres.SetObserveReadBatch(db, func(gets, pages int) {
+		mu.Lock()
+		seen = append(seen, readBatch{gets, pages})
+		mu.Unlock()
+	})
+	return func() []readBatch {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
 // waitQueuedReads waits until n gets and pages wait for a reader.
 func waitQueuedReads(t *testing.T, db *postgres.DB, n int) {
 	t.Helper()
@@ -75,14 +95,7 @@ func waitQueuedReads(t *testing.T, db *postgres.DB, n int) {
 // is empty.
 func TestBatchedReads(t *testing.T) {
 	db, url := openWith(t, postgres.Options{Readers: 1})
-	type batch struct{ gets, pages int }
-	var mu sync.Mutex
-	var batches []batch
-	postgres.SetObserveReadBatch(db, func(gets, pages int) {
-		mu.Lock()
-		batches = append(batches, batch{gets, pages})
-		mu.Unlock()
-	})
+	batches := observeReadBatches(db)
 	for id := int64(1); id <= 40; id++ {
 		p := plantstore.Plant{ID: id, Name: fmt.Sprintf("plant %d", id)}
 		if id%2 == 0 {
@@ -162,10 +175,8 @@ func TestBatchedReads(t *testing.T) {
 	for i, pg := range pages {
 		checkPage(t, fmt.Sprintf("page %d", i), <-pageAnswers[i], pg.first, pg.last)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []batch{{1, 0}, {gets, len(pages)}}; !slices.Equal(batches, want) {
-		t.Errorf("batches of %v, want the sentinel's and one of them all, %v", batches, want)
+	if got, want := batches(), []readBatch{{1, 0}, {gets, len(pages)}}; !slices.Equal(got, want) {
+		t.Errorf("batches of %v, want the sentinel's and one of them all, %v", got, want)
 	}
 }
 
@@ -445,14 +456,7 @@ func TestTagPagesPlan(t *testing.T) {
 // go past it heads the next batch, and every page is answered.
 func TestReadBatchRowBudget(t *testing.T) {
 	db, url := openWith(t, postgres.Options{Readers: 1})
-	type batch struct{ gets, pages int }
-	var mu sync.Mutex
-	var batches []batch
-	postgres.SetObserveReadBatch(db, func(gets, pages int) {
-		mu.Lock()
-		batches = append(batches, batch{gets, pages})
-		mu.Unlock()
-	})
+	batches := observeReadBatches(db)
 	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 1, Name: "plant 1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -476,10 +480,8 @@ func TestReadBatchRowBudget(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []batch{{1, 0}, {0, pages - 4}, {0, 4}}; !slices.Equal(batches, want) {
-		t.Errorf("batches of %v, want %v", batches, want)
+	if got, want := batches(), []readBatch{{1, 0}, {0, pages - 4}, {0, 4}}; !slices.Equal(got, want) {
+		t.Errorf("batches of %v, want %v", got, want)
 	}
 }
 
@@ -487,13 +489,7 @@ func TestReadBatchRowBudget(t *testing.T) {
 // failure, the pages after the gets included, and none waits.
 func TestBatchFailureAnswersEveryRead(t *testing.T) {
 	db, url := openWith(t, postgres.Options{Readers: 1})
-	var mu sync.Mutex
-	var batches [][2]int
-	postgres.SetObserveReadBatch(db, func(gets, pages int) {
-		mu.Lock()
-		batches = append(batches, [2]int{gets, pages})
-		mu.Unlock()
-	})
+	batches := observeReadBatches(db)
 	tx := lockPlants(t, url)
 	sentinel := make(chan error, 1)
 	go func() {
@@ -536,9 +532,7 @@ func TestBatchFailureAnswersEveryRead(t *testing.T) {
 			t.Fatal("a read of the failed batch was not answered")
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(batches) != 2 || batches[1] != [2]int{gets, pages} {
-		t.Errorf("batches of %v, want the sentinel's, then one of %d gets and %d pages", batches, gets, pages)
+	if got := batches(); len(got) != 2 || got[1] != (readBatch{gets, pages}) {
+		t.Errorf("batches of %v, want the sentinel's, then one of %d gets and %d pages", got, gets, pages)
 	}
 }

@@ -5,6 +5,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -464,6 +465,12 @@ func testListEdges(t *testing.T, s plantstore.Store) {
 	big, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: plantstore.MaxListLimit + 1})
 	if err != nil || len(big) != 2 {
 		t.Errorf("a limit of one more than a page: %v, %v", ids(big), err)
+	}
+	// A Go caller may ask for more than any page holds.
+	for _, limit := range []int{math.MaxInt32, math.MaxInt32 + 1, math.MaxInt} {
+		if all, err := s.ListPlants(context.Background(), plantstore.ListOptions{Limit: limit}); err != nil || len(all) != 2 {
+			t.Errorf("a limit of %d: %v, %v", limit, ids(all), err)
+		}
 	}
 }
 

@@ -124,32 +124,52 @@ func enqueue[R any](db *DB, ctx context.Context, ch chan<- R, req R) error {
 // errClosed answers what comes after Close.
 var errClosed = plantstore.Errorf(plantstore.EUNAVAILABLE, "the store is closed")
 
-// gather appends to batch, which holds the request a worker was given,
-// what else is queued on ch, up to max, without waiting for more.
-func gather[R any](ch <-chan R, batch []R, max int) []R {
-	for len(batch) < max {
-		select {
-		case r, ok := <-ch:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, r)
-		default:
-			return batch
+// runBatches is a committer's or reader's loop, until ch is closed: it
+// waits for a request, adds what else is queued on ch without waiting
+// for more, up to max requests and, when cost is set, up to budget of
+// it, and gives the batch to do. The request that would take a batch past
+// the budget heads the next one.
+func runBatches[R any](ch <-chan R, max int, cost func(R) int, budget int, do func(batch []R)) {
+	batch := make([]R, 0, max)
+	var held, none R
+	holding := false
+	for {
+		if holding {
+			batch, held, holding = append(batch[:0], held), none, false
+		} else if first, ok := <-ch; ok {
+			batch = append(batch[:0], first)
+		} else {
+			return
 		}
-	}
-	return batch
-}
-
-// committer runs until creates is closed, committing what it finds queued.
-func (db *DB) committer() {
-	batch := make([]createRequest, 0, maxBatch)
-	for first := range db.creates {
-		batch = gather(db.creates, append(batch[:0], first), maxBatch)
-		db.commit(batch)
+		spent := 0
+		if cost != nil {
+			spent = cost(batch[0])
+		}
+	gathering:
+		for len(batch) < max {
+			select {
+			case r, ok := <-ch:
+				if !ok {
+					break gathering
+				}
+				if cost != nil {
+					if spent += cost(r); spent > budget {
+						held, holding = r, true
+						break gathering
+					}
+				}
+				batch = append(batch, r)
+			default:
+				break gathering
+			}
+		}
+		do(batch)
 		clear(batch) // let the callers' contexts go
 	}
 }
+
+// committer runs until creates is closed, committing what it finds queued.
+func (db *DB) committer() { runBatches(db.creates, maxBatch, nil, 0, db.commit) }
 
 // commit runs batch and answers each request. A conflict is an answer, not
 // a failure. When the batch fails, the creates it had not settled are

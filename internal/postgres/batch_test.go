@@ -125,7 +125,7 @@ func isReplay(a answer) bool   { return a.err == nil && !a.created }
 func isCreated(a answer) bool  { return a.err == nil && a.created }
 func isConflict(a answer) bool { return plantstore.ErrorCode(a.err) == plantstore.ECONFLICT }
 
-func ptr(s string) *string { return &s }
+func ptr[T any](v T) *T { return &v }
 
 // storedPlants reads every plant of the store, by id.
 func storedPlants(t *testing.T, db *postgres.DB) map[int64]plantstore.Plant {

@@ -68,7 +68,7 @@ func (r readRequest) rows() int {
 	if !r.page {
 		return 1
 	}
-	return min(r.limit, plantstore.MaxListLimit+1)
+	return min(r.limit, maxReadRows) // a longer page goes alone
 }
 
 type readResult struct {
@@ -137,43 +137,11 @@ func (db *DB) readBatched(ctx context.Context, req readRequest, op string) (read
 	}
 }
 
-// reader runs until reads is closed, reading what it finds queued.
+// reader runs until reads is closed, reading what it finds queued, up to
+// maxReadRows a batch.
 func (db *DB) reader() {
-	batch := make([]readRequest, 0, maxReadBatch)
 	var rb readBatch
-	var held readRequest
-	for {
-		first, ok := held, held.done != nil
-		if !ok {
-			if first, ok = <-db.reads; !ok {
-				return
-			}
-		}
-		batch, held = gatherReads(db.reads, append(batch[:0], first))
-		db.read(batch, &rb)
-		clear(batch) // let the callers' contexts go
-	}
-}
-
-// gatherReads is gather with maxReadRows as well: the request that would
-// take the batch past it is held, to head the next one.
-func gatherReads(ch <-chan readRequest, batch []readRequest) (_ []readRequest, held readRequest) {
-	rows := batch[0].rows()
-	for len(batch) < maxReadBatch {
-		select {
-		case r, ok := <-ch:
-			if !ok {
-				return batch, readRequest{}
-			}
-			if rows += r.rows(); rows > maxReadRows {
-				return batch, r
-			}
-			batch = append(batch, r)
-		default:
-			return batch, readRequest{}
-		}
-	}
-	return batch, readRequest{}
+	runBatches(db.reads, maxReadBatch, readRequest.rows, maxReadRows, func(batch []readRequest) { db.read(batch, &rb) })
 }
 
 // readBatch is a reader's scratch space, reused from batch to batch.

@@ -125,19 +125,18 @@ func TestBatchedReads(t *testing.T) {
 		first, last int64 // the ids wanted; none when first is 0
 		tag         string
 	}
-	after := func(id int64) *int64 { return &id }
 	pages := []page{
 		{nil, 5, 1, 5, ""},
-		{after(1), 1, 2, 2, ""},
-		{after(1), 1, 2, 2, ""}, // the same page twice
-		{after(20), 100, 21, 40, ""},
-		{after(36), 3, 37, 39, ""},
-		{after(40), 10, 0, 0, ""},
-		{after(1000), 10, 0, 0, ""},
+		{ptr[int64](1), 1, 2, 2, ""},
+		{ptr[int64](1), 1, 2, 2, ""}, // the same page twice
+		{ptr[int64](20), 100, 21, 40, ""},
+		{ptr[int64](36), 3, 37, 39, ""},
+		{ptr[int64](40), 10, 0, 0, ""},
+		{ptr[int64](1000), 10, 0, 0, ""},
 		{nil, 1000, 1, 40, ""},
 		{nil, 10, 8, 8, "tag 8"},
-		{after(7), 10, 8, 8, "tag 8"},
-		{after(8), 10, 0, 0, "tag 8"},
+		{ptr[int64](7), 10, 8, 8, "tag 8"},
+		{ptr[int64](8), 10, 0, 0, "tag 8"},
 		{nil, 10, 0, 0, "no such tag"},
 		{nil, 10, 12, 12, "tag 12"},
 	}

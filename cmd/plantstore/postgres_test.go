@@ -463,6 +463,7 @@ func TestPostgresOutage(t *testing.T) {
 		{"POST", "/plants", `{"id":2,"name":"During"}`},
 		{"GET", "/plants/1", ""},
 		{"GET", "/plants", ""},
+		{"GET", "/plants?tag=hardy", ""}, // a page of a tag: its own statement in a batch
 		{"PUT", "/plants/1", `{"name":"Renamed"}`},
 		{"DELETE", "/plants/1", ""},
 		{"GET", "/readyz", ""},

@@ -40,7 +40,7 @@ plants again (plants list --all), then follow after that one.`
 
 func runEvents(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("events", eventsUsage, getenv, stdout, stderr)
-	api := addServerFlags(fs, "access `TOKEN` with plants:read")
+	api := addServerFlags(fs, "access `TOKEN` with plants:read", streamTimeoutUsage)
 	asJSON := fs.Bool("json", false, "print each event as a line of JSON")
 	follow := fs.Bool("follow", false, "go on printing changes as they happen")
 	after := fs.FlagSet.String("after", "", "only events after the one with this `ID`")

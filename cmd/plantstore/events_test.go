@@ -210,6 +210,25 @@ func TestEventFlags(t *testing.T) {
 	}
 }
 
+// --timeout's help says what it means to a followed stream only where
+// there is one to follow.
+func TestTimeoutHelp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args    []string
+		streams bool
+	}{{[]string{"events", "--help"}, true}, {[]string{"plants", "get", "--help"}, false}, {[]string{"plants", "list", "--help"}, false}} {
+		r := cli(t, dir, nil, c.args...)
+		if r.exit != 0 || !strings.Contains(r.stdout, "how long each request may take") {
+			t.Errorf("%q: exit %d, --timeout not explained:\n%s", c.args, r.exit, r.stdout)
+		}
+		if got := strings.Contains(r.stdout, "event stream"); got != c.streams {
+			t.Errorf("%q: mentions an event stream %v, want %v:\n%s", c.args, got, c.streams, r.stdout)
+		}
+	}
+}
+
 // feedEvent is what a test reads of one event of the change feed, as
 // GET /events and "events --json" give it.
 type feedEvent struct {

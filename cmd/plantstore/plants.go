@@ -54,7 +54,7 @@ func runPlants(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError(fmt.Sprintf("unknown plants subcommand %q: want add, list, get, update or delete", args[0]))
 	}
 	fs := newFlagSet("plants "+args[0], cmd.usage, getenv, stdout, stderr)
-	api := addServerFlags(fs, "access `TOKEN`")
+	api := addServerFlags(fs, "access `TOKEN`", timeoutUsage)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	run := cmd.flags(fs)
 	positional, err := fs.parse(args[1:])
@@ -150,16 +150,22 @@ func maskPassword(raw string) string {
 	return raw[:start] + "xxxxx" + raw[at:]
 }
 
-func addServerFlags(fs *flagSet, tokenUsage string) serverFlags {
+// timeoutUsage is --timeout's help for commands that send requests;
+// streamTimeoutUsage adds what it means to a followed event stream.
+const (
+	timeoutUsage       = "how long each request may take, from sending it to the end of its answer"
+	streamTimeoutUsage = timeoutUsage + "; a followed event stream is read again after 45 s without a word instead"
+)
+
+func addServerFlags(fs *flagSet, tokenUsage, timeoutHelp string) serverFlags {
 	server := &serverValue{raw: "http://127.0.0.1:8080"}
 	fs.fromEnv("server", server)
 	fs.Var(server, "server", "base `URL` of the plantstore server")
 	return serverFlags{
-		server: server,
-		token:  fs.Secret("token", tokenUsage),
-		caCert: fs.String("ca-cert", "", "trust the certificates in this PEM `FILE` (a private CA) instead of the system's, for an https --server"),
-		timeout: fs.Duration("timeout", defaultRequestTimeout,
-			"how long each request may take, from sending it to the end of its answer; a followed event stream is read again after 45 s without a word instead"),
+		server:  server,
+		token:   fs.Secret("token", tokenUsage),
+		caCert:  fs.String("ca-cert", "", "trust the certificates in this PEM `FILE` (a private CA) instead of the system's, for an https --server"),
+		timeout: fs.Duration("timeout", defaultRequestTimeout, timeoutHelp),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -38,8 +39,9 @@ func main() {
 		signal.Notify(signals, syscall.SIGHUP)
 	}
 	ctx, stop := context.WithCancel(context.Background())
+	var stoppedBy atomic.Value // the first signal, once it came
 	go func() {
-		<-signals
+		stoppedBy.Store(<-signals)
 		stop()
 		for sig := range signals {
 			if sig == os.Interrupt {
@@ -61,6 +63,12 @@ func main() {
 		}
 		if _, ok := errors.AsType[usageError](err); ok || errors.Is(err, errUsageShown) {
 			os.Exit(2)
+		}
+		// A command a signal cut short (Ctrl-C, say) exits as a shell
+		// reports a process that signal ended: 128 + its number (130 for
+		// SIGINT), so a script can tell it from a failure.
+		if sig, ok := stoppedBy.Load().(syscall.Signal); ok && errors.Is(err, errInterrupted) {
+			os.Exit(128 + int(sig))
 		}
 		os.Exit(1)
 	}
@@ -202,8 +210,23 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		}
 		err = usageError(fmt.Sprintf("%s\nRun \"plantstore %s --help\" for its usage.", ue, name))
 	}
-	return withoutFileValues(err, env)
+	err = withoutFileValues(err, env)
+	// A signal is how serve and events --follow are stopped: they end
+	// without error, and serve's failure to stop cleanly is a failure.
+	// Any other command that fails once ctx is cancelled was cut short.
+	if err != nil && ctx.Err() != nil && cmd.name != "serve" {
+		err = interrupted{err}
+	}
+	return err
 }
+
+// errInterrupted is in the chain of an error of a command that a signal
+// cut short (run).
+var errInterrupted = errors.New("interrupted")
+
+type interrupted struct{ error }
+
+func (e interrupted) Unwrap() []error { return []error{e.error, errInterrupted} }
 
 // withoutFileValues takes out of err's message each value a
 // PLANTSTORE_..._FILE variable's file holds, as docs/configuration.md

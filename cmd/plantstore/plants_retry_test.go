@@ -9,11 +9,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,4 +302,40 @@ func inFront(t *testing.T, backend string, intercept func(w http.ResponseWriter,
 	}))
 	t.Cleanup(front.Close)
 	return front.URL
+}
+
+// A command that a signal cuts short exits as a shell reports a process
+// that signal ended, 128 + its number, and says why; serve and events
+// --follow, stopped by a signal by design, exit 0 (their own tests).
+func TestInterruptedExitStatus(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		sig  syscall.Signal
+		exit int
+	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
+		arrived := make(chan struct{}, 1)
+		release := make(chan struct{})
+		silent := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			arrived <- struct{}{}
+			<-release // never answers while the command waits
+		}))
+		cmd := exec.Command(binary, "plants", "list", "--server", silent.URL, "--token", "pst_"+strings.Repeat("a", 38))
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the request never reached the server")
+		}
+		cmd.Process.Signal(c.sig)
+		cmd.Wait()
+		close(release)
+		silent.Close()
+		if got := cmd.ProcessState.ExitCode(); got != c.exit || !strings.Contains(stderr.String(), "interrupted") {
+			t.Errorf("plants list cut short by %v: exit %d, %q; want %d and why", c.sig, got, stderr.String(), c.exit)
+		}
+	}
 }

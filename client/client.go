@@ -123,12 +123,18 @@ var defaultHTTP = &http.Client{Timeout: DefaultTimeout}
 const userAgent = "plantstore-go-client"
 
 // New returns a Client for the service at baseURL (which may carry a path
-// prefix) that sends token as a bearer credential. It refuses a token no
-// service could take (ErrToken) rather than let every call fail with 401.
+// prefix, but no query) that sends token as a bearer credential. It
+// refuses a token no service could take (ErrToken) rather than let every
+// call fail with 401.
 func New(baseURL, token string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("plantstore: base URL %q must be an absolute http(s) URL, such as http://127.0.0.1:8080", baseURL)
+	}
+	// Each call sets its own query; one in the base URL would be dropped
+	// without a word.
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return nil, fmt.Errorf("plantstore: base URL %q must not have a query or a fragment: the client adds each call's own", u.Redacted())
 	}
 	if err := checkToken(token); err != nil {
 		return nil, err

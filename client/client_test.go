@@ -36,7 +36,7 @@ func TestNextLink(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	for _, bad := range []string{"", "127.0.0.1:8080", "ftp://h", "http://", "::"} {
+	for _, bad := range []string{"", "127.0.0.1:8080", "ftp://h", "http://", "::", "http://h?tenant=a", "http://h/?", "http://h/#top"} {
 		if _, err := New(bad, "t"); err == nil {
 			t.Errorf("New(%q) accepted", bad)
 		}

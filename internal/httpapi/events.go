@@ -100,14 +100,14 @@ func eventQueryOf(rawQuery string, stream bool) (eventQuery, error) {
 	if l, ok := v["limit"]; ok {
 		n, err := strconv.ParseInt(l[0], 10, 32)
 		if err != nil || !plainInteger(l[0]) || n < 1 || n > MaxEventLimit {
-			return q, invalid("limit: must be an integer from 1 to %d, got %q", MaxEventLimit, truncate(l[0], 40))
+			return q, invalid("limit: must be an integer from 1 to %d, got %q%s", MaxEventLimit, truncate(l[0], 40), spaceHint(l[0]))
 		}
 		q.limit = int(n)
 	}
 	if a, ok := v["after"]; ok {
 		after, err := eventID(a[0])
 		if err != nil {
-			return q, invalid("after: %s", err)
+			return q, invalid("after: %s%s", err, spaceHint(a[0]))
 		}
 		q.after = &after
 	}

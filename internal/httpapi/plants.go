@@ -171,14 +171,14 @@ func listOptions(rawQuery string) (plantstore.ListOptions, error) {
 	if v, ok := q["limit"]; ok {
 		n, err := strconv.ParseInt(v[0], 10, 32)
 		if err != nil || !plainInteger(v[0]) || n < 1 || n > plantstore.MaxListLimit {
-			return opts, invalid("limit: must be an integer from 1 to %d, got %q", plantstore.MaxListLimit, truncate(v[0], 40))
+			return opts, invalid("limit: must be an integer from 1 to %d, got %q%s", plantstore.MaxListLimit, truncate(v[0], 40), spaceHint(v[0]))
 		}
 		opts.Limit = int(n)
 	}
 	if v, ok := q["after"]; ok {
 		after, err := parseID(v[0])
 		if err != nil {
-			return opts, invalid("after: %s", err)
+			return opts, invalid("after: %s%s", err, spaceHint(v[0]))
 		}
 		opts.After = &after
 	}
@@ -202,6 +202,15 @@ func nextPage(lastID int64, limit int, tag *string) string {
 		q.Set("tag", *tag)
 	}
 	return "?" + q.Encode()
+}
+
+// spaceHint explains a space in a query value, which a client most
+// likely sent as a "+" (the query's space) meaning a plus sign.
+func spaceHint(v string) string {
+	if !strings.Contains(v, " ") {
+		return ""
+	}
+	return ` (a "+" in a query string is a space; send a plus sign as %2B)`
 }
 
 // plainInteger reports whether s is an optional minus and decimal digits,

@@ -259,6 +259,16 @@ func TestListQueryErrors(t *testing.T) {
 				t.Errorf("?%s: %d %s", q, resp.StatusCode, body)
 			}
 		}
+		// A "+" arrives as a space: the message says why it quotes one.
+		for _, path := range []string{"/plants?limit=+5", "/plants?after=+5", "/events?limit=+5", "/events?after=+5"} {
+			resp, body := e.do("GET", path, map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
+			if wantError(t, resp, body, 400); !strings.Contains(string(body), `got \" 5\" (a \"+\" in a query string is a space; send a plus sign as %2B)`) {
+				t.Errorf("GET %s: %s, want the space explained", path, body)
+			}
+		}
+		if resp, body := e.do("GET", "/plants?limit=abc", map[string]string{"Authorization": "Bearer " + e.readToken}, nil); strings.Contains(string(body), "%2B") {
+			t.Errorf("GET /plants?limit=abc: %d %s, a hint about a space it does not have", resp.StatusCode, body)
+		}
 	})
 }
 

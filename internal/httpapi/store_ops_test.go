@@ -259,6 +259,12 @@ func TestListQueryErrors(t *testing.T) {
 				t.Errorf("?%s: %d %s", q, resp.StatusCode, body)
 			}
 		}
+		// "tag" alone is "tag=": the plants whose tag is empty.
+		e.create(`{"id":1,"name":"x","tag":""}`)
+		e.create(`{"id":2,"name":"y","tag":"a"}`)
+		if resp, body := e.do("GET", "/plants?tag", map[string]string{"Authorization": "Bearer " + e.readToken}, nil); resp.StatusCode != 200 || string(body) != `[{"id":1,"name":"x","tag":""}]` {
+			t.Errorf("GET /plants?tag: %d %s, want plant 1 alone", resp.StatusCode, body)
+		}
 		// A "+" arrives as a space: the message says why it quotes one.
 		for _, path := range []string{"/plants?limit=+5", "/plants?after=+5", "/events?limit=+5", "/events?after=+5"} {
 			resp, body := e.do("GET", path, map[string]string{"Authorization": "Bearer " + e.readToken}, nil)

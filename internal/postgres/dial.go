@@ -188,8 +188,16 @@ func (c *gatedConn) Close() error {
 	c.mu.Lock()
 	reason := c.reason
 	c.mu.Unlock()
-	c.end(errSessionFailed{addr: c.addr, reason: reason})
+	c.end(errSessionFailed{addr: c.addr, reason: reason, timedOut: c.startTimedOut()})
 	return c.Conn.Close()
+}
+
+// startTimedOut reports whether the start-up's time ran out (a server
+// that accepts connections and does not answer: stopped, or stalled).
+func (c *gatedConn) startTimedOut() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session != nil && errors.Is(c.session.Err(), context.DeadlineExceeded)
 }
 
 // end reports the attempt's outcome once; a connection that started no
@@ -217,13 +225,17 @@ func (c *gatedConn) end(err error) {
 // connection accepted and then closed before its session started, with
 // the server's reason when it gave one.
 type errSessionFailed struct {
-	addr   string
-	reason error // nil when the server said nothing
+	addr     string
+	reason   error // nil when the server said nothing
+	timedOut bool  // the start-up's time ran out first
 }
 
 func (e errSessionFailed) Error() string {
 	if e.reason != nil {
 		return fmt.Sprintf("the server at %s refused the last session: %v", e.addr, e.reason)
+	}
+	if e.timedOut {
+		return fmt.Sprintf("the server at %s accepted the last connection but did not start its session in time", e.addr)
 	}
 	return fmt.Sprintf("the last connection to %s closed before its session started", e.addr)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -196,5 +197,33 @@ func TestDialGateLetsOneAttemptThroughAfterAPause(t *testing.T) {
 	second.Close()
 	if len(f.g.down) != 0 {
 		t.Error("the session that started did not end the pauses")
+	}
+}
+
+// A start-up whose time ran out (a server that accepts connections and
+// does not answer: stopped with SIGSTOP, or stalled) is a failed attempt,
+// and the dials refused in the pause after say so rather than that the
+// server closed the connection.
+func TestDialGateSaysAStartUpTimedOut(t *testing.T) {
+	f := newFakeAttempts()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	c, err := f.g.DialContext(context.Background(), "tcp", "db:5432")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gatedOf(c).startsSession(ctx)
+	c.Close()
+	err = f.try()
+	var failed errSessionFailed
+	if !errors.As(err, &failed) || !strings.Contains(err.Error(), "did not start its session in time") {
+		t.Errorf("a dial in the pause after a start-up that timed out: %v", err)
+	}
+	f.closeEarly = true
+	f.now = f.now.Add(time.Second)
+	f.try()
+	if err := f.try(); err == nil || strings.Contains(err.Error(), "in time") {
+		t.Errorf("a dial in the pause after a connection closed early: %v, want no timeout in it", err)
 	}
 }

@@ -67,8 +67,10 @@ func main() {
 		// A command a signal cut short (Ctrl-C, say) exits as a shell
 		// reports a process that signal ended: 128 + its number (130 for
 		// SIGINT), so a script can tell it from a failure.
-		if sig, ok := stoppedBy.Load().(syscall.Signal); ok && errors.Is(err, errInterrupted) {
-			os.Exit(128 + int(sig))
+		if _, cut := errors.AsType[interrupted](err); cut {
+			if sig, ok := stoppedBy.Load().(syscall.Signal); ok { // set before ctx ended
+				os.Exit(128 + int(sig))
+			}
 		}
 		os.Exit(1)
 	}
@@ -220,13 +222,10 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	return err
 }
 
-// errInterrupted is in the chain of an error of a command that a signal
-// cut short (run).
-var errInterrupted = errors.New("interrupted")
-
+// interrupted is the error of a command that a signal cut short (run).
 type interrupted struct{ error }
 
-func (e interrupted) Unwrap() []error { return []error{e.error, errInterrupted} }
+func (e interrupted) Unwrap() error { return e.error }
 
 // withoutFileValues takes out of err's message each value a
 // PLANTSTORE_..._FILE variable's file holds, as docs/configuration.md

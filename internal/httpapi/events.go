@@ -98,11 +98,11 @@ func eventQueryOf(rawQuery string, stream bool) (eventQuery, error) {
 		}
 	}
 	if l, ok := v["limit"]; ok {
-		n, err := strconv.ParseInt(l[0], 10, 32)
-		if err != nil || !plainInteger(l[0]) || n < 1 || n > MaxEventLimit {
-			return q, invalid("limit: must be an integer from 1 to %d, got %q%s", MaxEventLimit, truncate(l[0], 40), spaceHint(l[0]))
+		n, err := queryLimit(l[0], MaxEventLimit)
+		if err != nil {
+			return q, err
 		}
-		q.limit = int(n)
+		q.limit = n
 	}
 	if a, ok := v["after"]; ok {
 		after, err := eventID(a[0])

@@ -169,11 +169,11 @@ func listOptions(rawQuery string) (plantstore.ListOptions, error) {
 		}
 	}
 	if v, ok := q["limit"]; ok {
-		n, err := strconv.ParseInt(v[0], 10, 32)
-		if err != nil || !plainInteger(v[0]) || n < 1 || n > plantstore.MaxListLimit {
-			return opts, invalid("limit: must be an integer from 1 to %d, got %q%s", plantstore.MaxListLimit, truncate(v[0], 40), spaceHint(v[0]))
+		n, err := queryLimit(v[0], plantstore.MaxListLimit)
+		if err != nil {
+			return opts, err
 		}
-		opts.Limit = int(n)
+		opts.Limit = n
 	}
 	if v, ok := q["after"]; ok {
 		after, err := parseID(v[0])
@@ -202,6 +202,15 @@ func nextPage(lastID int64, limit int, tag *string) string {
 		q.Set("tag", *tag)
 	}
 	return "?" + q.Encode()
+}
+
+// queryLimit reads a query's limit, a plain integer from 1 to max.
+func queryLimit(v string, max int) (int, error) {
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || !plainInteger(v) || n < 1 || n > int64(max) {
+		return 0, invalid("limit: must be an integer from 1 to %d, got %q%s", max, truncate(v, 40), spaceHint(v))
+	}
+	return int(n), nil
 }
 
 // spaceHint explains a space in a query value, which a client most

@@ -186,18 +186,13 @@ func (c *gatedConn) refused(err error) {
 
 func (c *gatedConn) Close() error {
 	c.mu.Lock()
-	reason := c.reason
+	// A start-up whose time ran out met a server that accepts connections
+	// and does not answer (stopped, or stalled).
+	failed := errSessionFailed{addr: c.addr, reason: c.reason,
+		timedOut: c.session != nil && errors.Is(c.session.Err(), context.DeadlineExceeded)}
 	c.mu.Unlock()
-	c.end(errSessionFailed{addr: c.addr, reason: reason, timedOut: c.startTimedOut()})
+	c.end(failed)
 	return c.Conn.Close()
-}
-
-// startTimedOut reports whether the start-up's time ran out (a server
-// that accepts connections and does not answer: stopped, or stalled).
-func (c *gatedConn) startTimedOut() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.session != nil && errors.Is(c.session.Err(), context.DeadlineExceeded)
 }
 
 // end reports the attempt's outcome once; a connection that started no

@@ -102,8 +102,9 @@ func (of openFiles) check() error {
 }
 
 // checkFiles checks the store's files (see openFiles.check); on the first
-// difference it makes the store stop acknowledging and logs why, once,
-// and leaves a note beside the store (swapNote).
+// difference it leaves a note beside the store (swapNote), then makes the
+// store stop acknowledging and logs why, once. The note comes first: a
+// server killed as soon as its writes are refused must leave it.
 func (db *DB) checkFiles() {
 	if db.durable.faulted() != nil {
 		return // stopped already
@@ -112,19 +113,21 @@ func (db *DB) checkFiles() {
 	if cause == nil {
 		return
 	}
+	// A file deleted with nothing in its place leaves its log to the
+	// check of leftovers (files.go), which says more.
+	var noteErr error
+	_, gone := os.Lstat(db.files.mainAt)
+	if gone == nil {
+		if noteErr = writeSwapNote(db.files.mainAt, cause, db.now()); noteErr == nil {
+			db.swapNoted.Store(true)
+		}
+	}
 	err := plantstore.WrapError(plantstore.EUNAVAILABLE, filesGone, fmt.Errorf("sqlite: %w", cause))
 	if db.durable.stop(err) {
 		db.filesChanged.Store(true)
 		db.log.Error(filesGone, "path", db.files.mainAt, "cause", cause.Error())
-		// A file deleted with nothing in its place leaves its log to the
-		// check of leftovers (files.go), which says more.
-		if _, err := os.Lstat(db.files.mainAt); err != nil {
-			return
-		}
-		if werr := writeSwapNote(db.files.mainAt, cause, db.now()); werr != nil {
-			db.log.Error("the note of the swapped store could not be written", "path", db.files.mainAt+swapNoteSuffix, "err", werr.Error())
-		} else {
-			db.swapNoted.Store(true)
+		if noteErr != nil {
+			db.log.Error("the note of the swapped store could not be written", "path", db.files.mainAt+swapNoteSuffix, "err", noteErr.Error())
 		}
 	}
 }

@@ -92,27 +92,36 @@ func appendChecksum(b []byte) []byte {
 // checksum is the CRC-32 (IEEE) of a token's body, as crc32.ChecksumIEEE
 // computes it, but over a string or bytes in place: every request checks
 // a token, and a string's copy handed to crc32 escaped to the heap.
-func checksum[T string | []byte](body T) uint32 {
-	sum := ^uint32(0)
+func checksum[T string | []byte](body T) uint32 { return ^crcUpdate(^uint32(0), body) }
+
+func crcUpdate[T string | []byte](sum uint32, body T) uint32 {
 	for i := range len(body) {
 		sum = crc32.IEEETable[byte(sum)^body[i]] ^ (sum >> 8)
 	}
-	return ^sum
+	return sum
 }
 
 // WellFormedToken reports whether s has the shape of a token issued by this
 // service: prefix, length, alphabet and checksum. It reveals nothing about
 // whether the token exists, so it need not run in constant time.
 func WellFormedToken(s string) bool {
-	if len(s) != TokenLength || !strings.HasPrefix(s, TokenPrefix) {
+	return len(s) == TokenLength && strings.HasPrefix(s, TokenPrefix) && IsTokenSecret(s[len(TokenPrefix):])
+}
+
+// IsTokenSecret reports whether s is what follows the prefix in a token
+// of this service: base62 characters of the length, ending in the
+// checksum of the prefix and the rest. A token pasted without its prefix
+// is still told by it.
+func IsTokenSecret(s string) bool {
+	if len(s) != TokenLength-len(TokenPrefix) {
 		return false
 	}
-	for i := len(TokenPrefix); i < len(s); i++ {
+	for i := range len(s) {
 		if c := s[i]; !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
 			return false
 		}
 	}
-	sum := checksum(s[:len(s)-tokenCheckLength])
+	sum := ^crcUpdate(crcUpdate(^uint32(0), TokenPrefix), s[:len(s)-tokenCheckLength])
 	for i := len(s) - 1; i >= len(s)-tokenCheckLength; i-- {
 		if s[i] != base62[sum%62] {
 			return false

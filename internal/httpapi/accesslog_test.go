@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/plantstore/plantstore"
 )
 
 // The access line httpapi formats itself must be the line slog's JSON
@@ -69,3 +72,36 @@ func BenchmarkAccessLineSlog(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// maskTokens masks tokens, and only tokens: a path that holds none is
+// logged as sent, a 38-character id that fails the checksum included.
+func TestMaskTokens(t *testing.T) {
+	if !isPrefix(plantstore.TokenPrefix) {
+		t.Fatalf("isPrefix does not know the prefix %q", plantstore.TokenPrefix)
+	}
+	token := plantstore.NewToken()
+	secret := strings.TrimPrefix(token, plantstore.TokenPrefix)
+	typo := secret[:len(secret)-1] + "0" // a check digit changed
+	if strings.HasSuffix(secret, "0") {
+		typo = secret[:len(secret)-1] + "1"
+	}
+	// Past the checks' budget a secret is kept: the bound on what a long
+	// path costs the log.
+	long := strings.Repeat("b", 16<<10) + secret
+	for _, c := range []struct{ in, want string }{
+		{"/plants/42", "/plants/42"},
+		{"/plants/pst_", "/plants/pst_"},
+		{"/plants/" + token, "/plants/pst_xxxxx"},
+		{"/plants/pSt_" + secret + "/x", "/plants/pSt_xxxxx/x"},
+		{"/plants/" + secret, "/plants/xxxxx"},
+		{"/a/" + secret + "_pst_1", "/a/xxxxx"},
+		{"/plants/" + typo, "/plants/" + typo},
+		{"/plants/" + secret[1:], "/plants/" + secret[1:]},
+		{long, long},
+		{"POST", "POST"},
+	} {
+		if got := maskTokens(c.in); got != c.want {
+			t.Errorf("maskTokens(%.60q) = %.60q, want %.60q", c.in, got, c.want)
+		}
+	}
+}

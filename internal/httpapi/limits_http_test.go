@@ -440,14 +440,16 @@ func TestRequestIDsToldApart(t *testing.T) {
 		if got := resp.Header.Get("X-Request-Id"); got != "trace-7" {
 			t.Errorf("a caller's plain id: answered with %q", got)
 		}
-		// A token sent as the id by mistake is neither kept nor logged.
-		for _, id := range []string{e.readToken, "trace-" + e.readToken} {
+		// A token sent as the id by mistake is neither kept nor logged:
+		// its prefix in any case, or its secret alone, in a longer id too.
+		secret := strings.TrimPrefix(e.readToken, "pst_")
+		for _, id := range []string{e.readToken, "trace-" + e.readToken, "PST_" + secret, secret, "a" + secret, "trace-" + secret + "-7"} {
 			resp, _ = e.do("GET", "/plants/1", map[string]string{"X-Request-Id": id, "Authorization": "Bearer " + e.writeToken}, nil)
 			if got := resp.Header.Get("X-Request-Id"); !strings.HasPrefix(got, "ps-") {
 				t.Errorf("a token as the id: answered with %q", got)
 			}
 		}
-		if logs := e.logs.String(); strings.Contains(logs, e.readToken) {
+		if logs := e.logs.String(); strings.Contains(logs, secret) {
 			t.Errorf("a token sent as X-Request-Id is in the log:\n%s", logs)
 		}
 	})
@@ -459,7 +461,8 @@ func TestTokenInPathNotLogged(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{})
 		secret := strings.TrimPrefix(e.readToken, "pst_")
-		for _, path := range []string{"/plants/" + e.readToken, "/x" + e.readToken + "/y", "/plants/" + e.readToken + e.readToken, "/plants/pst_" + e.readToken} {
+		for _, path := range []string{"/plants/" + e.readToken, "/x" + e.readToken + "/y", "/plants/" + e.readToken + e.readToken, "/plants/pst_" + e.readToken,
+			"/plants/PST_" + secret, "/Pst_" + secret, "/plants/" + secret, "/plants/1" + secret + "/z"} {
 			if resp, _ := e.do("GET", path, map[string]string{"Authorization": "Bearer " + e.writeToken}, nil); resp.StatusCode/100 != 4 {
 				t.Errorf("GET %s: %d", path, resp.StatusCode)
 			}
@@ -472,7 +475,8 @@ func TestTokenInPathNotLogged(t *testing.T) {
 		if strings.Contains(logs, secret) {
 			t.Errorf("a token sent in the path is in the log:\n%s", logs)
 		}
-		for _, want := range []string{`"path":"/plants/pst_xxxxx"`, `"path":"/xpst_xxxxx/y"`, `"path":"/plants/pst_xxxxx"`, `"method":"pst_xxxxx"`} {
+		for _, want := range []string{`"path":"/plants/pst_xxxxx"`, `"path":"/xpst_xxxxx/y"`, `"path":"/plants/pst_xxxxx"`, `"method":"pst_xxxxx"`,
+			`"path":"/plants/PST_xxxxx"`, `"path":"/Pst_xxxxx"`, `"path":"/plants/xxxxx"`, `"path":"/plants/xxxxx/z"`} {
 			if !strings.Contains(logs, want) {
 				t.Errorf("the log has no %s:\n%s", want, logs)
 			}

@@ -132,45 +132,102 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // plain, so ids can be followed across services, and makes one otherwise.
 // The ids we make begin "ps-", and a caller's that does is not kept, so
 // an id in the log is always told apart: ours, or the caller's. Nor is
-// one that holds "pst_", a token's prefix: a client that put its token
-// there by mistake must not have it logged.
+// one that holds a token (one maskTokens would mask): a client that put
+// its token there by mistake must not have it logged.
 func incomingRequestID(id string) string {
-	if len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && !strings.Contains(id, plantstore.TokenPrefix) && strings.IndexFunc(id, func(r rune) bool {
+	if len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
 		return r <= ' ' || r > '~' || r == '"' || r == '\\'
-	}) < 0 {
+	}) < 0 && maskTokens(id) == id {
 		return id
 	}
 	return newRequestID()
 }
 
-// maskTokens is a request's path, or method, as the access log shows it:
-// with what follows each "pst_", a token's prefix, masked, so a token
-// sent there by mistake (GET /plants/pst_…) is not logged. The answer may
-// still quote it: it goes back to the client that sent it.
-func maskTokens(path string) string {
-	i := strings.Index(path, plantstore.TokenPrefix)
-	if i < 0 {
-		return path
+// maskTokens is a request's path, or method, as the access log shows it,
+// with any token in it masked, so that a token sent there by mistake
+// (GET /plants/pst_…) is not logged: what follows a token's prefix, in
+// any case ("PST_…" too), and a run that holds a token's secret without
+// its prefix (plantstore.IsTokenSecret). The answer may still quote it:
+// it goes back to the client that sent it.
+func maskTokens(s string) string {
+	if len(s) < plantstore.TokenLength-len(plantstore.TokenPrefix) && strings.IndexByte(s, '_') < 0 {
+		return s // too short for a secret, and no prefix: most paths
 	}
 	var b strings.Builder
-	for ; i >= 0; i = strings.Index(path, plantstore.TokenPrefix) {
-		b.WriteString(path[:i+len(plantstore.TokenPrefix)])
-		path = path[i+len(plantstore.TokenPrefix):]
-		n := 0
-		for n < len(path) && isTokenByte(path[n]) {
-			n++
+	copied := 0               // s[:copied] is in b
+	budget := maxSecretChecks // for the whole string, however long
+	for i := 0; i < len(s); {
+		if !isTokenByte(s[i]) {
+			i++
+			continue
 		}
-		if n > 0 {
+		j := i + 1
+		for j < len(s) && isTokenByte(s[j]) {
+			j++
+		}
+		if keep, ok := maskRun(s[i:j], &budget); ok {
+			b.WriteString(s[copied:i])
+			b.WriteString(keep)
 			b.WriteString("xxxxx")
+			copied = j
 		}
-		path = path[n:]
+		i = j
 	}
-	b.WriteString(path)
+	if copied == 0 {
+		return s
+	}
+	b.WriteString(s[copied:])
 	return b.String()
 }
 
+// maskRun says whether run, a run of token bytes, holds a token, and what
+// of it the log keeps: up to and with its first token prefix, or nothing
+// when a secret comes before any prefix. The rest of the run is masked
+// whole ("pst_pst_…" too).
+func maskRun(run string, budget *int) (keep string, ok bool) {
+	p := len(plantstore.TokenPrefix)
+	for end := p; end <= len(run); end++ {
+		if isPrefix(run[end-p : end]) {
+			if holdsSecret(run[:end-p], budget) {
+				return "", true
+			}
+			return run[:end], end < len(run)
+		}
+	}
+	return "", holdsSecret(run, budget)
+}
+
+// isPrefix says whether s, four bytes, is a token's prefix in any case
+// (plantstore.TokenPrefix, which TestMaskTokens holds it to): what follows
+// "PST_" is the secret all the same.
+func isPrefix(s string) bool {
+	// Setting bit 0x20 folds an ASCII upper-case letter to lower case,
+	// and leaves no other byte equal to a lower-case letter.
+	return s[3] == '_' && s[0]|0x20 == 'p' && s[1]|0x20 == 's' && s[2]|0x20 == 't'
+}
+
+// maxSecretChecks bounds the positions maskTokens checks for a secret
+// without its prefix (each one an alphabet check and a checksum of 36
+// bytes), so that a 16 KiB path of letters costs the log some
+// microseconds, not a millisecond. An X-Request-Id, at most 128 bytes,
+// is checked at every position.
+const maxSecretChecks = 128
+
+// holdsSecret says whether run holds a token's secret without its prefix,
+// at any position, within budget checks.
+func holdsSecret(run string, budget *int) bool {
+	n := plantstore.TokenLength - len(plantstore.TokenPrefix)
+	for k := 0; k+n <= len(run) && *budget > 0; k++ {
+		*budget--
+		if plantstore.IsTokenSecret(run[k : k+n]) {
+			return true
+		}
+	}
+	return false
+}
+
 // isTokenByte says whether c may be part of a token after its prefix:
-// base62, and '_', so "pst_pst_…" is masked whole.
+// base62, and '_'.
 func isTokenByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
 }

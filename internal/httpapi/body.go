@@ -29,7 +29,9 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 		if err != nil || mediaType != "application/json" {
 			return nil, errorStatus(http.StatusUnsupportedMediaType, "Content-Type %q is not supported; send application/json", truncate(ct, 100))
 		}
-		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		// "utf8" is a common label of UTF-8 too (the WHATWG Encoding
+		// Standard's), if not IANA's.
+		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
 			return nil, errorStatus(http.StatusUnsupportedMediaType, "charset %q is not supported; JSON must be UTF-8", truncate(cs, 40))
 		}
 	}

@@ -228,10 +228,10 @@ func TestUnsupportedMediaType(t *testing.T) {
 		resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
 			"\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\nContent-Length: 20\r\n\r\n{\"id\":60,\"name\":\"a\"}")
 		wantError(t, resp, body, 415, "one Content-Type")
-		for i, ct := range []string{"application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON"} {
+		for i, ct := range []string{"application/json; charset=utf-8", "application/json;charset=UTF-8", "Application/JSON", "application/json; charset=utf8", "application/json;charset=UTF8"} {
 			resp, body := e.do("POST", "/plants", map[string]string{
 				"Authorization": "Bearer " + e.writeToken, "Content-Type": ct,
-			}, strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"a"}`, 61+i)))
+			}, strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"a"}`, 70+i)))
 			if resp.StatusCode != 200 {
 				t.Errorf("Content-Type %q: %d %s", ct, resp.StatusCode, body)
 			}

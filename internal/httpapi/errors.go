@@ -111,8 +111,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", e.challenge)
 	case transport && e.retryAfter > 0:
 		w.Header().Set("Retry-After", retryAfterSeconds(e.retryAfter))
-	case status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage:
+	case status == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
+	case status == http.StatusInsufficientStorage:
+		// Space comes back when an operator frees some, or deletes and
+		// the feed's pruning free pages: seldom within a second.
+		w.Header().Set("Retry-After", "60")
 	}
 	refused := transport && e.limit != ""
 	if refused {

@@ -296,6 +296,9 @@ func TestStoreFullIs507ReadsGoOn(t *testing.T) {
 			}
 		}
 		wantError(t, resp, body, http.StatusInsufficientStorage, "space")
+		if got := resp.Header.Get("Retry-After"); got != "60" {
+			t.Errorf("507 with Retry-After %q, want 60: a full store seldom has space again within a second", got)
+		}
 		if _, ok := e.stored(int64(id)); ok {
 			t.Error("the refused plant was stored")
 		}

@@ -208,7 +208,7 @@ func isPrefix(s string) bool {
 
 // maxSecretChecks bounds the positions maskTokens checks for a secret
 // without its prefix (each one an alphabet check and a checksum of 36
-// bytes), so that a 16 KiB path of letters costs the log some
+// bytes), so that a 16 KiB path of letters costs the log tens of
 // microseconds, not a millisecond. An X-Request-Id, at most 128 bytes,
 // is checked at every position.
 const maxSecretChecks = 128

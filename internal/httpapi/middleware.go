@@ -197,13 +197,17 @@ func maskRun(run string, budget *int) (keep string, ok bool) {
 	return "", holdsSecret(run, budget)
 }
 
-// isPrefix says whether s, four bytes, is a token's prefix in any case
-// (plantstore.TokenPrefix, which TestMaskTokens holds it to): what follows
-// "PST_" is the secret all the same.
+// isPrefix says whether s, as long as a token's prefix, is the prefix in
+// any case: what follows "PST_" is the secret all the same.
 func isPrefix(s string) bool {
-	// Setting bit 0x20 folds an ASCII upper-case letter to lower case,
-	// and leaves no other byte equal to a lower-case letter.
-	return s[3] == '_' && s[0]|0x20 == 'p' && s[1]|0x20 == 's' && s[2]|0x20 == 't'
+	for i := range len(plantstore.TokenPrefix) {
+		// Setting bit 0x20 folds an ASCII upper-case letter to lower
+		// case, and makes no other byte a lower-case letter.
+		if c, want := s[i], plantstore.TokenPrefix[i]; c != want && c|0x20 != want {
+			return false
+		}
+	}
+	return true
 }
 
 // maxSecretChecks bounds the positions maskTokens checks for a secret

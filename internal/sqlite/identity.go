@@ -116,8 +116,7 @@ func (db *DB) checkFiles() {
 	// A file deleted with nothing in its place leaves its log to the
 	// check of leftovers (files.go), which says more.
 	var noteErr error
-	_, gone := os.Lstat(db.files.mainAt)
-	if gone == nil {
+	if _, err := os.Lstat(db.files.mainAt); err == nil {
 		if noteErr = writeSwapNote(db.files.mainAt, cause, db.now()); noteErr == nil {
 			db.swapNoted.Store(true)
 		}

@@ -192,7 +192,7 @@ func BenchmarkLayer(b *testing.B) {
 	b.Run("request-id", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = incomingRequestID("")
+			_ = incomingRequestID(nil)
 		}
 	})
 	b.Run("deadline-context", func(b *testing.B) {

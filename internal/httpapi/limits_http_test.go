@@ -440,6 +440,16 @@ func TestRequestIDsToldApart(t *testing.T) {
 		if got := resp.Header.Get("X-Request-Id"); got != "trace-7" {
 			t.Errorf("a caller's plain id: answered with %q", got)
 		}
+		// Sent twice (a proxy adding its own beside the client's), the id
+		// is ambiguous: neither is kept, whichever the case of the names.
+		resp, _ = e.raw("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: trace-8\r\nx-request-id: trace-9\r\nConnection: close\r\n\r\n")
+		if got := resp.Header.Get("X-Request-Id"); !strings.HasPrefix(got, "ps-") {
+			t.Errorf("an id sent twice: answered with %q", got)
+		}
+		resp, _ = e.raw("GET /healthz HTTP/1.1\r\nHost: x\r\nx-request-id: trace-10\r\nConnection: close\r\n\r\n")
+		if got := resp.Header.Get("X-Request-Id"); got != "trace-10" {
+			t.Errorf("a caller's id in lower case: answered with %q", got)
+		}
 		// A token sent as the id by mistake is neither kept nor logged:
 		// its prefix in any case, or its secret alone, in a longer id too.
 		secret := strings.TrimPrefix(e.readToken, "pst_")

@@ -82,7 +82,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			rec  recorder
 			ctx  infoContext
 			id   [1]string
-		}{info: requestInfo{id: incomingRequestID(r.Header.Get("X-Request-Id")), conn: r.Context()}}
+		}{info: requestInfo{id: incomingRequestID(r.Header["X-Request-Id"]), conn: r.Context()}}
 		info := &held.info
 		h := w.Header()
 		held.id[0] = info.id
@@ -133,9 +133,14 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // The ids we make begin "ps-", and a caller's that does is not kept, so
 // an id in the log is always told apart: ours, or the caller's. Nor is
 // one that holds a token (one maskTokens would mask): a client that put
-// its token there by mistake must not have it logged.
-func incomingRequestID(id string) string {
-	if len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
+// its token there by mistake must not have it logged. Nor is an id sent
+// in more than one header field: which one would the caller follow? (A
+// proxy that adds its own beside the client's should replace it.)
+func incomingRequestID(ids []string) string {
+	if len(ids) != 1 {
+		return newRequestID()
+	}
+	if id := ids[0]; len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
 		return r <= ' ' || r > '~' || r == '"' || r == '\\'
 	}) < 0 && maskTokens(id) == id {
 		return id

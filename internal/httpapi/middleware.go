@@ -137,15 +137,17 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // in more than one header field: which one would the caller follow? (A
 // proxy that adds its own beside the client's should replace it.)
 func incomingRequestID(ids []string) string {
-	if len(ids) != 1 {
-		return newRequestID()
-	}
-	if id := ids[0]; len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
-		return r <= ' ' || r > '~' || r == '"' || r == '\\'
-	}) < 0 && maskTokens(id) == id {
-		return id
+	if len(ids) == 1 && keptRequestID(ids[0]) {
+		return ids[0]
 	}
 	return newRequestID()
+}
+
+// keptRequestID says whether a caller's id is one incomingRequestID keeps.
+func keptRequestID(id string) bool {
+	return len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
+		return r <= ' ' || r > '~' || r == '"' || r == '\\'
+	}) < 0 && maskTokens(id) == id
 }
 
 // maskTokens is a request's path, or method, as the access log shows it,

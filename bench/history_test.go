@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestHistoryCell(t *testing.T) {
 	run := []result{
@@ -29,5 +32,29 @@ func TestHistoryCell(t *testing.T) {
 			t.Errorf("%s %s: got %q met=%v measured=%v, want %q met=%v measured=%v",
 				c.shape, c.scenario, cell, met, measured, c.cell, c.met, c.measured)
 		}
+	}
+}
+
+// Each run's summary says which kind of run it was, by the same pace the
+// history counts runs apart with.
+func TestPaceNote(t *testing.T) {
+	run := func(rps float64) []result {
+		return []result{
+			{Target: "baseline", Shape: "unpinned", Scenario: "create", Mode: "closed", RPS: rps, P99: 2},
+			{Target: "plantstore", Shape: "unpinned", Scenario: "create", Mode: "closed", RPS: rps / 2, P99: 2},
+		}
+	}
+	if got := paceNote(run(normalPace)); !strings.Contains(got, "normal times") || !strings.Contains(got, "45000 creates") {
+		t.Errorf("at the normal pace: %q", got)
+	}
+	if got := paceNote(run(normalPace - 1)); !strings.Contains(got, "slow spell") || !strings.Contains(got, "44999 creates") {
+		t.Errorf("below the normal pace: %q", got)
+	}
+	pinned := []result{
+		{Target: "baseline", Shape: "pinned", Scenario: "create", Mode: "closed", RPS: 60000, P99: 2},
+		{Target: "plantstore", Shape: "pinned", Scenario: "create", Mode: "closed", RPS: 40000, P99: 2},
+	}
+	if got := paceNote(pinned); got != "" {
+		t.Errorf("without unpinned creates: %q, want none", got)
 	}
 }

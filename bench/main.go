@@ -519,6 +519,9 @@ func runComparison(c config, dir string) error {
 	if len(ran) > 1 {
 		printSummary(results, ran)
 	}
+	if note := paceNote(results); note != "" {
+		fmt.Printf("\n%s\n\n", note)
+	}
 	data, _ := json.MarshalIndent(results, "", "  ")
 	if err := os.WriteFile(c.out, data, 0o644); err != nil {
 		return err

@@ -20,6 +20,18 @@ import (
 // of run apart.
 const normalPace = 45_000
 
+// runPace is the bare baseline's unpinned creates a second in results, 0
+// when the run measured none.
+func runPace(results []result) float64 {
+	if b, _, ok := closedPair(results, "unpinned", "create"); ok {
+		return b.RPS
+	}
+	return 0
+}
+
+// normalTimes says whether a run of that pace was made in normal times.
+func normalTimes(pace float64) bool { return pace >= normalPace }
+
 // historyRun is one results file's closed-loop ratios.
 type historyRun struct {
 	name    string
@@ -46,11 +58,7 @@ func runHistory(files []string) error {
 		if err := json.Unmarshal(data, &results); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		run := historyRun{name: strings.TrimSuffix(filepath.Base(f), ".json"), results: results}
-		if b, _, ok := closedPair(results, "unpinned", "create"); ok {
-			run.pace = b.RPS
-		}
-		runs = append(runs, run)
+		runs = append(runs, historyRun{name: strings.TrimSuffix(filepath.Base(f), ".json"), pace: runPace(results), results: results})
 	}
 	orderByFirstCommit(files, runs)
 
@@ -86,7 +94,7 @@ func runHistory(files []string) error {
 				if ok {
 					t.met++
 				}
-				if run.pace >= normalPace {
+				if normalTimes(run.pace) {
 					t.normalOf++
 					if ok {
 						t.normalMet++

@@ -192,12 +192,12 @@ func printSummary(results []result, shapes []string) {
 // as -history counts runs: a single run's ratios mean little without it.
 // It is empty when the run measured no unpinned creates.
 func paceNote(results []result) string {
-	b, _, ok := closedPair(results, "unpinned", "create")
-	if !ok {
+	pace := runPace(results)
+	switch {
+	case pace == 0:
 		return ""
+	case normalTimes(pace):
+		return fmt.Sprintf("The bare baseline made %.0f creates a second unpinned: the machine's normal times (%d or more).", pace, normalPace)
 	}
-	if b.RPS >= normalPace {
-		return fmt.Sprintf("The bare baseline made %.0f creates a second unpinned: the machine's normal times (%d or more).", b.RPS, normalPace)
-	}
-	return fmt.Sprintf("The bare baseline made %.0f creates a second unpinned, under %d: a slow spell, a neighbour taking CPU. The baseline then loses more than plantstore, and the ratios flatter plantstore; -history counts such runs apart.", b.RPS, normalPace)
+	return fmt.Sprintf("The bare baseline made %.0f creates a second unpinned, under %d: a slow spell, a neighbour taking CPU. The baseline then loses more than plantstore, and the ratios flatter plantstore; -history counts such runs apart.", pace, normalPace)
 }

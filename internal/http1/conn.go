@@ -36,6 +36,7 @@ type conn struct {
 	out         []byte // the answer being assembled, kept between requests
 	w           response
 	body        body
+	parsed      parsedRequest // the request being served, reused as w is
 }
 
 func newConn(s *Server, c net.Conn) *conn {
@@ -140,7 +141,7 @@ func (c *conn) serve() {
 		if !ok || !c.phase.CompareAndSwap(phaseHead, phaseServing) {
 			return // cut by Shutdown: this request is not served
 		}
-		req, take := parseRequest(head, c.srv.take)
+		req, take := parseRequest(head, c.srv.take, &c.parsed)
 		if !take {
 			handedOff = c.handOff(head == nil)
 			return

@@ -24,7 +24,12 @@ import (
 //   - exactly one Host, of host characters;
 //   - at most one Content-Length, of digits; no Transfer-Encoding, Expect
 //     or Upgrade; a Connection of "close" or "keep-alive" only.
-func parseRequest(raw []byte, take func(method, path string) bool) (*http.Request, bool) {
+//
+// The request is built in parsed, which the connection reuses for its next
+// request: its header map, URL and values too (about 1 KB and three
+// allocations a request). The head's string is new each time, since a
+// handler may keep a value.
+func parseRequest(raw []byte, take func(method, path string) bool, parsed *parsedRequest) (*http.Request, bool) {
 	if !bytes.HasSuffix(raw, crlfcrlf) {
 		return nil, false // no head, or one with bare LFs
 	}
@@ -53,9 +58,13 @@ func parseRequest(raw []byte, take func(method, path string) bool) (*http.Reques
 
 	fields := head[len(line)+2 : len(head)-2] // each ends with CRLF
 	n := strings.Count(fields, "\r\n")
-	header := make(http.Header, n)
-	// The request, its URL and the fields' values in one allocation.
-	parsed := new(parsedRequest)
+	header := parsed.header
+	if header == nil {
+		header = make(http.Header, n)
+		parsed.header = header
+	} else {
+		clear(header)
+	}
 	values := parsed.values[:0]
 	if n > len(parsed.values) {
 		values = make([]string, 0, n)
@@ -128,11 +137,13 @@ func parseRequest(raw []byte, take func(method, path string) bool) (*http.Reques
 	return &parsed.req, true
 }
 
-// parsedRequest holds what parseRequest allocates for a request of up to
-// eight fields, at once.
+// parsedRequest holds a request parseRequest builds, with its URL, its
+// header map and the values of up to eight fields, for a connection to
+// reuse request after request.
 type parsedRequest struct {
 	req    http.Request
 	url    url.URL
+	header http.Header
 	values [8]string
 }
 

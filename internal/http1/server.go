@@ -5,7 +5,10 @@
 // that fits in one 4 KiB buffer, a body framed by a single Content-Length,
 // an origin-form target of ordinary characters), calling an ordinary
 // http.Handler with a response writer that sends the whole answer in one
-// write. Any request it does not take, it does not answer: it hands the
+// write. As net/http's ResponseWriter, the request a handler gets is not
+// valid after it returns: the connection reuses it, its URL and its header
+// map for the next request (a string taken from it stays valid). Any
+// request it does not take, it does not answer: it hands the
 // connection, with every byte read from it put back, to net/http
 // (Handoffs), which serves that connection from then on as it would have
 // from its first byte (TestAnswersAsNetHTTP, FuzzAnswersAsNetHTTP). So every unusual request (chunked

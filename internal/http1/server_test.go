@@ -190,6 +190,10 @@ var answerCases = []answerCase{
 	{"fast: a POST with a body", "POST /plants HTTP/1.1\r\n" + h + "Content-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"id\":1,\"n\":2}", 1, false},
 	{"fast: PUT and DELETE", "PUT /plants/1 HTTP/1.1\r\n" + h + "Content-Length: 2\r\n\r\n{}DELETE /plants/1 HTTP/1.1\r\n" + h + "\r\n", 2, false},
 	{"fast: pipelined, keep-alive", strings.Repeat("GET /plants/1 HTTP/1.1\r\n"+h+"\r\n", 5), 5, false},
+	// The connection reuses its request: none of an earlier one's fields,
+	// query or length may show in a later one.
+	{"fast: pipelined requests keep their own fields", "POST /plants?q=1 HTTP/1.1\r\n" + h + "X-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\nX-E: 5\r\nX-F: 6\r\nX-G: 7\r\nX-H: 8\r\nX-I: 9\r\nContent-Length: 2\r\n\r\n{}" +
+		"GET /plants/2 HTTP/1.1\r\n" + h + "X-B: other\r\n\r\nGET /plants/3 HTTP/1.1\r\n" + h + "\r\n", 3, false},
 	{"fast: Connection: close ends the connection", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: close\r\n\r\nGET /plants/2 HTTP/1.1\r\n" + h + "\r\n", 1, false},
 	{"fast: Connection: keep-alive", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: Keep-Alive\r\n\r\n", 1, false},
 	{"fast: lower-case and repeated fields", "GET /plants/1 HTTP/1.1\r\nhost: example.com\r\nx-a: 1\r\nX-A: 2\r\naccept-encoding:gzip \r\n\r\n", 1, false},

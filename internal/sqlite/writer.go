@@ -550,8 +550,8 @@ func (db *DB) runBatch(c *rawConn, batch []*writeRequest) (out batchOutcome, err
 	}
 	// The batch's changes, in the order they are made: their events get
 	// ids in that order.
-	var events []plantstore.Event
-	creates := make([]int, 0, len(batch)) // indexes in batch
+	events := make([]plantstore.Event, 0, len(batch)) // most batches change each plant once
+	creates := make([]int, 0, len(batch))             // indexes in batch
 	for i, req := range batch {
 		if req.kind == writeCreate && results[i].err == nil {
 			creates = append(creates, i)

@@ -143,7 +143,7 @@ func (r *replica) page(lower int64, limit int) (plants []plantstore.Plant, ok bo
 // (len(blocks) past the end) and index i in it.
 func (r *replica) find(id int64) (b, i int, found bool) {
 	b, _ = slices.BinarySearchFunc(r.blocks, id, func(block block, id int64) int {
-		return cmpID(block.lastID(), id)
+		return cmpID(block.last, id)
 	})
 	if b == len(r.blocks) {
 		return b, 0, false

@@ -23,6 +23,10 @@ import (
 // bytes. A replaced or removed plant's strings stay behind as dead
 // bytes until compact writes the live ones to a new buffer.
 type block struct {
+	// last is the last plant's id, kept beside the plants so that a
+	// search of the blocks reads only the blocks' slice, not each probed
+	// block's plants: a cache miss fewer a probe, about 8 a lookup.
+	last   int64
 	plants []packedPlant
 	text   *strings.Builder // a pointer: blocks are copied, and a Builder must not be
 	dead   int              // bytes of text no plant refers to
@@ -43,8 +47,6 @@ const packedBytes = 24
 func newBlock(capacity int) block {
 	return block{plants: make([]packedPlant, 0, capacity), text: new(strings.Builder)}
 }
-
-func (b *block) lastID() int64 { return b.plants[len(b.plants)-1].id }
 
 // unpack returns the plant pp packs; its tag, if any, is stored in *tag.
 func (b *block) unpack(pp packedPlant, tag *string) plantstore.Plant {
@@ -71,6 +73,9 @@ func (b *block) pack(p plantstore.Plant) packedPlant {
 func (pp packedPlant) textBytes() int { return int(pp.nameLen) + max(0, int(pp.tagLen)) }
 
 func (b *block) insert(i int, p plantstore.Plant) {
+	if i == len(b.plants) {
+		b.last = p.ID
+	}
 	b.plants = slices.Insert(b.plants, i, b.pack(p))
 }
 
@@ -83,6 +88,9 @@ func (b *block) replace(i int, p plantstore.Plant) {
 func (b *block) remove(i int) {
 	b.dead += b.plants[i].textBytes()
 	b.plants = slices.Delete(b.plants, i, i+1)
+	if n := len(b.plants); i == n && n > 0 {
+		b.last = b.plants[n-1].id
+	}
 	b.compactIfWasteful()
 }
 
@@ -107,6 +115,9 @@ func (b *block) copyOf(plants []packedPlant, capacity int) block {
 	var tag string
 	for _, pp := range plants {
 		c.plants = append(c.plants, c.pack(b.unpack(pp, &tag)))
+	}
+	if n := len(c.plants); n > 0 {
+		c.last = c.plants[n-1].id
 	}
 	return c
 }

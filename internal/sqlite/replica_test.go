@@ -287,3 +287,32 @@ func checkReplicaEqual(t *testing.T, r *replica, table []plantstore.Plant) {
 		}
 	}
 }
+
+// BenchmarkReplicaGet reads plants at random from replicas of 100,000
+// and 350,000 (about its bound with short names), each read a different
+// plant, so that most are cache misses, as in the server.
+func BenchmarkReplicaGet(b *testing.B) {
+	for _, n := range []int{100_000, 350_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			r := newReplica(1 << 30)
+			r.state = replicaComplete
+			tag := "bench"
+			for id := range int64(n) {
+				r.put(plantstore.Plant{ID: 3 * id, Name: "plant number 1", Tag: &tag})
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			ids := make([]int64, 1<<16)
+			for i := range ids {
+				ids[i] = 3 * rng.Int64N(int64(n))
+			}
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				if _, found, _ := r.get(ids[i&(len(ids)-1)]); !found {
+					b.Fatal("not found")
+				}
+				i++
+			}
+		})
+	}
+}

@@ -564,3 +564,53 @@ func TestChunkedRequestClosesItsConnection(t *testing.T) {
 		}
 	})
 }
+
+// Requests on one kept-alive connection are each their own: the lean
+// server reuses a connection's request, its header map and its URL
+// (internal/http1), so nothing of one request may reach the next. A
+// request without a token after one with it is refused; a conditional
+// header, a query and a body's length are the request's alone.
+func TestKeptAliveRequestsAreEachTheirOwn(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		e := start(t, options{})
+		conn, _ := dialRaw(t, e.addr)
+		auth := "Authorization: Bearer " + e.writeToken + "\r\n"
+		send := func(request string) (*http.Response, []byte) {
+			t.Helper()
+			if _, err := io.WriteString(conn, request); err != nil {
+				t.Fatal(err)
+			}
+			resp, body := readRaw(t, conn, request)
+			if resp.Close {
+				t.Fatalf("%q closed the connection", request)
+			}
+			return resp, body
+		}
+		resp, body := send("POST /plants HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: application/json\r\nContent-Length: 39\r\n\r\n" + `{"id":41,"name":"Fern","tag":"shade"}  `)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("create: %d %s", resp.StatusCode, body)
+		}
+		resp, _ = send("GET /plants/41 HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n")
+		etag := resp.Header.Get("ETag")
+		if resp, _ = send("GET /plants/41 HTTP/1.1\r\nHost: x\r\n" + auth + "If-None-Match: " + etag + "\r\n\r\n"); resp.StatusCode != http.StatusNotModified {
+			t.Errorf("with If-None-Match: %d, want 304", resp.StatusCode)
+		}
+		if resp, _ = send("GET /plants/41 HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n"); resp.StatusCode != http.StatusOK {
+			t.Errorf("without If-None-Match after one with it: %d, want 200", resp.StatusCode)
+		}
+		resp, body = send("GET /plants/41 HTTP/1.1\r\nHost: x\r\n\r\n")
+		wantError(t, resp, body, http.StatusUnauthorized)
+		resp, body = send("GET /plants?tag=none HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n")
+		if resp.StatusCode != http.StatusOK || string(body) != "[]" {
+			t.Errorf("by a tag no plant has: %d %s, want 200 []", resp.StatusCode, body)
+		}
+		resp, body = send("GET /plants HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"id":41`) {
+			t.Errorf("without a query after one with it: %d %s, want plant 41", resp.StatusCode, body)
+		}
+		resp, body = send("PUT /plants/41 HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: application/json\r\nContent-Length: 18\r\n\r\n" + `{"name":"Bracken"}`)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Bracken") {
+			t.Errorf("a shorter body after a longer one: %d %s, want 200", resp.StatusCode, body)
+		}
+	})
+}

@@ -59,7 +59,9 @@ func parseRequest(raw []byte, take func(method, path string) bool, parsed *parse
 	fields := head[len(line)+2 : len(head)-2] // each ends with CRLF
 	n := strings.Count(fields, "\r\n")
 	header := parsed.header
-	if header == nil {
+	if header == nil || len(header) > maxKeptFields {
+		// A map grown by a large head is not kept: cleared, it would
+		// keep its size (and its clearing cost) for the connection's life.
 		header = make(http.Header, n)
 		parsed.header = header
 	} else {
@@ -136,6 +138,10 @@ func parseRequest(raw []byte, take func(method, path string) bool, parsed *parse
 	}
 	return &parsed.req, true
 }
+
+// maxKeptFields is the most distinct fields whose header map a connection
+// keeps for its next request.
+const maxKeptFields = 16
 
 // parsedRequest holds a request parseRequest builds, with its URL, its
 // header map and the values of up to eight fields, for a connection to

@@ -6,8 +6,9 @@
 // an origin-form target of ordinary characters), calling an ordinary
 // http.Handler with a response writer that sends the whole answer in one
 // write. As net/http's ResponseWriter, the request a handler gets is not
-// valid after it returns: the connection reuses it, its URL and its header
-// map for the next request (a string taken from it stays valid). Any
+// valid after it returns: the connection reuses it, its URL, its header map
+// and the slices of field values in it for the next request. A string
+// taken from it (a field's value, the path) stays valid. Any
 // request it does not take, it does not answer: it hands the
 // connection, with every byte read from it put back, to net/http
 // (Handoffs), which serves that connection from then on as it would have

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,6 +195,7 @@ var answerCases = []answerCase{
 	// query or length may show in a later one.
 	{"fast: pipelined requests keep their own fields", "POST /plants?q=1 HTTP/1.1\r\n" + h + "X-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\nX-E: 5\r\nX-F: 6\r\nX-G: 7\r\nX-H: 8\r\nX-I: 9\r\nContent-Length: 2\r\n\r\n{}" +
 		"GET /plants/2 HTTP/1.1\r\n" + h + "X-B: other\r\n\r\nGET /plants/3 HTTP/1.1\r\n" + h + "\r\n", 3, false},
+	{"fast: pipelined requests of few fields each", "GET /plants/1?a=1 HTTP/1.1\r\n" + h + "X-A: 1\r\nX-B: 2\r\nX-C: 3\r\n\r\nGET /plants/2 HTTP/1.1\r\n" + h + "X-D: 4\r\n\r\n", 2, false},
 	{"fast: Connection: close ends the connection", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: close\r\n\r\nGET /plants/2 HTTP/1.1\r\n" + h + "\r\n", 1, false},
 	{"fast: Connection: keep-alive", "GET /plants/1 HTTP/1.1\r\n" + h + "Connection: Keep-Alive\r\n\r\n", 1, false},
 	{"fast: lower-case and repeated fields", "GET /plants/1 HTTP/1.1\r\nhost: example.com\r\nx-a: 1\r\nX-A: 2\r\naccept-encoding:gzip \r\n\r\n", 1, false},
@@ -315,5 +317,54 @@ func TestBodyInBuffer(t *testing.T) {
 	}
 	if !whole.InBuffer() {
 		t.Error("a body read to its end is said not to be in the buffer")
+	}
+}
+
+// What a handler takes from a request as a string stays valid after the
+// connection has reused the request for its next ones; and a header map
+// grown by a large head is not kept for the next request.
+func TestReusedRequestKeepsStrings(t *testing.T) {
+	type kept struct{ path, value, query string }
+	var mu sync.Mutex
+	var got []kept
+	keep := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, kept{r.URL.Path, r.Header.Get("X-Keep"), r.URL.RawQuery})
+	})
+	addr, _ := listen(t, keep, true, Limits{})
+	var raw strings.Builder
+	want := []kept{}
+	for i := range 5 {
+		fmt.Fprintf(&raw, "GET /plants/%d?q=%d HTTP/1.1\r\n%sX-Keep: value-%d\r\n\r\n", i, i*11, h, i)
+		want = append(want, kept{fmt.Sprint("/plants/", i), fmt.Sprint("value-", i), fmt.Sprint("q=", i*11)})
+	}
+	if answers := exchange(t, addr, raw.String()); len(answers) != 5 {
+		t.Fatalf("%d answers, want 5: %q", len(answers), answers)
+	}
+	mu.Lock()
+	if !slices.Equal(got, want) {
+		t.Errorf("kept %q, want %q", got, want)
+	}
+	mu.Unlock()
+
+	var parsed parsedRequest
+	take := func(string, string) bool { return true }
+	var big strings.Builder
+	big.WriteString("GET /plants/1 HTTP/1.1\r\nHost: x\r\n")
+	for i := range maxKeptFields + 1 {
+		fmt.Fprintf(&big, "X-F%d: %d\r\n", i, i)
+	}
+	big.WriteString("\r\n")
+	if _, ok := parseRequest([]byte(big.String()), take, &parsed); !ok || len(parsed.header) != maxKeptFields+1 {
+		t.Fatalf("parsed %v, %d fields", ok, len(parsed.header))
+	}
+	grown := parsed.header
+	req, ok := parseRequest([]byte("GET /plants/2 HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\r\n"), take, &parsed)
+	if !ok || len(req.Header) != 1 || req.Header.Get("X-A") != "1" {
+		t.Fatalf("the next request: %v %v", ok, req.Header)
+	}
+	if len(grown) != maxKeptFields+1 {
+		t.Errorf("the grown map was cleared and kept (%d fields left in it)", len(grown))
 	}
 }

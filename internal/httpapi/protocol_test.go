@@ -586,7 +586,10 @@ func TestKeptAliveRequestsAreEachTheirOwn(t *testing.T) {
 			}
 			return resp, body
 		}
-		resp, body := send("POST /plants HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: application/json\r\nContent-Length: 39\r\n\r\n" + `{"id":41,"name":"Fern","tag":"shade"}  `)
+		withBody := func(method, path, body string) string {
+			return fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", method, path, auth, len(body), body)
+		}
+		resp, body := send(withBody("POST", "/plants", `{"id":41,"name":"Fern","tag":"shade"}`))
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("create: %d %s", resp.StatusCode, body)
 		}
@@ -608,7 +611,7 @@ func TestKeptAliveRequestsAreEachTheirOwn(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"id":41`) {
 			t.Errorf("without a query after one with it: %d %s, want plant 41", resp.StatusCode, body)
 		}
-		resp, body = send("PUT /plants/41 HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: application/json\r\nContent-Length: 18\r\n\r\n" + `{"name":"Bracken"}`)
+		resp, body = send(withBody("PUT", "/plants/41", `{"name":"Bracken"}`))
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Bracken") {
 			t.Errorf("a shorter body after a longer one: %d %s, want 200", resp.StatusCode, body)
 		}

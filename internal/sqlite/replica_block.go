@@ -72,11 +72,17 @@ func (b *block) pack(p plantstore.Plant) packedPlant {
 
 func (pp packedPlant) textBytes() int { return int(pp.nameLen) + max(0, int(pp.tagLen)) }
 
-func (b *block) insert(i int, p plantstore.Plant) {
-	if i == len(b.plants) {
-		b.last = p.ID
+// noteLast sets last from plants, after each change to which plants a
+// block holds (replace keeps the id).
+func (b *block) noteLast() {
+	if n := len(b.plants); n > 0 {
+		b.last = b.plants[n-1].id
 	}
+}
+
+func (b *block) insert(i int, p plantstore.Plant) {
 	b.plants = slices.Insert(b.plants, i, b.pack(p))
+	b.noteLast()
 }
 
 func (b *block) replace(i int, p plantstore.Plant) {
@@ -88,9 +94,7 @@ func (b *block) replace(i int, p plantstore.Plant) {
 func (b *block) remove(i int) {
 	b.dead += b.plants[i].textBytes()
 	b.plants = slices.Delete(b.plants, i, i+1)
-	if n := len(b.plants); i == n && n > 0 {
-		b.last = b.plants[n-1].id
-	}
+	b.noteLast()
 	b.compactIfWasteful()
 }
 
@@ -116,8 +120,6 @@ func (b *block) copyOf(plants []packedPlant, capacity int) block {
 	for _, pp := range plants {
 		c.plants = append(c.plants, c.pack(b.unpack(pp, &tag)))
 	}
-	if n := len(c.plants); n > 0 {
-		c.last = c.plants[n-1].id
-	}
+	c.noteLast()
 	return c
 }

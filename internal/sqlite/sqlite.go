@@ -92,10 +92,11 @@ type DB struct {
 	groupCommit bool
 	writes      chan *writeRequest
 	writerDone  chan struct{}
-	durable     durability // durable.go
-	directMu    sync.Mutex // without group commit: one write at a time
-	writerRaw   *rawConn   // the write connection as the writer drives it; only the writer touches it
-	held        heldConn   // the write connection while the writer keeps it between batches (writer.go)
+	durable     durability    // durable.go
+	directMu    sync.Mutex    // without group commit: one write at a time
+	writerRaw   *rawConn      // the write connection as the writer drives it; only the writer touches it
+	held        heldConn      // the write connection while the writer keeps it between batches (writer.go)
+	checkpoints *checkpointer // nil without group commit (checkpoint.go)
 	// The hot read path of token checks, prepared once.
 	tokenByHashStmt *sql.Stmt
 	enqueued        func()
@@ -294,6 +295,10 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 		if wal, err := openWAL(abs); err == nil {
 			db.durable.init(wal)
 		}
+		if err := db.startCheckpointer(connector, opts.Logger); err != nil {
+			// The writer's autocheckpoint still copies the WAL.
+			opts.Logger.Warn("checkpoints stay in the writer's cycle", "err", err)
+		}
 		go db.writer()
 	} else {
 		close(db.writerDone)
@@ -341,6 +346,7 @@ func (db *DB) Close() error {
 		close(db.writes) // no sender holds closeMu now, and none will send
 	}
 	<-db.writerDone
+	errCheckpointer := db.stopCheckpointer()
 	db.durable.close()
 	db.stopLife()
 	// Before SQLite closes, and so removes its log: that is no fault.
@@ -355,7 +361,7 @@ func (db *DB) Close() error {
 	db.closeWriterStmts()
 	db.foldSwappedLog()
 	errReaders := db.readers.close()
-	err := errors.Join(errReaders, db.read.Close(), db.write.Close())
+	err := errors.Join(errCheckpointer, errReaders, db.read.Close(), db.write.Close())
 	db.clearSwapNote()
 	if db.soleLock != nil {
 		db.soleLock.Close()

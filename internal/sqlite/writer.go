@@ -164,6 +164,8 @@ func (db *DB) writer() {
 			db.observeBatch(len(batch))
 		}
 		results := db.finish(job, db.makeDurable(job))
+		// Before the answers, whose goroutines then run before it.
+		db.batchCommitted()
 		// Before any answer, so that no caller sees the writer still
 		// holding the connection when nothing follows.
 		if db.held.batches++; len(db.writes) == 0 || db.held.batches == maxHeldBatches ||

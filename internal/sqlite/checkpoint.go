@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/faultlog"
 )
 
@@ -22,19 +23,30 @@ import (
 // one. The writer's autocheckpoint stays as the backstop: it mostly finds
 // the WAL copied already, or the checkpointer at work, and then skips.
 //
-// Nothing here weakens durability. The connection keeps synchronous=FULL,
-// so SQLite syncs the WAL before it copies and the database file after,
-// before the WAL can be reused; and a checkpoint copies only committed
-// frames and changes no content, so no reader sees anything it would not
-// have seen from the WAL.
+// Nothing here weakens durability. SQLite syncs the WAL before it copies
+// and, once a checkpoint has copied the whole WAL, the database file,
+// before the WAL can be reused; a checkpoint copies only committed frames
+// and changes no content, so no reader sees anything it would not have
+// seen from the WAL. But a checkpoint that copied part of the WAL counts
+// those frames copied without syncing the database file; should a later
+// checkpoint's sync of it fail, the kernel may drop those pages, and the
+// sync after can succeed without them, with the WAL then reused. So a
+// failed sync in a checkpoint stops the store as a failed sync of the WAL
+// does (durable.go), to be restarted, when SQLite's recovery copies the
+// whole WAL again. Any other error (a full disk: the copy stops before it
+// counts anything) is logged, and the writer's checkpoints go on.
+// SQLite's own checkpoints, in the writer's COMMIT and at the last close,
+// report their errors to no one.
 //
 // Below database/sql, as the plant reads (raw.go): no goroutine per
 // statement on the one core.
 
 // checkpointEvery is how many batches the writer commits between two
 // wakes of the checkpointer. Measured pinned to one core in the harness:
-// every 20 batches the extra syncs cost about a tenth of the create rate;
-// every 60 the rate holds and the p99 is lower (BENCHMARKS.md).
+// every 20 batches the extra syncs cost a tenth of the create rate; every
+// 40 or 60 the rate holds and the p99 is lower by a tenth; every 100 it
+// is not much lower (BENCHMARKS.md). 60 syncs the database file less
+// often under light load.
 const checkpointEvery = 60
 
 // checkpointer runs the background checkpoints of a store.
@@ -42,10 +54,13 @@ type checkpointer struct {
 	conn   *rawConn
 	wake   chan struct{} // the writer's call; closed when the writer is done
 	done   chan struct{} // closed when the checkpointer has returned
+	log    *slog.Logger
 	faults *faultlog.Task
 	// batches counts the writer's batches since its last wake; only the
 	// writer touches it.
 	batches int
+	// run runs a checkpoint; tests replace it.
+	run func() checkpointResult
 	// checkpointed, when set (by tests), receives each checkpoint's
 	// outcome.
 	checkpointed func(checkpointResult)
@@ -53,10 +68,11 @@ type checkpointer struct {
 
 // checkpointResult is what PRAGMA wal_checkpoint answers.
 type checkpointResult struct {
-	busy   bool  // the checkpoint could not copy every frame
-	log    int64 // frames in the WAL
-	copied int64 // of them, frames in the database file now
-	err    error
+	busy       bool  // another checkpoint was under way (the writer's): nothing copied
+	log        int64 // frames in the WAL
+	copied     int64 // of them, frames in the database file now (fewer: a reader still needs the rest)
+	err        error
+	syncFailed bool // err is a failed sync of the database file
 }
 
 // startCheckpointer opens the checkpointer's connection and starts it.
@@ -65,12 +81,15 @@ func (db *DB) startCheckpointer(connector driver.Connector, log *slog.Logger) er
 	if err != nil {
 		return fmt.Errorf("open the checkpointer's connection: %w", err)
 	}
-	db.checkpoints = &checkpointer{
+	c := &checkpointer{
 		conn:   newRawConn(conn),
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
+		log:    log,
 		faults: &faultlog.Task{Log: log, Msg: "checkpoint the WAL in the background (the writer's own checkpoints go on)"},
 	}
+	c.run = c.checkpoint
+	db.checkpoints = c
 	go db.runCheckpoints()
 	return nil
 }
@@ -98,13 +117,19 @@ func (db *DB) runCheckpoints() {
 	defer close(c.done)
 	for range c.wake {
 		if db.durable.faulted() != nil {
-			// Writes have stopped; Close folds the log (identity.go).
+			// Writes have stopped, and the WAL is not reused.
 			continue
 		}
-		r := c.checkpoint()
-		if r.err != nil {
+		r := c.run()
+		switch {
+		case r.syncFailed:
+			err := plantstore.WrapError(plantstore.EUNAVAILABLE, checkpointFailed, fmt.Errorf("sqlite: checkpoint: %w", r.err))
+			if db.durable.stop(err) {
+				c.log.Error(checkpointFailed, "err", r.err.Error())
+			}
+		case r.err != nil:
 			c.faults.Failed(r.err)
-		} else {
+		default:
 			c.faults.Worked()
 		}
 		if c.checkpointed != nil {
@@ -122,15 +147,22 @@ func (c *checkpointer) checkpoint() checkpointResult {
 		r.copied, _ = v[2].(int64)
 		return false
 	})
+	r.syncFailed = isFailedSync(r.err)
 	return r
 }
 
-// stopCheckpointer waits for a checkpoint under way and closes the
-// connection; the writer must be done.
+const checkpointFailed = "the store's disk failed to save a checkpoint; restart the server"
+
+// stopCheckpointer waits for a checkpoint under way, drops one asked for
+// and not begun, and closes the connection; the writer must be done.
 func (db *DB) stopCheckpointer() error {
 	c := db.checkpoints
 	if c == nil {
 		return nil
+	}
+	select {
+	case <-c.wake:
+	default:
 	}
 	close(c.wake)
 	<-c.done

@@ -3,12 +3,16 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/plantstore/plantstore"
+	"github.com/plantstore/plantstore/internal/apitest"
 )
 
 // After checkpointEvery batches, far fewer WAL pages than the 1,000 at
@@ -92,5 +96,54 @@ func TestCloseStopsTheCheckpointer(t *testing.T) {
 	page, err := db.ListPlants(ctx, plantstore.ListOptions{Limit: plants + 1})
 	if err != nil || len(page) != plants {
 		t.Fatalf("%d plants after reopening (%v), want %d", len(page), err, plants)
+	}
+}
+
+// A checkpoint whose sync of the database file failed stops the store as
+// a failed sync of the WAL does: the next create answers EUNAVAILABLE,
+// and so does Ping (so /readyz), and the log says to restart. Any other
+// error leaves the store serving.
+func TestFailedCheckpointSync(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		result  checkpointResult
+		stopped bool
+		level   string
+	}{
+		{"sync", checkpointResult{err: errors.New("disk I/O error"), syncFailed: true}, true, "ERROR"},
+		{"other", checkpointResult{err: errors.New("database or disk is full")}, false, "WARN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := &apitest.Buffer{}
+			db, _ := openTest(t, Options{Logger: slog.New(slog.NewTextHandler(log, nil))})
+			ran := make(chan struct{}, 10)
+			db.checkpoints.run = func() checkpointResult { return tc.result }
+			db.checkpoints.checkpointed = func(checkpointResult) { ran <- struct{}{} }
+			ctx := context.Background()
+			for i := range checkpointEvery {
+				if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-ran:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no checkpoint ran")
+			}
+			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000, Name: "after"})
+			if tc.stopped {
+				if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+					t.Errorf("a create after the failed sync: %v, want EUNAVAILABLE", err)
+				}
+				if err := db.Ping(ctx); plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+					t.Errorf("Ping after the failed sync: %v, want EUNAVAILABLE", err)
+				}
+			} else if err != nil {
+				t.Errorf("a create after a failed checkpoint: %v", err)
+			}
+			if line := log.String(); !strings.Contains(line, "level="+tc.level) || !strings.Contains(line, "checkpoint") {
+				t.Errorf("the log: %q; want a %s line about the checkpoint", line, tc.level)
+			}
+		})
 	}
 }

@@ -37,8 +37,8 @@ import (
 // write up to one flush before it is durable.
 //
 // Checkpoints stay safe: in WAL mode NORMAL still syncs the WAL before a
-// checkpoint and the database file after it, before the WAL is reused;
-// the checkpointer's connection (checkpoint.go) runs at FULL.
+// checkpoint, and the database file once a checkpoint has copied the
+// whole WAL, before the WAL is reused (and checkpoint.go).
 // The other writers of the file (tokens, webhooks, the schema) keep
 // synchronous=FULL: the writer sets NORMAL for its own transactions and
 // puts FULL back before the connection returns to the pool (heldConn).

@@ -538,6 +538,11 @@ func isBusy(err error) bool {
 	return ok && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
 
+func isFailedSync(err error) bool {
+	e, ok := errors.AsType[*sqlite.Error](err)
+	return ok && e.Code() == sqlite3.SQLITE_IOERR_FSYNC
+}
+
 func isUniqueViolation(err error) bool {
 	e, ok := errors.AsType[*sqlite.Error](err)
 	return ok && (e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)

@@ -26,12 +26,7 @@ func TestCheckpointerCopiesTheWAL(t *testing.T) {
 	}
 	results := make(chan checkpointResult, 10)
 	db.checkpoints.checkpointed = func(r checkpointResult) { results <- r }
-	ctx := context.Background()
-	for i := range checkpointEvery {
-		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createOneAtATime(t, db, checkpointEvery)
 	select {
 	case r := <-results:
 		if r.err != nil || r.busy || r.log == 0 || r.copied != r.log {
@@ -72,11 +67,7 @@ func TestCloseStopsTheCheckpointer(t *testing.T) {
 	started := make(chan struct{}, 100)
 	db.checkpoints.checkpointed = func(checkpointResult) { started <- struct{}{} }
 	const plants = 5 * checkpointEvery
-	for i := range plants {
-		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createOneAtATime(t, db, plants)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -119,17 +110,13 @@ func TestFailedCheckpointSync(t *testing.T) {
 			ran := make(chan struct{}, 10)
 			db.checkpoints.run = func() checkpointResult { return tc.result }
 			db.checkpoints.checkpointed = func(checkpointResult) { ran <- struct{}{} }
-			ctx := context.Background()
-			for i := range checkpointEvery {
-				if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			createOneAtATime(t, db, checkpointEvery)
 			select {
 			case <-ran:
 			case <-time.After(10 * time.Second):
 				t.Fatal("no checkpoint ran")
 			}
+			ctx := context.Background()
 			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000, Name: "after"})
 			if tc.stopped {
 				if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
@@ -145,5 +132,16 @@ func TestFailedCheckpointSync(t *testing.T) {
 				t.Errorf("the log: %q; want a %s line about the checkpoint", line, tc.level)
 			}
 		})
+	}
+}
+
+// createOneAtATime creates plants 0 to n-1, each waiting for the last: n
+// batches of the writer's.
+func createOneAtATime(t *testing.T, db *DB, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

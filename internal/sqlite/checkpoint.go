@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
-	"log/slog"
 
-	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/faultlog"
 )
 
@@ -54,7 +52,6 @@ type checkpointer struct {
 	conn   *rawConn
 	wake   chan struct{} // the writer's call; closed when the writer is done
 	done   chan struct{} // closed when the checkpointer has returned
-	log    *slog.Logger
 	faults *faultlog.Task
 	// batches counts the writer's batches since its last wake; only the
 	// writer touches it.
@@ -76,7 +73,7 @@ type checkpointResult struct {
 }
 
 // startCheckpointer opens the checkpointer's connection and starts it.
-func (db *DB) startCheckpointer(connector driver.Connector, log *slog.Logger) error {
+func (db *DB) startCheckpointer(connector driver.Connector) error {
 	conn, err := connector.Connect(context.Background())
 	if err != nil {
 		return fmt.Errorf("open the checkpointer's connection: %w", err)
@@ -85,8 +82,7 @@ func (db *DB) startCheckpointer(connector driver.Connector, log *slog.Logger) er
 		conn:   newRawConn(conn),
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
-		log:    log,
-		faults: &faultlog.Task{Log: log, Msg: "checkpoint the WAL in the background (the writer's own checkpoints go on)"},
+		faults: &faultlog.Task{Log: db.log, Msg: "checkpoint the WAL in the background (the writer's own checkpoints go on)"},
 	}
 	c.run = c.checkpoint
 	db.checkpoints = c
@@ -123,9 +119,8 @@ func (db *DB) runCheckpoints() {
 		r := c.run()
 		switch {
 		case r.syncFailed:
-			err := plantstore.WrapError(plantstore.EUNAVAILABLE, checkpointFailed, fmt.Errorf("sqlite: checkpoint: %w", r.err))
-			if db.durable.stop(err) {
-				c.log.Error(checkpointFailed, "err", r.err.Error())
+			if db.durable.stop(checkpointFailed, fmt.Errorf("sqlite: checkpoint: %w", r.err)) {
+				db.log.Error(checkpointFailed, "err", r.err.Error())
 			}
 		case r.err != nil:
 			c.faults.Failed(r.err)

@@ -129,10 +129,8 @@ func (db *DB) makeDurable(job *pendingBatch) error {
 			// them: nothing committed since the last good sync can be
 			// called durable, now or later. The store stops acknowledging
 			// writes (and /readyz fails) until it is restarted.
-			err = plantstore.WrapError(plantstore.EUNAVAILABLE,
-				"the store's disk failed to save a write; restart the server",
+			d.stop("the store's disk failed to save a write; restart the server",
 				fmt.Errorf("sqlite: sync %s: %w", d.wal.Name(), err))
-			d.stop(err)
 			return d.faulted()
 		}
 		if err = d.faulted(); err == nil {
@@ -168,10 +166,12 @@ func (d *durability) awaitSynced(ctx context.Context, mark uint64) error {
 	}
 }
 
-// stop makes err the store's fault, unless it has one already, and says
-// whether it did: from then on no write is acknowledged and no read
-// waiting for a sync answers (awaitSynced).
-func (d *durability) stop(err error) bool {
+// stop makes the store's fault an EUNAVAILABLE with msg, for the client,
+// and cause, unless it has a fault already, and says whether it did: from
+// then on no write is acknowledged and no read waiting for a sync answers
+// (awaitSynced).
+func (d *durability) stop(msg string, cause error) bool {
+	var err error = plantstore.WrapError(plantstore.EUNAVAILABLE, msg, cause)
 	first := d.fault.CompareAndSwap(nil, &err)
 	if first {
 		d.wake()

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/plantstore/plantstore"
 )
 
 // An open store keeps writing to the files it opened, whatever their
@@ -121,8 +119,7 @@ func (db *DB) checkFiles() {
 			db.swapNoted.Store(true)
 		}
 	}
-	err := plantstore.WrapError(plantstore.EUNAVAILABLE, filesGone, fmt.Errorf("sqlite: %w", cause))
-	if db.durable.stop(err) {
+	if db.durable.stop(filesGone, fmt.Errorf("sqlite: %w", cause)) {
 		db.filesChanged.Store(true)
 		db.log.Error(filesGone, "path", db.files.mainAt, "cause", cause.Error())
 		if noteErr != nil {

@@ -191,7 +191,6 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if (created || empty) && opts.Created != nil {
 		opts.Created(abs)
 	}
-	db.log = opts.Logger
 	db.files = captureFiles(abs)
 	db.watchDone = make(chan struct{})
 	if db.files.watched() {
@@ -249,7 +248,7 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 	}
 	write.SetMaxOpenConns(1)
 	write.SetConnMaxIdleTime(0)
-	db := &DB{write: write, busyTimeout: opts.BusyTimeout, maxPages: maxPages, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch, eventsWritten: opts.EventsWritten}
+	db := &DB{write: write, log: opts.Logger, busyTimeout: opts.BusyTimeout, maxPages: maxPages, now: opts.Now, enqueued: opts.Enqueued, observeBatch: opts.ObserveBatch, eventsWritten: opts.EventsWritten}
 	// The first connection sets WAL mode, which needs the file to be
 	// writable; open the readers only after it. When processes start
 	// together on a new file, switching it to WAL and creating the schema
@@ -295,9 +294,9 @@ func open(ctx context.Context, path, abs string, opts Options) (*DB, error) {
 		if wal, err := openWAL(abs); err == nil {
 			db.durable.init(wal)
 		}
-		if err := db.startCheckpointer(connector, opts.Logger); err != nil {
+		if err := db.startCheckpointer(connector); err != nil {
 			// The writer's autocheckpoint still copies the WAL.
-			opts.Logger.Warn("checkpoints stay in the writer's cycle", "err", err)
+			db.log.Warn("checkpoints stay in the writer's cycle", "err", err)
 		}
 		go db.writer()
 	} else {

@@ -312,49 +312,79 @@ func TestReopenedStoreSyncsItsWAL(t *testing.T) {
 	}
 }
 
-// Over HTTP, a failed sync is the service's fault, said in the contract's
+// Over HTTP, a failed sync (of the WAL, or of the database file in a
+// background checkpoint) is the service's fault, said in the contract's
 // Error body: the create whose sync failed gets 503, as do later creates,
 // and /readyz says the server is not ready.
 func TestFailedSyncOverHTTP(t *testing.T) {
-	db, _ := openTest(t, Options{SoleServer: true})
-	ctx := context.Background()
-	token := plantstore.NewToken()
-	if _, err := db.CreateToken(ctx, plantstore.Token{Name: "t", Scopes: plantstore.KnownScopes}, plantstore.HashToken(token)); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.NewServer(db, auth.New(db, auth.Options{}), httpapi.Config{}))
-	defer srv.Close()
-	client := apitest.Client(t)
-	db.durable.syncWAL = func() error { return errors.New("input/output error") }
-
-	do := func(method, path, body string) (int, string, errorBody) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var e errorBody
-		json.NewDecoder(resp.Body).Decode(&e)
-		return resp.StatusCode, resp.Header.Get("Content-Type"), e
-	}
-	for i, req := range []struct{ method, path, body string }{
-		{"POST", "/plants", `{"id": 1, "name": "fern"}`},
-		{"POST", "/plants", `{"id": 2, "name": "moss"}`},
-		{"GET", "/readyz", ""},
+	for _, fault := range []struct {
+		name, message string
+		cause         func(t *testing.T, db *DB)
+	}{
+		{"the WAL's", "save a write", func(t *testing.T, db *DB) {
+			db.durable.syncWAL = func() error { return errors.New("input/output error") }
+		}},
+		// The checkpointer's sync of the database file (checkpoint.go):
+		// the store is stopped before the request.
+		{"a checkpoint's", "save a checkpoint", func(t *testing.T, db *DB) {
+			ran := make(chan struct{}, 10)
+			db.checkpoints.run = func() checkpointResult {
+				return checkpointResult{err: errors.New("disk I/O error"), syncFailed: true}
+			}
+			db.checkpoints.checkpointed = func(checkpointResult) { ran <- struct{}{} }
+			createOneAtATime(t, db, checkpointEvery)
+			select {
+			case <-ran:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no checkpoint ran")
+			}
+		}},
 	} {
-		status, ctype, e := do(req.method, req.path, req.body)
-		if status != http.StatusServiceUnavailable || ctype != "application/json" || e.Error != 503 || e.Message == "" {
-			t.Errorf("%d: %s %s after a failed sync: %d %q %+v; want 503, application/json and an Error body", i, req.method, req.path, status, ctype, e)
-		}
+		t.Run(fault.name, func(t *testing.T) {
+			db, _ := openTest(t, Options{SoleServer: true})
+			ctx := context.Background()
+			token := plantstore.NewToken()
+			if _, err := db.CreateToken(ctx, plantstore.Token{Name: "t", Scopes: plantstore.KnownScopes}, plantstore.HashToken(token)); err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(httpapi.NewServer(db, auth.New(db, auth.Options{}), httpapi.Config{}))
+			defer srv.Close()
+			client := apitest.Client(t)
+			fault.cause(t, db)
+
+			do := func(method, path, body string) (int, string, errorBody) {
+				t.Helper()
+				req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Authorization", "Bearer "+token)
+				if body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var e errorBody
+				json.NewDecoder(resp.Body).Decode(&e)
+				return resp.StatusCode, resp.Header.Get("Content-Type"), e
+			}
+			for i, req := range []struct{ method, path, body string }{
+				{"POST", "/plants", `{"id": 1001, "name": "fern"}`},
+				{"POST", "/plants", `{"id": 1002, "name": "moss"}`},
+				{"GET", "/readyz", ""},
+			} {
+				status, ctype, e := do(req.method, req.path, req.body)
+				if status != http.StatusServiceUnavailable || ctype != "application/json" || e.Error != 503 || e.Message == "" {
+					t.Errorf("%d: %s %s after a failed sync: %d %q %+v; want 503, application/json and an Error body", i, req.method, req.path, status, ctype, e)
+				}
+				if req.method == "POST" && !strings.Contains(e.Message, fault.message) {
+					t.Errorf("%d: the message %q does not say the disk failed to %s", i, e.Message, fault.message)
+				}
+			}
+		})
 	}
 }
 

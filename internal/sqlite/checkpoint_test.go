@@ -107,15 +107,7 @@ func TestFailedCheckpointSync(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			log := &apitest.Buffer{}
 			db, _ := openTest(t, Options{Logger: slog.New(slog.NewTextHandler(log, nil))})
-			ran := make(chan struct{}, 10)
-			db.checkpoints.run = func() checkpointResult { return tc.result }
-			db.checkpoints.checkpointed = func(checkpointResult) { ran <- struct{}{} }
-			createOneAtATime(t, db, checkpointEvery)
-			select {
-			case <-ran:
-			case <-time.After(10 * time.Second):
-				t.Fatal("no checkpoint ran")
-			}
+			checkpointWith(t, db, tc.result)
 			ctx := context.Background()
 			_, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1000, Name: "after"})
 			if tc.stopped {
@@ -143,5 +135,20 @@ func createOneAtATime(t *testing.T, db *DB, n int) {
 		if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i), Name: "p"}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// checkpointWith has the store's next checkpoint answer result, and
+// creates plants until it has.
+func checkpointWith(t *testing.T, db *DB, result checkpointResult) {
+	t.Helper()
+	ran := make(chan struct{}, 10)
+	db.checkpoints.run = func() checkpointResult { return result }
+	db.checkpoints.checkpointed = func(checkpointResult) { ran <- struct{}{} }
+	createOneAtATime(t, db, checkpointEvery)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no checkpoint ran")
 	}
 }

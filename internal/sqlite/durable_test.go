@@ -327,17 +327,7 @@ func TestFailedSyncOverHTTP(t *testing.T) {
 		// The checkpointer's sync of the database file (checkpoint.go):
 		// the store is stopped before the request.
 		{"a checkpoint's", "save a checkpoint", func(t *testing.T, db *DB) {
-			ran := make(chan struct{}, 10)
-			db.checkpoints.run = func() checkpointResult {
-				return checkpointResult{err: errors.New("disk I/O error"), syncFailed: true}
-			}
-			db.checkpoints.checkpointed = func(checkpointResult) { ran <- struct{}{} }
-			createOneAtATime(t, db, checkpointEvery)
-			select {
-			case <-ran:
-			case <-time.After(10 * time.Second):
-				t.Fatal("no checkpoint ran")
-			}
+			checkpointWith(t, db, checkpointResult{err: errors.New("disk I/O error"), syncFailed: true})
 		}},
 	} {
 		t.Run(fault.name, func(t *testing.T) {

@@ -447,6 +447,34 @@ func TestSlowAndOversizedClients(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		limWantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
+		// RFC 9110, section 6.6.1: an origin server with a clock sends
+		// Date in every 4xx answer, this one too, made before routing.
+		if _, err := http.ParseTime(resp.Header.Get("Date")); err != nil {
+			t.Errorf("a 431 with Date %q: %v", resp.Header.Get("Date"), err)
+		}
+	})
+
+	// The rest of an oversized head is never read. Closing with it unread
+	// resets the connection, and a client whose stack drops what it has
+	// not read yet on a reset would lose the answer: so the server sends
+	// its FIN first, as net/http means to, and the client reads the
+	// answer and then the end of the stream.
+	t.Run("oversized headers end with FIN", func(t *testing.T) {
+		conn := limDial(t, s.url)
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "GET /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Big: %s\r\n\r\n", token, strings.Repeat("h", 12<<10))
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		limWantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
+		// net/http waits 500 ms between its FIN and the close.
+		conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("after the answer: %d bytes, %v; want the end of the stream (FIN)", n, err)
+		}
 	})
 }
 

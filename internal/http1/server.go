@@ -295,6 +295,17 @@ func (c *replayConn) Close() error {
 	return c.Conn.Close()
 }
 
+// CloseWrite passes net/http's half-close on (its closeWriteAndWait,
+// before closing a connection with a request left unread), which a
+// wrapper would otherwise hide: without the FIN first, the close resets
+// the connection, and a client may lose the answer with it.
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *replayConn) SetReadDeadline(t time.Time) error {
 	if !c.clamped.Swap(true) {
 		if !c.headDeadline.IsZero() && (t.IsZero() || t.After(c.headDeadline)) {

@@ -303,6 +303,14 @@ func (c jsonErrorConn) Write(p []byte) (int, error) {
 	return c.writeError(p, status, message)
 }
 
+// CloseWrite passes net/http's half-close on, as replayConn does.
+func (c jsonErrorConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // writeError sends the Error body in place of p, a whole answer net/http
 // wrote before closing the connection.
 func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, error) {
@@ -330,9 +338,11 @@ func (j rejecter) rejection(remote net.Addr, status int, message string) []byte 
 	j.log.LogAttrs(context.Background(), slog.LevelInfo, "request rejected before routing",
 		slog.Int("status", status), slog.String("message", message), slog.String("request_id", id), slog.String("remote", remote.String()))
 	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
+	// Date, as in every other answer: RFC 9110 (section 6.6.1) has an
+	// origin server with a clock send it in every 4xx.
 	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
-		"X-Content-Type-Options: nosniff\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), len(body), id, body)
+		"X-Content-Type-Options: nosniff\r\nX-Request-Id: %s\r\nDate: %s\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), id, time.Now().UTC().Format(http.TimeFormat), body)
 }
 
 // TLSConfig is the server's TLS: the certificate and key in PEM files,

@@ -72,9 +72,11 @@ func (s *Server) corsOrigin(origin string) string {
 	return ""
 }
 
-// cors answers preflights from allowed origins and marks answers to them
-// as readable by their pages. Other origins get no CORS header, and their
-// browsers keep the answers from their pages.
+// cors marks answers to allowed origins as readable by their pages, and
+// says whether r is such a page's preflight, for answerPreflight. It runs
+// before the refusals made before routing (oversized headers, a bad
+// Host), so that a page can read those answers too. Other origins get no
+// CORS header, and their browsers keep the answers from their pages.
 func (s *Server) cors(w http.ResponseWriter, r *http.Request) (preflight bool) {
 	if len(s.cfg.CORSOrigins) == 0 {
 		return false
@@ -89,14 +91,19 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) (preflight bool) {
 	}
 	h.Set("Access-Control-Allow-Origin", allowed)
 	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-		h.Add("Vary", "Access-Control-Request-Method")
-		h.Add("Vary", "Access-Control-Request-Headers")
-		h.Set("Access-Control-Allow-Methods", corsMethods)
-		h.Set("Access-Control-Allow-Headers", corsHeaders)
-		h.Set("Access-Control-Max-Age", corsMaxAge)
-		w.WriteHeader(http.StatusNoContent)
 		return true
 	}
 	h.Set("Access-Control-Expose-Headers", corsExposed)
 	return false
+}
+
+// answerPreflight answers a preflight from an allowed origin.
+func answerPreflight(w http.ResponseWriter) {
+	h := w.Header()
+	h.Add("Vary", "Access-Control-Request-Method")
+	h.Add("Vary", "Access-Control-Request-Headers")
+	h.Set("Access-Control-Allow-Methods", corsMethods)
+	h.Set("Access-Control-Allow-Headers", corsHeaders)
+	h.Set("Access-Control-Max-Age", corsMaxAge)
+	w.WriteHeader(http.StatusNoContent)
 }

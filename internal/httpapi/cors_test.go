@@ -81,6 +81,36 @@ func TestCORS(t *testing.T) {
 	})
 }
 
+// A refusal made before routing is readable by an allowed page too: a
+// page that sent too much learns why, rather than a bare network error.
+func TestCORSOnRefusalsBeforeRouting(t *testing.T) {
+	eachEngine(t, func(t *testing.T) {
+		const app = "http://app.example:3000"
+		e := start(t, options{cfg: httpapi.Config{CORSOrigins: []string{app}}, limits: httpapi.ServerLimits{MaxHeaderBytes: 1024}})
+		big := map[string]string{"Origin": app, "Authorization": "Bearer " + e.readToken, "X-Pad": strings.Repeat("p", 1500)}
+		resp, body := e.do("GET", "/plants", big, nil)
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("oversized headers: %d %s", resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != app {
+			t.Errorf("a 431 to an allowed origin: Access-Control-Allow-Origin %q", got)
+		}
+		if !slices.Contains(listHeader(resp.Header, "Vary"), "Origin") {
+			t.Errorf("a 431 to an allowed origin without Vary: Origin")
+		}
+		big["Origin"] = "http://evil.example"
+		resp, _ = e.do("GET", "/plants", big, nil)
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("oversized headers from another origin: %d, Allow-Origin %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+		}
+		// A preflight past the limit is refused, not answered 204.
+		preflight := map[string]string{"Origin": app, "Access-Control-Request-Method": "POST", "X-Pad": strings.Repeat("p", 1500)}
+		if resp, body := e.do("OPTIONS", "/plants", preflight, nil); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("an oversized preflight: %d %s", resp.StatusCode, body)
+		}
+	})
+}
+
 func TestCORSAnyOriginAndOff(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		anyOrigin := start(t, options{cfg: httpapi.Config{CORSOrigins: []string{"*"}}})

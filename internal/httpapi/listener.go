@@ -478,7 +478,7 @@ func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // headerBytesExceeded answers 431, and reports true, when r's line and
 // header fields, counted as sent, exceed MaxHeaderBytes: Go's own limit
 // has slack (see Config.MaxHeaderBytes), and a limit should mean what it
-// says. observe asks it first, before CORS and routing.
+// says. observe asks it first, before routing; CORS has marked the answer.
 func (s *Server) headerBytesExceeded(w http.ResponseWriter, r *http.Request) bool {
 	limit := s.cfg.MaxHeaderBytes
 	if limit <= 0 {

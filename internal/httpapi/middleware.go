@@ -110,9 +110,14 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		ctx := &held.ctx
 		reached := r.Context()
 		r = r.WithContext(ctx)
+		// No page asks OPTIONS *: it is answered as Go's server would
+		// (serverOptions), without CORS.
+		preflight := r.RequestURI != "*" && s.cors(rec, r)
 		switch {
-		case s.headerBytesExceeded(rec, r), s.refusedProtocol(rec, r, reached), serverOptions(rec, r), s.cors(rec, r):
+		case s.headerBytesExceeded(rec, r), s.refusedProtocol(rec, r, reached), serverOptions(rec, r):
 			// answered
+		case preflight:
+			answerPreflight(rec)
 		default:
 			next.ServeHTTP(rec, r)
 		}
@@ -448,7 +453,7 @@ func (d *deadlines) context(now time.Time) context.Context {
 // An HTTP/1.0 request may come without Host: it is given the address it
 // reached (reachedHost, from the connection's context), which its links
 // then name. It runs after the header limit, which counts the request as
-// sent, and before CORS, whose preflights it covers too.
+// sent, and before a preflight is answered: it refuses preflights too.
 func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached context.Context) bool {
 	if r.Host == "" && !r.ProtoAtLeast(1, 1) {
 		r.Host = reachedHost(reached)

@@ -449,7 +449,7 @@ func TestSlowAndOversizedClients(t *testing.T) {
 		limWantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
 		// RFC 9110, section 6.6.1: an origin server with a clock sends
 		// Date in every 4xx answer, this one too, made before routing.
-		if _, err := http.ParseTime(resp.Header.Get("Date")); err != nil {
+		if _, err := time.Parse(http.TimeFormat, resp.Header.Get("Date")); err != nil {
 			t.Errorf("a 431 with Date %q: %v", resp.Header.Get("Date"), err)
 		}
 	})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -131,6 +133,10 @@ func TestTLS(t *testing.T) {
 	if !s.logged(`"msg":"request rejected before routing","status":400`, 5*time.Second) {
 		t.Errorf("the plain HTTP request is not logged:\n%s", s.logs)
 	}
+	// A longer plain request is refused before it is all read: the
+	// answer still ends with FIN, not a reset that some client stacks
+	// would lose it to.
+	plainRefusalEndsWithFIN(t, strings.TrimPrefix(s.url, "http://"))
 	// And HTTPS still works after it.
 	if status, body := create(t, client, base, token, plantBody(1)); status != 200 {
 		t.Fatalf("create over HTTPS after a plain request: %d %s", status, body)
@@ -360,5 +366,32 @@ func checkHTTPSLinks(t *testing.T, client *http.Client, base, token string) {
 	resp.Body.Close()
 	if err != nil || len(doc.Servers) != 1 || doc.Servers[0].URL != base {
 		t.Errorf("the served document's servers over HTTPS: %+v, %v; want %s", doc.Servers, err, base)
+	}
+}
+
+// plainRefusalEndsWithFIN sends a plain HTTP request with 4 KiB of
+// headers to the TLS port at addr, and checks that its 400 is followed by
+// the end of the stream.
+func plainRefusalEndsWithFIN(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", strings.Repeat("p", 4<<10))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("a long plain request to the TLS port: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a long plain request to the TLS port: %d", resp.StatusCode)
+	}
+	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("after the 400 to a long plain request: %d bytes, %v; want the end of the stream (FIN)", n, err)
 	}
 }

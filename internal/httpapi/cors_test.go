@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -105,8 +106,27 @@ func TestCORSOnRefusalsBeforeRouting(t *testing.T) {
 		}
 		// A preflight past the limit is refused, not answered 204.
 		preflight := map[string]string{"Origin": app, "Access-Control-Request-Method": "POST", "X-Pad": strings.Repeat("p", 1500)}
-		if resp, body := e.do("OPTIONS", "/plants", preflight, nil); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-			t.Errorf("an oversized preflight: %d %s", resp.StatusCode, body)
+		if resp, body := e.do("OPTIONS", "/plants", preflight, nil); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge ||
+			resp.Header.Get("Access-Control-Allow-Methods") != "" {
+			t.Errorf("an oversized preflight: %d, Allow-Methods %q, %s", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Methods"), body)
+		}
+		// A Host that Go's server takes and this service refuses, and a
+		// target of "*" with a method other than OPTIONS: both 400, both
+		// readable by the page.
+		for _, request := range []string{
+			"GET /plants HTTP/1.1\r\nHost: x:99999\r\nOrigin: " + app + "\r\n\r\n",
+			"GET * HTTP/1.1\r\nHost: x\r\nOrigin: " + app + "\r\n\r\n",
+		} {
+			conn, br := dialRaw(t, e.addr)
+			io.WriteString(conn, request)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%q: %v", request, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Access-Control-Allow-Origin") != app {
+				t.Errorf("%q: %d, Allow-Origin %q", request, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+			}
 		}
 	})
 }

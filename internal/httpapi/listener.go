@@ -434,14 +434,26 @@ func (c *sniffedConn) start() error {
 	return c.err
 }
 
-// refusePlainHTTP answers the plain HTTP request begun on c (without
-// reading the rest of it) and closes the connection.
+// refusePlainHTTP answers the plain HTTP request begun on c and closes
+// the connection. The rest of the request is still unread, and a close
+// with bytes unread resets the connection, which on some client stacks
+// loses the answer: so, as net/http does before such a close, it sends
+// its FIN first, and reads what the client still sends for a moment.
 func (c *sniffedConn) refusePlainHTTP() {
 	const message = "the client sent an HTTP request to an HTTPS server: use https://"
 	c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	c.Conn.Write(c.rejection(c.RemoteAddr(), http.StatusBadRequest, message))
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.Conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.CopyN(io.Discard, c.Conn, maxRefusedDrain)
 	c.Conn.Close()
 }
+
+// maxRefusedDrain bounds what a refused connection is read for, after
+// its answer, before it is closed.
+const maxRefusedDrain = 256 << 10
 
 func (c *sniffedConn) Read(p []byte) (int, error) {
 	if err := c.start(); err != nil {

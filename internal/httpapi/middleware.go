@@ -112,7 +112,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		r = r.WithContext(ctx)
 		// No page asks OPTIONS *: it is answered as Go's server would
 		// (serverOptions), without CORS.
-		preflight := r.RequestURI != "*" && s.cors(rec, r)
+		preflight := !(r.Method == http.MethodOptions && r.RequestURI == "*") && s.cors(rec, r)
 		switch {
 		case s.headerBytesExceeded(rec, r), s.refusedProtocol(rec, r, reached), serverOptions(rec, r):
 			// answered

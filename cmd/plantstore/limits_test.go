@@ -470,12 +470,20 @@ func TestSlowAndOversizedClients(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		limWantError(t, resp, body, http.StatusRequestHeaderFieldsTooLarge)
-		// net/http waits 500 ms between its FIN and the close.
-		conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		if n, err := br.Read(make([]byte, 1)); err != io.EOF {
-			t.Errorf("after the answer: %d bytes, %v; want the end of the stream (FIN)", n, err)
-		}
+		wantFIN(t, conn, br, "the 431 to an oversized head")
 	})
+}
+
+// wantFIN checks that the next read on conn, through br, after answer is
+// the end of the stream, sent before the server closes: it waits 500 ms
+// between its FIN and the close (net/http's rstAvoidanceDelay), and a
+// close without the FIN resets the connection instead.
+func wantFIN(t *testing.T, conn net.Conn, br *bufio.Reader, answer string) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("after %s: %d bytes, %v; want the end of the stream (FIN)", answer, n, err)
+	}
 }
 
 // slowlorisBesideOthers holds 20 connections with headers sent a byte at a

@@ -136,7 +136,7 @@ func TestTLS(t *testing.T) {
 	// A longer plain request is refused before it is all read: the
 	// answer still ends with FIN, not a reset that some client stacks
 	// would lose it to.
-	plainRefusalEndsWithFIN(t, strings.TrimPrefix(s.url, "http://"))
+	plainRefusalEndsWithFIN(t, s.url)
 	// And HTTPS still works after it.
 	if status, body := create(t, client, base, token, plantBody(1)); status != 200 {
 		t.Fatalf("create over HTTPS after a plain request: %d %s", status, body)
@@ -370,15 +370,11 @@ func checkHTTPSLinks(t *testing.T, client *http.Client, base, token string) {
 }
 
 // plainRefusalEndsWithFIN sends a plain HTTP request with 4 KiB of
-// headers to the TLS port at addr, and checks that its 400 is followed by
+// headers to the TLS port at url, and checks that its 400 is followed by
 // the end of the stream.
-func plainRefusalEndsWithFIN(t *testing.T, addr string) {
+func plainRefusalEndsWithFIN(t *testing.T, url string) {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := limDial(t, url)
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", strings.Repeat("p", 4<<10))
 	br := bufio.NewReader(conn)
@@ -390,8 +386,5 @@ func plainRefusalEndsWithFIN(t *testing.T, addr string) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a long plain request to the TLS port: %d", resp.StatusCode)
 	}
-	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
-		t.Errorf("after the 400 to a long plain request: %d bytes, %v; want the end of the stream (FIN)", n, err)
-	}
+	wantFIN(t, conn, br, "the 400 to a long plain request")
 }

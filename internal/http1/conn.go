@@ -324,10 +324,18 @@ func (c *conn) callHandler(w *response, req *http.Request) (ok bool) {
 // the client reads the answer before the reset its unread body provokes
 // (net/http's rstAvoidanceDelay).
 func (c *conn) closeWriteAndWait() {
-	if tc, ok := c.c.(interface{ CloseWrite() error }); ok {
-		tc.CloseWrite()
-	}
+	CloseWrite(c.c)
 	time.Sleep(500 * time.Millisecond)
+}
+
+// CloseWrite half-closes c (sends FIN) when c can, as a TCP connection
+// can; a wrapper of a connection calls it from its own CloseWrite, so
+// that the half-close reaches the socket through every layer.
+func CloseWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // after is the deadline d from now: none (zero) when d is 0.

@@ -299,12 +299,7 @@ func (c *replayConn) Close() error {
 // before closing a connection with a request left unread), which a
 // wrapper would otherwise hide: without the FIN first, the close resets
 // the connection, and a client may lose the answer with it.
-func (c *replayConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
+func (c *replayConn) CloseWrite() error { return CloseWrite(c.Conn) }
 
 func (c *replayConn) SetReadDeadline(t time.Time) error {
 	if !c.clamped.Swap(true) {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
+
+	"github.com/plantstore/plantstore/internal/http1"
 )
 
 // ServerLimits bound each connection of the HTTP server, so a slow or
@@ -218,12 +220,7 @@ func (c *limitedConn) Close() error {
 
 // CloseWrite half-closes a TCP connection, as the servers do before a
 // close that could otherwise reset an answer not yet read.
-func (c *limitedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
+func (c *limitedConn) CloseWrite() error { return http1.CloseWrite(c.Conn) }
 
 // JSONErrorListener wraps ln so that the errors net/http answers by itself,
 // before any handler runs (431 for oversized headers, 400 for a malformed
@@ -304,12 +301,7 @@ func (c jsonErrorConn) Write(p []byte) (int, error) {
 }
 
 // CloseWrite passes net/http's half-close on, as replayConn does.
-func (c jsonErrorConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
+func (c jsonErrorConn) CloseWrite() error { return http1.CloseWrite(c.Conn) }
 
 // writeError sends the Error body in place of p, a whole answer net/http
 // wrote before closing the connection.
@@ -443,9 +435,7 @@ func (c *sniffedConn) refusePlainHTTP() {
 	const message = "the client sent an HTTP request to an HTTPS server: use https://"
 	c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	c.Conn.Write(c.rejection(c.RemoteAddr(), http.StatusBadRequest, message))
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
+	http1.CloseWrite(c.Conn)
 	c.Conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	io.CopyN(io.Discard, c.Conn, maxRefusedDrain)
 	c.Conn.Close()

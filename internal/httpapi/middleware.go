@@ -112,7 +112,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		r = r.WithContext(ctx)
 		// No page asks OPTIONS *: it is answered as Go's server would
 		// (serverOptions), without CORS.
-		preflight := !(r.Method == http.MethodOptions && r.RequestURI == "*") && s.cors(rec, r)
+		preflight := !asksServerOptions(r) && s.cors(rec, r)
 		switch {
 		case s.headerBytesExceeded(rec, r), s.refusedProtocol(rec, r, reached), serverOptions(rec, r):
 			// answered
@@ -487,6 +487,11 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 	return true
 }
 
+// asksServerOptions says whether r is "OPTIONS *" (serverOptions).
+func asksServerOptions(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.RequestURI == "*"
+}
+
 // serverOptions answers "OPTIONS *", which asks what the server can do in
 // general (RFC 9110, section 9.3.7), with the methods the API serves in
 // Allow, and reports whether r was that. Without it the mux would answer
@@ -500,7 +505,7 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 // (section 4.3.7) had a server send Content-Length: 0 with an empty
 // answer to OPTIONS, which a 204 must not carry.
 func serverOptions(w http.ResponseWriter, r *http.Request) bool {
-	if r.Method != http.MethodOptions || r.RequestURI != "*" {
+	if !asksServerOptions(r) {
 		return false
 	}
 	h := w.Header()

@@ -160,17 +160,17 @@ func (c *conn) serve() {
 // 5.1), which no HTTP/1 request does: its first byte is a method's.
 const tlsHandshake = 0x16
 
-// tlsRefusal answers a TLS client on this plain HTTP port at once, which
+// refuseTLS answers a TLS client on this plain HTTP port at once, which
 // then reports the mistake ("wrong version number"), instead of waiting
-// out ReadHeaderTimeout for a head that never comes.
-var tlsRefusal = func() []byte {
-	body := `{"error":400,"message":"this port speaks plain HTTP, not TLS: use an http:// URL"}`
-	return fmt.Appendf(nil, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-}()
-
+// out ReadHeaderTimeout for a head that never comes. Its Date, as in
+// every other answer (RFC 9110, section 6.6.1), is why it is composed
+// each time.
 func (c *conn) refuseTLS() {
+	const body = `{"error":400,"message":"this port speaks plain HTTP, not TLS: use an http:// URL"}`
+	answer := fmt.Appendf(nil, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\nDate: ", len(body))
+	answer = append(appendDate(answer), "\r\n\r\n"+body...)
 	c.c.SetWriteDeadline(time.Now().Add(time.Second))
-	c.c.Write(tlsRefusal)
+	c.c.Write(answer)
 }
 
 // readHead returns the buffered head of the next request, through the

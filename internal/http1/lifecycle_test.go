@@ -466,6 +466,9 @@ func TestTLSClientAnsweredAtOnce(t *testing.T) {
 	if !strings.Contains(string(body), "not TLS") || res.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("a handshake record's answer: %q %s", res.Header, body)
 	}
+	if _, err := time.Parse(http.TimeFormat, res.Header.Get("Date")); err != nil {
+		t.Errorf("a handshake record's answer has no Date: %q", res.Header)
+	}
 	if !closedWithin(raw, br, time.Second) {
 		t.Error("the connection stayed open")
 	}

@@ -35,7 +35,7 @@ func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, buf []byte
 			return nil, errorStatus(http.StatusUnsupportedMediaType, "charset %q is not supported; JSON must be UTF-8", truncate(cs, 40))
 		}
 	}
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+	if ce, ok := unsupportedCoding(r.Header); !ok {
 		// Says which codings a request may take (RFC 9110, section
 		// 15.5.16; RFC 7694): none.
 		w.Header().Set("Accept-Encoding", "identity")
@@ -119,4 +119,20 @@ func readAll(dst []byte, r io.Reader) ([]byte, error) {
 
 func tooLarge(limit int64) error {
 	return errorStatus(http.StatusRequestEntityTooLarge, "the request body exceeds the limit of %d bytes", limit)
+}
+
+// unsupportedCoding returns the first content coding of a request other
+// than identity, and false, or "" and true when there is none. The field
+// is a list (RFC 9110, section 8.4), and several lines of it are one list
+// (section 5.3): "identity, identity" is as good as two lines of it, and
+// a gzip on a second line is as bad as on the first.
+func unsupportedCoding(h http.Header) (string, bool) {
+	for _, line := range h.Values("Content-Encoding") {
+		for coding := range strings.SplitSeq(line, ",") {
+			if c := strings.Trim(coding, " \t"); c != "" && !strings.EqualFold(c, "identity") {
+				return c, false
+			}
+		}
+	}
+	return "", true
 }

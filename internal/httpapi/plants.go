@@ -213,13 +213,14 @@ func queryLimit(v string, max int) (int, error) {
 	return int(n), nil
 }
 
-// spaceHint explains a space in a query value, which a client most
-// likely sent as a "+" (the query's space) meaning a plus sign.
+// spaceHint explains a space in a number in a query, which a client most
+// likely sent as a "+" (the query's space) meaning a sign. A number takes
+// no sign at all, so the hint is to leave it out, not to send it as %2B.
 func spaceHint(v string) string {
 	if !strings.Contains(v, " ") {
 		return ""
 	}
-	return ` (a "+" in a query string is a space; send a plus sign as %2B)`
+	return ` (a "+" in a query string is a space; send the number without a sign or spaces)`
 }
 
 // plainInteger reports whether s is an optional minus and decimal digits,

@@ -243,6 +243,27 @@ func TestUnsupportedMediaType(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Errorf("Content-Encoding identity: %d %s", resp.StatusCode, body)
 		}
+		// The field is a list, and its lines are one list (RFC 9110,
+		// sections 5.3 and 8.4): judged by every member, on every line.
+		for i, ce := range []string{"identity, identity", "IDENTITY ,identity,"} {
+			resp, body := e.do("POST", "/plants", map[string]string{
+				"Authorization": "Bearer " + e.writeToken, "Content-Type": "application/json", "Content-Encoding": ce,
+			}, strings.NewReader(fmt.Sprintf(`{"id":%d,"name":"a"}`, 80+i)))
+			if resp.StatusCode != 200 {
+				t.Errorf("Content-Encoding %q: %d %s", ce, resp.StatusCode, body)
+			}
+		}
+		for _, lines := range []string{"identity, gzip", "identity\r\nContent-Encoding: gzip"} {
+			resp, body := e.raw("POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + e.writeToken +
+				"\r\nContent-Type: application/json\r\nContent-Encoding: " + lines + "\r\nContent-Length: 20\r\n\r\n{\"id\":61,\"name\":\"a\"}")
+			wantError(t, resp, body, 415, `Content-Encoding "gzip"`)
+			if resp.Header.Get("Accept-Encoding") != "identity" {
+				t.Errorf("Content-Encoding %q: 415 with Accept-Encoding %q", lines, resp.Header.Get("Accept-Encoding"))
+			}
+			if _, ok := e.stored(61); ok {
+				t.Fatalf("Content-Encoding %q stored a plant", lines)
+			}
+		}
 	})
 }
 

@@ -265,14 +265,18 @@ func TestListQueryErrors(t *testing.T) {
 		if resp, body := e.do("GET", "/plants?tag", map[string]string{"Authorization": "Bearer " + e.readToken}, nil); resp.StatusCode != 200 || string(body) != `[{"id":1,"name":"x","tag":""}]` {
 			t.Errorf("GET /plants?tag: %d %s, want plant 1 alone", resp.StatusCode, body)
 		}
-		// A "+" arrives as a space: the message says why it quotes one.
+		// A "+" arrives as a space: the message says why it quotes one,
+		// and advises what is accepted (a sign is not, even as %2B).
 		for _, path := range []string{"/plants?limit=+5", "/plants?after=+5", "/events?limit=+5", "/events?after=+5"} {
 			resp, body := e.do("GET", path, map[string]string{"Authorization": "Bearer " + e.readToken}, nil)
-			if wantError(t, resp, body, 400); !strings.Contains(string(body), `got \" 5\" (a \"+\" in a query string is a space; send a plus sign as %2B)`) {
+			if wantError(t, resp, body, 400); !strings.Contains(string(body), `got \" 5\" (a \"+\" in a query string is a space; send the number without a sign or spaces)`) {
 				t.Errorf("GET %s: %s, want the space explained", path, body)
 			}
+			if strings.Contains(string(body), "%2B") {
+				t.Errorf("GET %s: %s advises %%2B, which is refused too", path, body)
+			}
 		}
-		if resp, body := e.do("GET", "/plants?limit=abc", map[string]string{"Authorization": "Bearer " + e.readToken}, nil); strings.Contains(string(body), "%2B") {
+		if resp, body := e.do("GET", "/plants?limit=abc", map[string]string{"Authorization": "Bearer " + e.readToken}, nil); strings.Contains(string(body), "is a space") {
 			t.Errorf("GET /plants?limit=abc: %d %s, a hint about a space it does not have", resp.StatusCode, body)
 		}
 	})

@@ -45,13 +45,15 @@ func TestRootPointsToTheDocs(t *testing.T) {
 	}
 	noRedirect := *e.client
 	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	req, _ := http.NewRequest("GET", e.url+"/docs/", nil)
-	resp, err := noRedirect.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != e.url+"/docs" {
-		t.Errorf("GET /docs/: %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	for path, want := range map[string]string{"/docs/": "/docs", "/docs/?x=1&y=%2B": "/docs?x=1&y=%2B"} {
+		req, _ := http.NewRequest("GET", e.url+path, nil)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != e.url+want {
+			t.Errorf("GET %s: %d, Location %q, want %s", path, resp.StatusCode, resp.Header.Get("Location"), e.url+want)
+		}
 	}
 }

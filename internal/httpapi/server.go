@@ -446,12 +446,16 @@ func (r *acceptRank) consider(specific int, q float64, at int) {
 }
 
 // redirectToDocs sends /docs/ to /docs, where the page's relative links
-// (openapi.json, its script) resolve.
+// (openapi.json, its script) resolve; the query goes along, as with the
+// other redirects to a canonical path.
 func (s *Server) redirectToDocs() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		target := "../docs"
 		if base := s.baseURL(r); base != "" {
 			target = base + "/docs"
+		}
+		if r.URL.RawQuery != "" {
+			target += "?" + r.URL.RawQuery
 		}
 		http.Redirect(w, r, target, http.StatusMovedPermanently)
 	})

@@ -473,6 +473,56 @@ func TestShutdownTimeoutExitsOne(t *testing.T) {
 	}
 }
 
+// A create waiting for the store's lock, which another process holds past
+// --shutdown-timeout (and past the 5 s the token-use times get): its
+// connection closes without an answer when the timeout ends, and the
+// process exits soon after, not when --busy-timeout ends (docs/
+// operations.md, "Running it").
+func TestShutdownTimeoutWithTheStoreLocked(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "me")
+	s := serveProcess(t, dir, "--shutdown-timeout", "300ms", "--busy-timeout", "60s", "--request-timeout", "60s")
+	lock, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "plantstore.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	holder, err := lock.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.ExecContext(context.Background(), "ROLLBACK")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"id":1,"name":"late"}`
+	fmt.Fprintf(conn, "POST /plants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", token, len(body), body)
+	time.Sleep(300 * time.Millisecond) // the create waits for the lock
+	answered := make(chan string, 1)
+	go func() {
+		conn.SetReadDeadline(time.Now().Add(time.Minute))
+		got, _ := io.ReadAll(conn)
+		answered <- string(got)
+	}()
+	if code := stopOutOfTime(t, s); code != 1 {
+		t.Errorf("exit status %d after the shutdown timeout, want 1\n%s", code, s.logs)
+	}
+	select {
+	case got := <-answered:
+		if got != "" {
+			t.Errorf("the create cut off by the shutdown was answered %q, want its connection closed", got)
+		}
+	case <-time.After(time.Second):
+		t.Error("the connection of the create cut off by the shutdown is still open after the exit")
+	}
+}
+
 // Connections whose request head is still coming in when
 // --shutdown-timeout ends hold no request: the process closes them and
 // exits 0, whether the lean server reads the head or net/http does (a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -70,6 +71,15 @@ shown beside it.`, env.getenv, stdout, stderr)
 		return dbMistake(err)
 	}
 	defer func() {
+		if errors.Is(err, app.ErrUnfinished) {
+			// A request cut off may still wait on the store, as long as
+			// --busy-timeout when another process holds its lock, and
+			// Close waits for it. The process need not: whatever was
+			// answered 200 is on disk, and SQLite recovers its log at
+			// the next start, as after a crash.
+			within(unfinishedCloseWait, func() { a.Close() })
+			return
+		}
 		if cerr := a.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the store: %w", cerr)
 		}
@@ -85,6 +95,10 @@ shown beside it.`, env.getenv, stdout, stderr)
 	}()
 	return a.Serve(ctx, ln)
 }
+
+// unfinishedCloseWait bounds closing the store after a shutdown that ran
+// out of time.
+const unfinishedCloseWait = 2 * time.Second
 
 // serveFlags are serve's flags, as parsed.
 type serveFlags struct {

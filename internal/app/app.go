@@ -76,6 +76,12 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
+// ErrUnfinished is Serve's error when requests were still running at the
+// end of ShutdownTimeout: their connections were closed without an answer,
+// and one may still be waiting on the store (for a lock another process
+// holds), so the caller need not wait for Close as long as it would.
+var ErrUnfinished = errors.New("in-flight requests did not finish")
+
 // Serve answers the API on ln until ctx ends, then lets the requests in
 // flight finish (within ShutdownTimeout), stops the background work and
 // returns. The webhook dispatcher stops after the API, so creates answered
@@ -158,7 +164,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		err = errors.Join(a.server.Shutdown(shutdownCtx), <-fastErr)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("in-flight requests did not finish within %s", a.cfg.ShutdownTimeout)
+			// Their connections close without an answer (net/http's
+			// Shutdown leaves them open; the fast path's closes its own),
+			// so none is answered after the process says it stopped.
+			a.server.Close()
+			err = fmt.Errorf("%w within %s", ErrUnfinished, a.cfg.ShutdownTimeout)
 		}
 	}
 	if errors.Is(err, http.ErrServerClosed) {

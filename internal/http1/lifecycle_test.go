@@ -309,13 +309,17 @@ func TestShutdownWithAHeadComingIn(t *testing.T) {
 
 	addr, s = listen(t, handler, true, Limits{ReadHeaderTimeout: time.Minute})
 	defer close(release)
-	c, _ = dial(t, addr)
+	c, br = dial(t, addr)
 	fmt.Fprint(c, "GET /plants/slow HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown with a handler still running: %v, want the deadline's error", err)
+	}
+	// Its connection is closed, without an answer.
+	if !closedWithin(c, br, time.Second) {
+		t.Error("the connection of the handler still running is open after the shutdown's timeout")
 	}
 }
 

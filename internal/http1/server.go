@@ -189,18 +189,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	// Out of time. Connections still waiting for a request were only
-	// slow to close (a timeout of a nanosecond does that): close them,
-	// and report the timeout only when a request is still being served.
+	// Out of time: close every connection. Those still waiting for a
+	// request were only slow to close (a timeout of a nanosecond does
+	// that); those serving one give their clients no answer, not one
+	// written after the process said it stopped. The timeout is reported
+	// only when a request was still being served.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	serving := false
 	for c := range s.conns {
 		if c.phase.Load() == phaseServing {
 			serving = true
-		} else {
-			c.c.Close()
 		}
+		c.c.Close()
 	}
 	if serving {
 		return ctx.Err()

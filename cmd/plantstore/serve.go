@@ -227,6 +227,9 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 			return cfg, usageError(fmt.Sprintf("%s %q: want HOST:PORT, with a port up to 65535, such as 127.0.0.1:8080 or :8080", a.flag, a.addr))
 		}
 	}
+	if err := clashingAddrs([][2]string{{"--addr", *f.addr}, {"--metrics-addr", *f.metricsAddr}, {"--pprof-addr", *f.pprofAddr}}); err != nil {
+		return cfg, err
+	}
 	// No "0 means the default": a limit of 0 could be read as none.
 	if *f.maxBody < 1 {
 		return cfg, usageError(fmt.Sprintf("--max-body-bytes %d: want 1 or more (the default is %d)", *f.maxBody, httpapi.DefaultMaxBodyBytes))
@@ -461,6 +464,38 @@ func listenAll(cfg *app.Config, addr string) (net.Listener, error) {
 		}
 	}
 	return ln, nil
+}
+
+// clashingAddrs refuses two listeners given one port on hosts that
+// overlap (the same, or one of them every address): a mistake in the
+// command line, not a port some other process holds, which listening
+// would report. Port 0, a free port each, never clashes.
+func clashingAddrs(addrs [][2]string) error {
+	type bound struct{ flag, addr, host string }
+	byPort := map[int][]bound{}
+	for _, a := range addrs {
+		host, service, err := net.SplitHostPort(a[1])
+		if err != nil {
+			continue // told apart, or not given
+		}
+		port, err := net.LookupPort("tcp", service)
+		if err != nil || port == 0 {
+			continue
+		}
+		for _, other := range byPort[port] {
+			if host == other.host || anyHost(host) || anyHost(other.host) {
+				return usageError(fmt.Sprintf("%s %s and %s %s: one port for two listeners; give each a port of its own", other.flag, other.addr, a[0], a[1]))
+			}
+		}
+		byPort[port] = append(byPort[port], bound{a[0], a[1], host})
+	}
+	return nil
+}
+
+// anyHost reports whether a listener's host is every address of the machine.
+func anyHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || (ip != nil && ip.IsUnspecified())
 }
 
 // closeListeners closes those of ls that are bound.

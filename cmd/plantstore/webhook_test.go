@@ -661,6 +661,16 @@ func TestServeAddressesChecked(t *testing.T) {
 	} {
 		wantServeRefused(t, dir, args, args[len(args)-2]+" ", "HOST:PORT")
 	}
+	// Two listeners given one port, on the same host or one of them on
+	// every address: a mistake in the command line, not a port in use.
+	for _, args := range [][]string{
+		{"--addr", "127.0.0.1:18584", "--metrics-addr", "127.0.0.1:18584"},
+		{"--addr", ":18584", "--pprof-addr", "127.0.0.1:18584"},
+		{"--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:18585", "--pprof-addr", "[::]:18585"},
+		{"--metrics-addr", "127.0.0.1:8080"}, // --addr's default
+	} {
+		wantServeRefused(t, dir, args, "one port for two listeners")
+	}
 	wantNoStore(t, dir, "a refused address")
 }
 

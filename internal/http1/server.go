@@ -153,8 +153,9 @@ func (s *Server) untrack(c *conn) {
 
 // Shutdown stops accepting, closes the connections waiting for a request,
 // lets those serving one finish it (and close), and waits for them until
-// ctx ends. The connections handed off are the net/http server's to shut
-// down; Handoffs stops handing more.
+// ctx ends; then it closes every connection left, and returns ctx's error
+// if one was still serving a request. The connections handed off are the
+// net/http server's to shut down; Handoffs stops handing more.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closing.Swap(true) {

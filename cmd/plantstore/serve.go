@@ -214,20 +214,24 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 	}
 	// A mistyped address is a usage error, told before the store opens,
 	// as other flags' are: not a failure to listen.
-	for _, a := range []struct{ flag, addr string }{{"--addr", *f.addr}, {"--metrics-addr", *f.metricsAddr}, {"--pprof-addr", *f.pprofAddr}} {
+	var listeners []listenerAddr
+	for _, a := range []listenerAddr{{flag: "--addr", addr: *f.addr}, {flag: "--metrics-addr", addr: *f.metricsAddr}, {flag: "--pprof-addr", addr: *f.pprofAddr}} {
 		if a.addr == "" && a.flag != "--addr" {
 			continue
 		}
-		_, port, err := net.SplitHostPort(a.addr)
-		if err == nil && port != "" {
+		var service string
+		var err error
+		a.host, service, err = net.SplitHostPort(a.addr)
+		if err == nil && service != "" {
 			// A number up to 65535, or a service's name (":http").
-			_, err = net.LookupPort("tcp", port)
+			a.port, err = net.LookupPort("tcp", service)
 		}
-		if err != nil || port == "" {
+		if err != nil || service == "" {
 			return cfg, usageError(fmt.Sprintf("%s %q: want HOST:PORT, with a port up to 65535, such as 127.0.0.1:8080 or :8080", a.flag, a.addr))
 		}
+		listeners = append(listeners, a)
 	}
-	if err := clashingAddrs([][2]string{{"--addr", *f.addr}, {"--metrics-addr", *f.metricsAddr}, {"--pprof-addr", *f.pprofAddr}}); err != nil {
+	if err := clashingAddrs(listeners); err != nil {
 		return cfg, err
 	}
 	// No "0 means the default": a limit of 0 could be read as none.
@@ -466,28 +470,24 @@ func listenAll(cfg *app.Config, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// listenerAddr is a listening address given on the command line, and
+// its host and port once checked.
+type listenerAddr struct {
+	flag, addr, host string
+	port             int
+}
+
 // clashingAddrs refuses two listeners given one port on hosts that
 // overlap (the same, or one of them every address): a mistake in the
 // command line, not a port some other process holds, which listening
 // would report. Port 0, a free port each, never clashes.
-func clashingAddrs(addrs [][2]string) error {
-	type bound struct{ flag, addr, host string }
-	byPort := map[int][]bound{}
-	for _, a := range addrs {
-		host, service, err := net.SplitHostPort(a[1])
-		if err != nil {
-			continue // told apart, or not given
-		}
-		port, err := net.LookupPort("tcp", service)
-		if err != nil || port == 0 {
-			continue
-		}
-		for _, other := range byPort[port] {
-			if host == other.host || anyHost(host) || anyHost(other.host) {
-				return usageError(fmt.Sprintf("%s %s and %s %s: one port for two listeners; give each a port of its own", other.flag, other.addr, a[0], a[1]))
+func clashingAddrs(listeners []listenerAddr) error {
+	for i, a := range listeners {
+		for _, other := range listeners[:i] {
+			if a.port != 0 && a.port == other.port && (a.host == other.host || anyHost(a.host) || anyHost(other.host)) {
+				return usageError(fmt.Sprintf("%s %s and %s %s: one port for two listeners; give each a port of its own", other.flag, other.addr, a.flag, a.addr))
 			}
 		}
-		byPort[port] = append(byPort[port], bound{a[0], a[1], host})
 	}
 	return nil
 }

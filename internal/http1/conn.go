@@ -168,7 +168,7 @@ const tlsHandshake = 0x16
 func (c *conn) refuseTLS() {
 	const body = `{"error":400,"message":"this port speaks plain HTTP, not TLS: use an http:// URL"}`
 	answer := fmt.Appendf(nil, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\nDate: ", len(body))
-	answer = append(appendDate(answer), "\r\n\r\n"+body...)
+	answer = append(AppendDate(answer), "\r\n\r\n"+body...)
 	c.c.SetWriteDeadline(time.Now().Add(time.Second))
 	c.c.Write(answer)
 }

@@ -143,7 +143,7 @@ func (w *response) appendAnswer(dst []byte, keep bool) []byte {
 	}
 	if _, dated := w.header["Date"]; !dated {
 		dst = append(dst, "Date: "...)
-		dst = appendDate(dst)
+		dst = AppendDate(dst)
 		dst = append(dst, "\r\n"...)
 	}
 	if !keep {
@@ -178,7 +178,9 @@ type formattedDate struct {
 
 var lastDate atomic.Pointer[formattedDate]
 
-func appendDate(dst []byte) []byte {
+// AppendDate appends the Date field's value for now (RFC 9110, section
+// 6.6.1), formatted once a second for every answer that needs it.
+func AppendDate(dst []byte) []byte {
 	now := time.Now()
 	if d := lastDate.Load(); d != nil && d.second == now.Unix() {
 		return append(dst, d.text...)

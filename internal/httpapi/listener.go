@@ -332,9 +332,11 @@ func (j rejecter) rejection(remote net.Addr, status int, message string) []byte 
 	body, _ := json.Marshal(errorBody{Error: int32(status), Message: message})
 	// Date, as in every other answer: RFC 9110 (section 6.6.1) has an
 	// origin server with a clock send it in every 4xx.
-	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
-		"X-Content-Type-Options: nosniff\r\nX-Request-Id: %s\r\nDate: %s\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), len(body), id, time.Now().UTC().Format(http.TimeFormat), body)
+	answer := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
+		"X-Content-Type-Options: nosniff\r\nX-Request-Id: %s\r\nDate: ", status, http.StatusText(status), len(body), id)
+	answer = http1.AppendDate(answer)
+	answer = append(answer, "\r\nConnection: close\r\n\r\n"...)
+	return append(answer, body...)
 }
 
 // TLSConfig is the server's TLS: the certificate and key in PEM files,

@@ -323,6 +323,58 @@ func TestShutdownWithAHeadComingIn(t *testing.T) {
 	}
 }
 
+// slowClosingListener's connections take a second to close, as a TLS
+// connection does whose Close sends its close_notify to a client that
+// stopped reading (it waits up to 5 s).
+type slowClosingListener struct{ net.Listener }
+
+func (l slowClosingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return slowClosingConn{c}, nil
+}
+
+type slowClosingConn struct{ net.Conn }
+
+func (c slowClosingConn) Close() error {
+	time.Sleep(time.Second)
+	return c.Conn.Close()
+}
+
+// A shutdown out of time closes the connections left all at once: one
+// slow to close does not hold the others' closes, or the shutdown, back
+// by as much each.
+func TestShutdownClosesSlowConnectionsTogether(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+	})
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(handler, takePlants, Limits{}, nil)
+	go s.Serve(slowClosingListener{inner})
+	const conns = 4
+	for range conns {
+		c, _ := dial(t, inner.Addr().String())
+		fmt.Fprint(c, "GET /plants/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	time.Sleep(200 * time.Millisecond) // each handler waiting
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown with handlers still running: %v, want the deadline's error", err)
+	}
+	if took := time.Since(began); took > 2500*time.Millisecond {
+		t.Errorf("Shutdown took %v closing %d connections that take 1 s each; want about 1 s, not one after another", took, conns)
+	}
+}
+
 // Many clients at once, on kept-alive connections, fast and handed-off
 // requests side by side: every answer is the right one (run with -race).
 // A connection once handed off stays with net/http, so the plant requests

@@ -173,13 +173,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	// So too for the long heads net/http reads, which its own Shutdown
-	// would wait for.
+	// would wait for. Once cut, a head's end is not passed on, so their
+	// closes need not be waited for.
+	var cut []net.Conn
 	for rc := range s.partials {
 		if rc.phase.CompareAndSwap(phaseHead, phaseCut) {
-			rc.Conn.Close()
+			cut = append(cut, rc.Conn)
 		}
 	}
 	s.mu.Unlock()
+	go closeAll(cut)
 	done := make(chan struct{})
 	go func() {
 		s.draining.Wait()
@@ -196,18 +199,32 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// written after the process said it stopped. The timeout is reported
 	// only when a request was still being served.
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	serving := false
+	left := make([]net.Conn, 0, len(s.conns))
 	for c := range s.conns {
 		if c.phase.Load() == phaseServing {
 			serving = true
 		}
-		c.c.Close()
+		left = append(left, c.c)
 	}
+	s.mu.Unlock()
+	closeAll(left)
 	if serving {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// closeAll closes conns all at once and returns when every Close has: a
+// TLS connection's Close first sends its close_notify alert, which waits
+// up to 5 s for a client that stopped reading, and one such client must
+// not hold the others' closes back by as much each.
+func closeAll(conns []net.Conn) {
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() { c.Close() })
+	}
+	wg.Wait()
 }
 
 // handoffListener yields the connections the fast path hands to net/http.

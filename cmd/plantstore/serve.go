@@ -322,7 +322,7 @@ func addWebhookFlags(fs *flagSet) webhookFlags {
 		maxAge:        fs.Duration("webhook-max-age", 0, "deprecated: the earlier name of --webhook-park-after, used in its place when set"),
 		timeout:       fs.Duration("webhook-timeout", 10*time.Second, "time one webhook attempt may take, connection to answer"),
 		poll:          fs.Duration("webhook-poll", time.Second, "how often to look for due webhook deliveries when no create of this process signals one (bounds how soon instances send what others enqueued), and, on PostgreSQL, how often event streams look for other instances' events in any case (NOTIFY tells them sooner)"),
-		lease:         fs.Duration("webhook-lease", 30*time.Second, "how long a subscriber stays with one instance without renewal; a crashed instance's subscribers are taken over after it (at least 3x --webhook-timeout)"),
+		lease:         fs.Duration("webhook-lease", 30*time.Second, "how long a subscriber stays with one instance without renewal; a crashed instance's subscribers are taken over after it (a value under 3x --webhook-timeout is raised to that, with a warning)"),
 		workers:       fs.Int64("webhook-workers", 16, "subscribers served at once; a slow one holds one worker, never the others, and past this many they take turns"),
 		concurrency:   fs.Int64("webhook-concurrency", webhook.DefaultConcurrency, "webhook attempts in flight to one subscriber; one plant's events still go one after another, in order"),
 		given:         fs.given,

@@ -65,7 +65,8 @@ func webhookAdd(ctx context.Context, args []string, getenv func(string) string, 
 
 Subscribes URL (http or https) to new plants (to the changes of
 --events) and prints its signing secret
-("whsec_" + base64) on stdout; it is shown only this once. Servers refuse
+("whsec_" + base64) on stdout; it is shown only this once (with standard
+output closed or on /dev/null, add makes nothing and exits 1). Servers refuse
 to deliver to loopback, private and link-local addresses unless they run
 with --allow-private-webhooks, and to cloud metadata addresses unless they
 run with --allow-metadata-webhooks: add warns when the URL's host is (or,

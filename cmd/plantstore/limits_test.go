@@ -113,6 +113,7 @@ func TestLimitFlags(t *testing.T) {
 		"-rate-burst", "PLANTSTORE_RATE_BURST", "-auth-failure-limit", "PLANTSTORE_AUTH_FAILURE_LIMIT",
 		"-auth-failure-window", "PLANTSTORE_AUTH_FAILURE_WINDOW", "-trusted-proxies", "PLANTSTORE_TRUSTED_PROXIES",
 		"-max-connections", "PLANTSTORE_MAX_CONNECTIONS",
+		"-max-connections-per-address", "PLANTSTORE_MAX_CONNECTIONS_PER_ADDRESS",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("serve --help does not mention %s", want)
@@ -134,6 +135,7 @@ func TestLimitFlags(t *testing.T) {
 		{nil, []string{"--max-body-bytes", "0"}, "--max-body-bytes 0: want 1 or more"},
 		{[]string{"PLANTSTORE_MAX_HEADER_BYTES=10"}, nil, "--max-header-bytes 10: want 1024 or more"},
 		{nil, []string{"--max-connections", "-1"}, "--max-connections: must not be negative"},
+		{nil, []string{"--max-connections-per-address", "-1"}, "--max-connections-per-address: must not be negative"},
 	} {
 		if out := serveRefused(t, tc.env, tc.args...); !strings.Contains(out, tc.want) {
 			t.Errorf("serve %q with %q says\n%s\nwhich does not mention %q", tc.args, tc.env, out, tc.want)

@@ -335,3 +335,61 @@ func TestMetricsConnectionLimitWaits(t *testing.T) {
 	awaitSample(t, addr, waits, 2)
 	awaitSample(t, addr, open, 2)
 }
+
+// With --max-connections-per-address 2, a third connection from one
+// address is closed at once, unanswered, counted and logged, while
+// another address is served; a closed connection gives its address's
+// place back. A trusted proxy's address has no such cap.
+func TestMaxConnectionsPerAddress(t *testing.T) {
+	t.Parallel()
+	s := serve(t, t.TempDir(), "--max-connections-per-address", "2", "--metrics-addr", "127.0.0.1:0")
+	addr := metricsAddr(t, s)
+	const refused = "plantstore_http_connections_refused_total"
+	if text := scrapeMetrics(t, addr); !strings.Contains(text, "# TYPE "+refused+" counter\n"+refused+" 0\n") {
+		t.Fatalf("the scrape has no counter %s at 0:\n%s", refused, text)
+	}
+	first, second := dialFrom(t, s.url, "127.0.0.1"), dialFrom(t, s.url, "127.0.0.1")
+	if !answeredOn(t, first, "/healthz", 5*time.Second) || !answeredOn(t, second, "/plants/1", 5*time.Second) {
+		t.Fatal("the first two connections were not served")
+	}
+	third := dialFrom(t, s.url, "127.0.0.1")
+	fmt.Fprint(third, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	third.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := third.Read(make([]byte, 1)); n != 0 || err == nil || isTimeout(err) {
+		t.Fatalf("a third connection from one address: read %d bytes (%v), want it closed unanswered", n, err)
+	}
+	awaitSample(t, addr, refused, 1)
+	limAwaitLog(t, s, "connection refused: its address has the most connections")
+	if !answeredOn(t, dialFrom(t, s.url, "127.0.0.2"), "/healthz", 5*time.Second) {
+		t.Fatal("a connection from another address was not served")
+	}
+	first.Close()
+	awaitSample(t, addr, "plantstore_http_connections_open", 2)
+	if !answeredOn(t, dialFrom(t, s.url, "127.0.0.1"), "/healthz", 5*time.Second) {
+		t.Fatal("a connection from the address was not served after one of its two closed")
+	}
+
+	proxied := serve(t, t.TempDir(), "--max-connections-per-address", "1", "--trusted-proxies", "127.0.0.1")
+	for i := range 3 {
+		if !answeredOn(t, dialFrom(t, proxied.url, "127.0.0.1"), "/healthz", 5*time.Second) {
+			t.Fatalf("connection %d from a trusted proxy was not served with a cap of 1 an address", i+1)
+		}
+	}
+}
+
+// dialFrom connects to the server at url from the loopback address from.
+func dialFrom(t *testing.T, url, from string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func isTimeout(err error) bool {
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}

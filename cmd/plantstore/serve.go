@@ -110,6 +110,7 @@ type serveFlags struct {
 	requestTimeout, shutdownTimeout         *time.Duration
 	drainDelay                              *time.Duration
 	maxConns                                *int64
+	maxConnsPerAddress                      *int64
 	tlsCert, tlsKey, publicURL, corsOrigins *string
 	limits                                  limitFlags
 	metricsAddr, pprofAddr                  *string
@@ -151,35 +152,41 @@ func (f eventFlags) apply(cfg *app.Config) error {
 // default --max-streams and --max-in-flight together.
 const defaultMaxConnections = 4096
 
+// defaultMaxConnectionsPerAddress is an eighth of defaultMaxConnections:
+// one client, which may hold idle connections for free, cannot take every
+// place; the load harness's sweep (256 connections from loopback) fits.
+const defaultMaxConnectionsPerAddress = 512
+
 // minHeaderBytes is the least --max-header-bytes: below it every request
 // would get 431, /healthz's included.
 const minHeaderBytes = 1024
 
 func addServeFlags(fs *flagSet) serveFlags {
 	return serveFlags{
-		addr:              fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on"),
-		db:                addServeDBFlags(fs),
-		maxBody:           fs.Int64("max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted, in `BYTES`; larger gets 413"),
-		maxHeader:         fs.Int64("max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block accepted, in `BYTES`; larger gets 431"),
-		readHeaderTimeout: fs.Duration("read-header-timeout", 5*time.Second, "time a client has to send the request headers"),
-		readTimeout:       fs.Duration("read-timeout", 30*time.Second, "time a client has to send the whole request"),
-		writeTimeout:      fs.Duration("write-timeout", 30*time.Second, "time to write the answer, from the end of the headers"),
-		idleTimeout:       fs.Duration("idle-timeout", 120*time.Second, "time an idle keep-alive connection stays open"),
-		maxConns:          fs.Int64("max-connections", defaultMaxConnections, "client connections open at once, idle keep-alive ones included; more wait in the kernel's queue until one closes (0: no cap)"),
-		requestTimeout:    fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503"),
-		tlsCert:           fs.String("tls-cert", "", "`FILE` with the TLS certificate chain (PEM): serve HTTPS, TLS 1.2 at least; needs --tls-key"),
-		tlsKey:            fs.String("tls-key", "", "`FILE` with the TLS private key (PEM)"),
-		publicURL:         fs.String("public-url", "", "`URL` clients reach the API at, behind a proxy or under a path prefix: makes Link headers absolute and names it in the served document's servers"),
-		corsOrigins:       fs.String("cors-origins", "", "comma-separated `ORIGINS` (scheme://host[:port]) whose web pages may call the API, or * for any; off when empty. Tokens are never cookies, so no origin gets credentials"),
-		shutdownTimeout:   fs.Duration("shutdown-timeout", app.DefaultShutdownTimeout, "time in-flight requests get to finish after SIGTERM, SIGINT or SIGHUP"),
-		drainDelay:        fs.OptionalDuration("drain-delay", "time serve goes on serving after SIGTERM, SIGINT or SIGHUP, /readyz answering 503, so that a load balancer takes it out before it stops accepting connections"),
-		limits:            addLimitFlags(fs),
-		metricsAddr:       fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty"),
-		pprofAddr:         fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback"),
-		hooks:             addWebhookFlags(fs),
-		events:            addEventFlags(fs),
-		logFormat:         fs.String("log-format", "json", "log format: json or text"),
-		logLevel:          fs.String("log-level", "info", "least severe log level: debug, info, warn or error"),
+		addr:               fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on"),
+		db:                 addServeDBFlags(fs),
+		maxBody:            fs.Int64("max-body-bytes", httpapi.DefaultMaxBodyBytes, "largest request body accepted, in `BYTES`; larger gets 413"),
+		maxHeader:          fs.Int64("max-header-bytes", httpapi.DefaultMaxHeaderBytes, "largest request header block accepted, in `BYTES`; larger gets 431"),
+		readHeaderTimeout:  fs.Duration("read-header-timeout", 5*time.Second, "time a client has to send the request headers"),
+		readTimeout:        fs.Duration("read-timeout", 30*time.Second, "time a client has to send the whole request"),
+		writeTimeout:       fs.Duration("write-timeout", 30*time.Second, "time to write the answer, from the end of the headers"),
+		idleTimeout:        fs.Duration("idle-timeout", 120*time.Second, "time an idle keep-alive connection stays open"),
+		maxConns:           fs.Int64("max-connections", defaultMaxConnections, "client connections open at once, idle keep-alive ones included; more wait in the kernel's queue until one closes (0: no cap)"),
+		maxConnsPerAddress: fs.Int64("max-connections-per-address", defaultMaxConnectionsPerAddress, "client connections open at once from one address (an IPv6 address: its /64), but --trusted-proxies'; more are closed at once, unanswered (0: no cap)"),
+		requestTimeout:     fs.Duration("request-timeout", httpapi.DefaultRequestTimeout, "time the service may work on one request before answering 503"),
+		tlsCert:            fs.String("tls-cert", "", "`FILE` with the TLS certificate chain (PEM): serve HTTPS, TLS 1.2 at least; needs --tls-key"),
+		tlsKey:             fs.String("tls-key", "", "`FILE` with the TLS private key (PEM)"),
+		publicURL:          fs.String("public-url", "", "`URL` clients reach the API at, behind a proxy or under a path prefix: makes Link headers absolute and names it in the served document's servers"),
+		corsOrigins:        fs.String("cors-origins", "", "comma-separated `ORIGINS` (scheme://host[:port]) whose web pages may call the API, or * for any; off when empty. Tokens are never cookies, so no origin gets credentials"),
+		shutdownTimeout:    fs.Duration("shutdown-timeout", app.DefaultShutdownTimeout, "time in-flight requests get to finish after SIGTERM, SIGINT or SIGHUP"),
+		drainDelay:         fs.OptionalDuration("drain-delay", "time serve goes on serving after SIGTERM, SIGINT or SIGHUP, /readyz answering 503, so that a load balancer takes it out before it stops accepting connections"),
+		limits:             addLimitFlags(fs),
+		metricsAddr:        fs.String("metrics-addr", "", "`HOST:PORT` to serve Prometheus metrics on (GET /metrics), apart from the API; off when empty"),
+		pprofAddr:          fs.String("pprof-addr", "", "`HOST:PORT` to serve Go's profiler (net/http/pprof) on, apart from the API; off when empty. Keep it on loopback"),
+		hooks:              addWebhookFlags(fs),
+		events:             addEventFlags(fs),
+		logFormat:          fs.String("log-format", "json", "log format: json or text"),
+		logLevel:           fs.String("log-level", "info", "least severe log level: debug, info, warn or error"),
 	}
 }
 
@@ -192,12 +199,13 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		Store: f.db.storeConfig(),
 		API:   httpapi.Config{MaxBodyBytes: *f.maxBody, RequestTimeout: *f.requestTimeout},
 		Server: httpapi.ServerLimits{
-			ReadHeaderTimeout: *f.readHeaderTimeout,
-			ReadTimeout:       *f.readTimeout,
-			WriteTimeout:      *f.writeTimeout,
-			IdleTimeout:       *f.idleTimeout,
-			MaxHeaderBytes:    int(*f.maxHeader),
-			MaxConnections:    int(*f.maxConns),
+			ReadHeaderTimeout:        *f.readHeaderTimeout,
+			ReadTimeout:              *f.readTimeout,
+			WriteTimeout:             *f.writeTimeout,
+			IdleTimeout:              *f.idleTimeout,
+			MaxHeaderBytes:           int(*f.maxHeader),
+			MaxConnections:           int(*f.maxConns),
+			MaxConnectionsPerAddress: int(*f.maxConnsPerAddress),
 		},
 		ShutdownTimeout: *f.shutdownTimeout,
 		DrainDelay:      *f.drainDelay,

@@ -95,7 +95,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	if a.metrics != nil {
 		counts = &a.conns
 	}
-	ln = httpapi.LimitConnections(ln, a.cfg.Server.MaxConnections, a.log, counts)
+	ln = httpapi.LimitConnections(ln, httpapi.ConnLimits{Max: a.cfg.Server.MaxConnections,
+		PerAddress: a.cfg.Server.MaxConnectionsPerAddress, Exempt: a.cfg.API.TrustedProxies}, a.log, counts)
 	if a.cfg.TLS != nil {
 		ln = httpapi.TLSListener(ln, a.cfg.TLS, a.log, a.observer())
 		scheme = "https"

@@ -121,7 +121,9 @@ func (a *App) watch() {
 	if a.metrics == nil {
 		return
 	}
-	a.metrics.Connections(a.cfg.Server.MaxConnections, func() (int64, int64) { return a.conns.Open(), a.conns.Waits() })
+	a.metrics.Connections(a.cfg.Server.MaxConnections, func() metrics.ConnStats {
+		return metrics.ConnStats{Open: a.conns.Open(), Waits: a.conns.Waits(), Refused: a.conns.Refused()}
+	})
 	a.metrics.TokenCache(func() (int64, int64) { s := a.authn.Stats(); return s.Hits, s.Misses })
 	a.metrics.Webhooks(func() metrics.WebhookStats {
 		s := a.dispatcher.Stats()

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,9 @@ type ServerLimits struct {
 	IdleTimeout       time.Duration // keep-alive; default 120 s
 	MaxHeaderBytes    int           // default 16 KiB
 	MaxConnections    int           // open at once (LimitConnections); 0: no cap
+	// MaxConnectionsPerAddress is the cap on those from one client
+	// address, but the trusted proxies' (ConnLimits); 0: no cap.
+	MaxConnectionsPerAddress int
 }
 
 // WithDefaults returns l with its zero limits set to their defaults.
@@ -113,18 +117,34 @@ func (s *HTTPServer) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// LimitConnections wraps ln so that at most max connections are open at
-// once, however they are served: past the cap, Accept waits for one to
-// close, and a new client waits in the kernel's queue (its own connect or
-// request timeout applies) rather than costing memory here. An idle
-// keep-alive connection holds its place until --idle-timeout, which is
-// what bounds how long the wait can last. The first wait in each minute
-// is logged. max 0 or less: no cap.
+// ConnLimits are the caps LimitConnections keeps.
+type ConnLimits struct {
+	// Max is the connections open at once; 0 or less: no cap.
+	Max int
+	// PerAddress is the connections open at once from one client address
+	// (an IPv6 address standing for its /64, as in the other per-address
+	// limits); 0 or less: no cap. The addresses in Exempt, proxies that
+	// each carry many clients, have none.
+	PerAddress int
+	Exempt     []netip.Prefix
+}
+
+// LimitConnections wraps ln so that at most limits.Max connections are
+// open at once, however they are served: past the cap, Accept waits for
+// one to close, and a new client waits in the kernel's queue (its own
+// connect or request timeout applies) rather than costing memory here. An
+// idle keep-alive connection holds its place until --idle-timeout, which
+// is what bounds how long the wait can last. The first wait in each
+// minute is logged. A connection from an address that already has
+// limits.PerAddress open is closed at once, unread and unanswered (it
+// cannot wait in the kernel's queue without holding up everyone's): so
+// one client cannot take every place, idle connections being free to
+// hold. The first such refusal in each minute is logged.
 //
 // counts, when not nil, is kept up to date (for metrics), with or without
 // a cap. With neither, ln is returned as it is.
-func LimitConnections(ln net.Listener, max int, log *slog.Logger, counts *ConnCounts) net.Listener {
-	if max <= 0 && counts == nil {
+func LimitConnections(ln net.Listener, limits ConnLimits, log *slog.Logger, counts *ConnCounts) net.Listener {
+	if limits.Max <= 0 && limits.PerAddress <= 0 && counts == nil {
 		return ln
 	}
 	if log == nil {
@@ -134,8 +154,12 @@ func LimitConnections(ln net.Listener, max int, log *slog.Logger, counts *ConnCo
 		counts = new(ConnCounts)
 	}
 	l := &limitListener{Listener: ln, closed: make(chan struct{}), log: log, counts: counts}
-	if max > 0 {
-		l.slots = make(chan struct{}, max)
+	if limits.Max > 0 {
+		l.slots = make(chan struct{}, limits.Max)
+	}
+	if limits.PerAddress > 0 {
+		l.perAddress, l.exempt = limits.PerAddress, limits.Exempt
+		l.byAddress = map[netip.Addr]int{}
 	}
 	return l
 }
@@ -143,7 +167,7 @@ func LimitConnections(ln net.Listener, max int, log *slog.Logger, counts *ConnCo
 // ConnCounts are what LimitConnections counts of its connections. Its
 // zero value is ready; read it at any time, from any goroutine.
 type ConnCounts struct {
-	open, waits atomic.Int64
+	open, waits, refused atomic.Int64
 }
 
 // Open is the connections accepted and not yet closed, being served or
@@ -157,17 +181,107 @@ func (c *ConnCounts) Open() int64 { return c.open.Load() }
 // the kernel's queue.
 func (c *ConnCounts) Waits() int64 { return c.waits.Load() }
 
+// Refused is how many connections were closed at once, their address
+// over its cap.
+func (c *ConnCounts) Refused() int64 { return c.refused.Load() }
+
 type limitListener struct {
 	net.Listener
 	slots     chan struct{} // one token per open connection; nil: no cap
 	closed    chan struct{}
 	closeOnce sync.Once
 	log       *slog.Logger
-	warned    time.Time // only Accept's goroutine touches it
+	warned    time.Time // only Accept's goroutine touches it, as refusedAt
+	refusedAt time.Time
 	counts    *ConnCounts
+
+	perAddress int // 0: no cap per address
+	exempt     []netip.Prefix
+	mu         sync.Mutex
+	byAddress  map[netip.Addr]int // connections open from each capped address
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.accept()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := l.admit(c.RemoteAddr())
+		if !ok {
+			l.refuse(c, key)
+			continue
+		}
+		l.counts.open.Add(1)
+		return &limitedConn{Conn: c, l: l, key: key}, nil
+	}
+}
+
+// admit counts a connection from remote against its address's cap, and
+// reports false when the cap is reached. key is the address counted, the
+// zero Addr when none is (no cap, an exempt or a non-IP address).
+func (l *limitListener) admit(remote net.Addr) (key netip.Addr, ok bool) {
+	if l.perAddress <= 0 {
+		return netip.Addr{}, true
+	}
+	ap, err := netip.ParseAddrPort(remote.String())
+	if err != nil {
+		return netip.Addr{}, true
+	}
+	addr := ap.Addr().Unmap()
+	for _, p := range l.exempt {
+		if p.Contains(addr) {
+			return netip.Addr{}, true
+		}
+	}
+	if addr.Is6() {
+		addr = netip.PrefixFrom(addr.WithZone(""), 64).Masked().Addr()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byAddress[addr] >= l.perAddress {
+		return addr, false
+	}
+	l.byAddress[addr]++
+	return addr, true
+}
+
+// refuse closes c, whose address is over its cap, and gives its place
+// back.
+func (l *limitListener) refuse(c net.Conn, addr netip.Addr) {
+	c.Close()
+	if l.slots != nil {
+		<-l.slots
+	}
+	l.counts.refused.Add(1)
+	if now := time.Now(); now.Sub(l.refusedAt) >= time.Minute {
+		l.refusedAt = now
+		l.log.Warn("connection refused: its address has the most connections one may hold open (--max-connections-per-address)",
+			"address", addr.String(), "max", l.perAddress)
+	}
+}
+
+// release gives back the place of a connection from key (counted by
+// admit) once it closes.
+func (l *limitListener) release(key netip.Addr) {
+	if key.IsValid() {
+		l.mu.Lock()
+		if n := l.byAddress[key] - 1; n > 0 {
+			l.byAddress[key] = n
+		} else {
+			delete(l.byAddress, key)
+		}
+		l.mu.Unlock()
+	}
+	l.counts.open.Add(-1)
+	if l.slots != nil {
+		<-l.slots
+	}
+}
+
+// accept takes a place under the cap, waiting for one if need be, and
+// accepts a connection into it.
+func (l *limitListener) accept() (net.Conn, error) {
 	if l.slots != nil {
 		select {
 		case l.slots <- struct{}{}:
@@ -191,8 +305,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		return nil, err
 	}
-	l.counts.open.Add(1)
-	return &limitedConn{Conn: c, l: l}, nil
+	return c, nil
 }
 
 func (l *limitListener) Close() error {
@@ -204,17 +317,13 @@ func (l *limitListener) Close() error {
 type limitedConn struct {
 	net.Conn
 	l        *limitListener
+	key      netip.Addr // its address's count, when one is kept
 	released sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.released.Do(func() {
-		c.l.counts.open.Add(-1)
-		if c.l.slots != nil {
-			<-c.l.slots
-		}
-	})
+	c.released.Do(func() { c.l.release(c.key) })
 	return err
 }
 

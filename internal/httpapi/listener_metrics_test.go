@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"errors"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -70,7 +72,7 @@ func loopback(t *testing.T) net.Listener {
 // its place back once, however many times it is closed.
 func TestConnCountsAtTheCap(t *testing.T) {
 	counts := new(httpapi.ConnCounts)
-	ln := httpapi.LimitConnections(loopback(t), 2, nil, counts)
+	ln := httpapi.LimitConnections(loopback(t), httpapi.ConnLimits{Max: 2}, nil, counts)
 	accepted := acceptAll(t, ln)
 	awaitCounts(t, counts, 0, 0)
 	dialN(t, ln, 2)
@@ -98,7 +100,7 @@ func TestConnCountsAtTheCap(t *testing.T) {
 // waits; with neither a cap nor counts the listener is left as it is.
 func TestConnCountsWithoutCap(t *testing.T) {
 	counts := new(httpapi.ConnCounts)
-	ln := httpapi.LimitConnections(loopback(t), 0, nil, counts)
+	ln := httpapi.LimitConnections(loopback(t), httpapi.ConnLimits{}, nil, counts)
 	accepted := acceptAll(t, ln)
 	dialN(t, ln, 3)
 	conns := []net.Conn{<-accepted, <-accepted, <-accepted}
@@ -110,7 +112,92 @@ func TestConnCountsWithoutCap(t *testing.T) {
 
 	plain := loopback(t)
 	defer plain.Close()
-	if got := httpapi.LimitConnections(plain, 0, nil, nil); got != plain {
+	if got := httpapi.LimitConnections(plain, httpapi.ConnLimits{}, nil, nil); got != plain {
 		t.Errorf("no cap and no counts: the listener was wrapped (%T)", got)
+	}
+}
+
+// dialFrom connects to ln from the loopback address from.
+func dialFrom(t *testing.T, ln net.Listener, from string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedByServer says whether the server closed c without a byte (an
+// end of file, or a reset), within 2 s.
+func closedByServer(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	return n == 0 && err != nil && !isTimeout(err)
+}
+
+// One address may hold PerAddress connections: the next from it is closed
+// at once, unanswered, and counted, while another address is accepted;
+// a connection closed gives its address's place back.
+func TestConnectionsPerAddress(t *testing.T) {
+	counts := new(httpapi.ConnCounts)
+	ln := httpapi.LimitConnections(loopback(t), httpapi.ConnLimits{Max: 10, PerAddress: 2}, nil, counts)
+	accepted := acceptAll(t, ln)
+	dialFrom(t, ln, "127.0.0.1")
+	dialFrom(t, ln, "127.0.0.1")
+	first, _ := <-accepted, <-accepted
+	third := dialFrom(t, ln, "127.0.0.1")
+	if !closedByServer(third) {
+		t.Fatal("a third connection from one address was not closed with a cap of 2 an address")
+	}
+	if counts.Refused() != 1 {
+		t.Errorf("%d connections counted as refused, want 1", counts.Refused())
+	}
+	dialFrom(t, ln, "127.0.0.2")
+	select {
+	case <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection from another address was not accepted")
+	}
+	awaitCounts(t, counts, 3, 0) // the refused one held no place
+
+	first.Close()
+	awaitCounts(t, counts, 2, 0)
+	fourth := dialFrom(t, ln, "127.0.0.1")
+	select {
+	case <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection from the address was not accepted after one of its two closed")
+	}
+	fourth.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := fourth.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Errorf("the accepted connection was closed (%v)", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// The exempt addresses (trusted proxies) have no cap of their own.
+func TestConnectionsPerAddressExempt(t *testing.T) {
+	counts := new(httpapi.ConnCounts)
+	ln := httpapi.LimitConnections(loopback(t), httpapi.ConnLimits{PerAddress: 1,
+		Exempt: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, nil, counts)
+	accepted := acceptAll(t, ln)
+	for range 3 {
+		dialFrom(t, ln, "127.0.0.1")
+	}
+	for range 3 {
+		select {
+		case <-accepted:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a connection from an exempt address was not accepted")
+		}
+	}
+	if counts.Refused() != 0 {
+		t.Errorf("%d refused from an exempt address", counts.Refused())
 	}
 }

@@ -161,12 +161,12 @@ func (m *Metrics) TokenCache(stats func() (hits, misses int64)) {
 // and net/http's together; the metrics listener's are not among them),
 // read at each scrape: those open now, the cap (--max-connections, 0 for
 // none), and the times the cap was reached and accepting stopped.
-func (m *Metrics) Connections(max int, stats func() (open, waits int64)) {
+func (m *Metrics) Connections(max int, stats func() ConnStats) {
 	m.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "http", Name: "connections_open",
 			Help: "Client connections to the API open now, idle keep-alive ones and TLS handshakes included.",
-		}, func() float64 { o, _ := stats(); return float64(o) }),
+		}, func() float64 { return float64(stats().Open) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "http", Name: "connections_max",
 			Help: "The cap on connections_open (--max-connections); 0: no cap.",
@@ -174,8 +174,18 @@ func (m *Metrics) Connections(max int, stats func() (open, waits int64)) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "http", Name: "connection_limit_waits_total",
 			Help: "Times the connections open reached --max-connections and the server stopped accepting until one closed; new clients wait in the kernel's queue meanwhile.",
-		}, func() float64 { _, w := stats(); return float64(w) }),
+		}, func() float64 { return float64(stats().Waits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "http", Name: "connections_refused_total",
+			Help: "Connections closed at once, unanswered, their client address having --max-connections-per-address open already.",
+		}, func() float64 { return float64(stats().Refused) }),
 	)
+}
+
+// ConnStats are the API listener's connection counts, read at each
+// scrape.
+type ConnStats struct {
+	Open, Waits, Refused int64
 }
 
 // WebhookStats are a dispatcher's counters since it started.

@@ -76,14 +76,14 @@ func TestSeries(t *testing.T) {
 	}
 }
 
-// The API listener's connections: two gauges and a counter, read at each
+// The API listener's connections: two gauges and two counters, read at each
 // scrape.
 func TestConnections(t *testing.T) {
 	m := New()
-	open, waits := int64(3), int64(2)
-	m.Connections(4096, func() (int64, int64) { return open, waits })
+	stats := ConnStats{Open: 3, Waits: 2, Refused: 7}
+	m.Connections(4096, func() ConnStats { return stats })
 	text := scrape(t, m)
-	open, waits = 1, 5
+	stats = ConnStats{Open: 1, Waits: 5, Refused: 9}
 	again := scrape(t, m)
 	for _, tc := range []struct{ text, want string }{
 		{text, "# TYPE plantstore_http_connections_open gauge\nplantstore_http_connections_open 3\n"},
@@ -91,6 +91,8 @@ func TestConnections(t *testing.T) {
 		{text, "# TYPE plantstore_http_connection_limit_waits_total counter\nplantstore_http_connection_limit_waits_total 2\n"},
 		{again, "plantstore_http_connections_open 1\n"},
 		{again, "plantstore_http_connection_limit_waits_total 5\n"},
+		{text, "# TYPE plantstore_http_connections_refused_total counter\nplantstore_http_connections_refused_total 7\n"},
+		{again, "plantstore_http_connections_refused_total 9\n"},
 	} {
 		if !strings.Contains(tc.text, tc.want) {
 			t.Errorf("the scrape lacks %q:\n%s", tc.want, tc.text)

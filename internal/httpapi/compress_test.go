@@ -148,6 +148,11 @@ func TestNextLinkAbsolute(t *testing.T) {
 				if strings.Contains(vary, "X-Forwarded-Host") != (tc.e == proxied) {
 					t.Errorf("%s: %s's Vary is %q", tc.name, path, vary)
 				}
+				// And on the Host the client sent, unless --public-url
+				// names the servers whatever the request.
+				if slices.Contains(strings.Split(vary, ", "), "Host") != (tc.e != public) {
+					t.Errorf("%s: %s's Vary is %q", tc.name, path, vary)
+				}
 			}
 		}
 	})

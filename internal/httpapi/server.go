@@ -574,10 +574,15 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 		h := w.Header()
 		h.Set("Cache-Control", "public, max-age=300")
 		h.Add("Vary", "Accept-Encoding")
+		if s.cfg.PublicURL == "" {
+			// The servers named are the Host the client sent, and a
+			// shared cache must not give one client's document to
+			// another (a forged Host would otherwise name the forger's
+			// server to every client of that cache for 5 minutes).
+			h.Add("Vary", "Host")
+		}
 		if s.cfg.PublicURL == "" && len(s.cfg.TrustedProxies) > 0 {
-			// The servers named depend on what a trusted proxy says the
-			// client asked for: a cache between that proxy and this
-			// server must not give one client's document to another.
+			// So too for what a trusted proxy says the client asked for.
 			h.Add("Vary", "X-Forwarded-Proto, X-Forwarded-Host, Forwarded")
 		}
 		body, tag, gz := v.plain, v.etag, acceptsGzip(r)

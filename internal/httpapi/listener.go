@@ -224,11 +224,11 @@ func (l *limitListener) admit(remote net.Addr) (key netip.Addr, ok bool) {
 	if l.perAddress <= 0 {
 		return netip.Addr{}, true
 	}
-	ap, err := netip.ParseAddrPort(remote.String())
-	if err != nil {
+	tcp, ok := remote.(*net.TCPAddr)
+	if !ok {
 		return netip.Addr{}, true
 	}
-	addr := ap.Addr().Unmap()
+	addr := tcp.AddrPort().Addr().Unmap()
 	for _, p := range l.exempt {
 		if p.Contains(addr) {
 			return netip.Addr{}, true

@@ -228,14 +228,14 @@ func (l *limitListener) admit(remote net.Addr) (key netip.Addr, ok bool) {
 	if !ok {
 		return netip.Addr{}, true
 	}
-	addr := tcp.AddrPort().Addr().Unmap()
+	addr := tcp.AddrPort().Addr().Unmap().WithZone("") // a prefix holds no zoned address
 	for _, p := range l.exempt {
 		if p.Contains(addr) {
 			return netip.Addr{}, true
 		}
 	}
 	if addr.Is6() {
-		addr = netip.PrefixFrom(addr.WithZone(""), 64).Masked().Addr()
+		addr = netip.PrefixFrom(addr, 64).Masked().Addr()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

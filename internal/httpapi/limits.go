@@ -296,7 +296,7 @@ func (s *Server) origin(r *http.Request) (addr, peer netip.Addr, ok bool) {
 	if err != nil {
 		return netip.Addr{}, netip.Addr{}, false
 	}
-	peer = ap.Addr().Unmap()
+	peer = ap.Addr().Unmap().WithZone("") // a prefix holds no zoned address
 	if len(s.cfg.TrustedProxies) > 0 && s.trustedProxy(peer) {
 		return s.forwardedFor(r.Header.Values("X-Forwarded-For"), peer), peer, true
 	}

@@ -124,6 +124,8 @@ func TestClientAddr(t *testing.T) {
 		{"10.1.1.1:1234", "junk, 10.3.3.3", proxies, "10.3.3.3"}, // a malformed hop ends the walk
 		{"10.1.1.1:1234", "", proxies, "10.1.1.1"},
 		{"[fd00::1]:1234", "203.0.113.9", proxies, "203.0.113.9"},
+		// A link-local proxy, its zone dropped: a prefix holds no zoned address.
+		{"[fe80::1%eth0]:1234", "203.0.113.9", []netip.Prefix{netip.MustParsePrefix("fe80::/10")}, "203.0.113.9"},
 	}
 	for _, tc := range cases {
 		s := &Server{cfg: Config{TrustedProxies: tc.trusted}}

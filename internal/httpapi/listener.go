@@ -256,8 +256,12 @@ func (l *limitListener) refuse(c net.Conn, addr netip.Addr) {
 	l.counts.refused.Add(1)
 	if now := time.Now(); now.Sub(l.refusedAt) >= time.Minute {
 		l.refusedAt = now
+		name := addr.String()
+		if addr.Is6() {
+			name = netip.PrefixFrom(addr, 64).String() // counted as one
+		}
 		l.log.Warn("connection refused: its address has the most connections one may hold open (--max-connections-per-address)",
-			"address", addr.String(), "max", l.perAddress)
+			"address", name, "max", l.perAddress)
 	}
 }
 

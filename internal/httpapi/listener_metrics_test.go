@@ -139,31 +139,34 @@ func closedByServer(c net.Conn) bool {
 
 // One address may hold PerAddress connections: the next from it is closed
 // at once, unanswered, and counted, while another address is accepted;
-// a connection closed gives its address's place back.
+// a connection closed gives its address's place back. A refused one
+// holds no place under Max: with Max 3, after three refusals the second
+// address still gets in without a wait.
 func TestConnectionsPerAddress(t *testing.T) {
 	counts := new(httpapi.ConnCounts)
-	ln := httpapi.LimitConnections(loopback(t), httpapi.ConnLimits{Max: 10, PerAddress: 2}, nil, counts)
+	ln := httpapi.LimitConnections(loopback(t), httpapi.ConnLimits{Max: 3, PerAddress: 2}, nil, counts)
 	accepted := acceptAll(t, ln)
 	dialFrom(t, ln, "127.0.0.1")
 	dialFrom(t, ln, "127.0.0.1")
 	first, _ := <-accepted, <-accepted
-	third := dialFrom(t, ln, "127.0.0.1")
-	if !closedByServer(third) {
-		t.Fatal("a third connection from one address was not closed with a cap of 2 an address")
+	for range 3 {
+		if !closedByServer(dialFrom(t, ln, "127.0.0.1")) {
+			t.Fatal("a third connection from one address was not closed with a cap of 2 an address")
+		}
 	}
-	if counts.Refused() != 1 {
-		t.Errorf("%d connections counted as refused, want 1", counts.Refused())
+	if counts.Refused() != 3 {
+		t.Errorf("%d connections counted as refused, want 3", counts.Refused())
 	}
 	dialFrom(t, ln, "127.0.0.2")
 	select {
 	case <-accepted:
 	case <-time.After(5 * time.Second):
-		t.Fatal("a connection from another address was not accepted")
+		t.Fatal("a connection from another address was not accepted: the refused ones held places")
 	}
-	awaitCounts(t, counts, 3, 0) // the refused one held no place
+	awaitCounts(t, counts, 3, 1) // the cap of 3 reached by the three accepted
 
 	first.Close()
-	awaitCounts(t, counts, 2, 0)
+	awaitCounts(t, counts, 2, 1)
 	fourth := dialFrom(t, ln, "127.0.0.1")
 	select {
 	case <-accepted:
@@ -199,5 +202,67 @@ func TestConnectionsPerAddressExempt(t *testing.T) {
 	}
 	if counts.Refused() != 0 {
 		t.Errorf("%d refused from an exempt address", counts.Refused())
+	}
+}
+
+// fakeListener accepts a connection for each remote address sent on it,
+// as if from there.
+type fakeListener struct {
+	remotes chan net.Addr
+	done    chan struct{}
+}
+
+func (l *fakeListener) Accept() (net.Conn, error) {
+	select {
+	case a := <-l.remotes:
+		local, remote := net.Pipe()
+		t := remotePipe{local, a}
+		go func() { remote.Read(make([]byte, 1)); remote.Close() }() // ends when closed
+		return t, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+func (l *fakeListener) Close() error   { close(l.done); return nil }
+func (l *fakeListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+type remotePipe struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c remotePipe) RemoteAddr() net.Addr { return c.remote }
+
+// An IPv6 client counts as its /64 (one host commonly holds a whole
+// /64), a zoned one without its zone, and an IPv4-mapped one as its IPv4
+// address.
+func TestConnectionsPerAddressIPv6(t *testing.T) {
+	fake := &fakeListener{remotes: make(chan net.Addr), done: make(chan struct{})}
+	counts := new(httpapi.ConnCounts)
+	ln := httpapi.LimitConnections(fake, httpapi.ConnLimits{PerAddress: 1,
+		Exempt: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}, nil, counts)
+	acceptAll(t, ln)
+	var sent int64
+	for _, tc := range []struct {
+		from    string
+		refused int64 // the count after it
+	}{
+		{"[2001:db8::1]:1", 0},
+		{"[2001:db8::2]:1", 1},     // the same /64
+		{"[2001:db8:0:1::1]:1", 1}, // another
+		{"10.0.0.1:1", 1},
+		{"[::ffff:10.0.0.1]:1", 2}, // the same address
+		{"[fe80::1%eth0]:1", 2},    // exempt, zone and all
+		{"[fe80::1%eth0]:2", 2},
+	} {
+		fake.remotes <- net.TCPAddrFromAddrPort(netip.MustParseAddrPort(tc.from))
+		sent++
+		// Open, or refused: none is closed here.
+		for deadline := time.Now().Add(5 * time.Second); counts.Open()+counts.Refused() < sent && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		if got := counts.Refused(); got != tc.refused {
+			t.Errorf("after a connection from %s: %d refused, want %d", tc.from, got, tc.refused)
+		}
 	}
 }

@@ -50,9 +50,10 @@ func tokenCreate(ctx context.Context, args []string, getenv func(string) string,
 
 Issues a token and prints it alone on standard output, once; only its
 SHA-256 is stored. With standard output closed or on /dev/null it makes
-nothing and exits 1: a token no one saw would be left active. Scopes: plants:read (list and read plants),
-plants:write (create, update and delete them). Makes the store at --db if
-there is none, and says so on standard error.`, getenv, stdout, stderr)
+nothing and exits 1: a token no one saw would be left active. Scopes:
+plants:read (list and read plants), plants:write (create, update and
+delete them). Makes the store at --db if there is none, and says so on
+standard error.`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	name := fs.FlagSet.String("name", "", "the token's `NAME`, unique among active tokens (required)")
 	scopeList := fs.FlagSet.String("scope", strings.Join(plantstore.KnownScopes, ","), "comma-separated `SCOPES`")

@@ -64,14 +64,14 @@ func webhookAdd(ctx context.Context, args []string, getenv func(string) string, 
 	fs := newFlagSet("webhook add", `webhook add URL [--events TYPES] [--db PATH]
 
 Subscribes URL (http or https) to new plants (to the changes of
---events) and prints its signing secret
-("whsec_" + base64) on stdout; it is shown only this once (with standard
-output closed or on /dev/null, add makes nothing and exits 1). Servers refuse
-to deliver to loopback, private and link-local addresses unless they run
-with --allow-private-webhooks, and to cloud metadata addresses unless they
-run with --allow-metadata-webhooks: add warns when the URL's host is (or,
-as this machine resolves it, resolves to) such an address, and adds it
-all the same. Receivers verify each delivery's signature with the secret
+--events) and prints its signing secret ("whsec_" + base64) on stdout; it
+is shown only this once (with standard output closed or on /dev/null, add
+makes nothing and exits 1). Servers refuse to deliver to loopback,
+private and link-local addresses unless they run with
+--allow-private-webhooks, and to cloud metadata addresses unless they run
+with --allow-metadata-webhooks: add warns when the URL's host is (or, as
+this machine resolves it, resolves to) such an address, and adds it all
+the same. Receivers verify each delivery's signature with the secret
 (docs/webhooks.md).`, getenv, stdout, stderr)
 	db := addDBFlags(fs)
 	// Command line only, as the URL is.

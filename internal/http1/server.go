@@ -217,8 +217,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // closeAll closes conns all at once and returns when every Close has: a
 // TLS connection's Close first sends its close_notify alert, which waits
-// up to 5 s for a client that stopped reading, and one such client must
-// not hold the others' closes back by as much each.
+// for a client that stopped reading (up to 5 s in crypto/tls; httpapi's
+// TLS listener holds it to half a second), and one such client must not
+// hold the others' closes back by as much each.
 func closeAll(conns []net.Conn) {
 	var wg sync.WaitGroup
 	for _, c := range conns {

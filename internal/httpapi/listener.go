@@ -515,10 +515,11 @@ type sniffedConn struct {
 	net.Conn
 	cfg *tls.Config
 	rejecter
-	once sync.Once
-	err  error
-	mu   sync.Mutex // guards tls: Close may come from another goroutine
-	tls  *tls.Conn  // nil until the first use, and when the client spoke plain HTTP
+	once   sync.Once
+	err    error
+	mu     sync.Mutex  // guards tls and peeked: Close may come from another goroutine
+	tls    *tls.Conn   // nil until the first use, and when the client spoke plain HTTP
+	peeked *peekedConn // what tls runs over
 }
 
 func (c *sniffedConn) start() error {
@@ -535,7 +536,8 @@ func (c *sniffedConn) start() error {
 			return
 		}
 		c.mu.Lock()
-		c.tls = tls.Server(&peekedConn{Conn: c.Conn, r: br}, c.cfg)
+		c.peeked = &peekedConn{Conn: c.Conn, r: br}
+		c.tls = tls.Server(c.peeked, c.cfg)
 		c.mu.Unlock()
 	})
 	return c.err
@@ -576,9 +578,10 @@ func (c *sniffedConn) Write(p []byte) (int, error) {
 
 func (c *sniffedConn) Close() error {
 	c.mu.Lock()
-	t := c.tls
+	t, peeked := c.tls, c.peeked
 	c.mu.Unlock()
 	if t != nil {
+		peeked.closing.Store(true)
 		return t.Close()
 	}
 	return c.Conn.Close()
@@ -587,10 +590,29 @@ func (c *sniffedConn) Close() error {
 // peekedConn reads what was peeked at before the rest of the connection.
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r       *bufio.Reader
+	closing atomic.Bool // its TLS connection's Close has begun
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// SetWriteDeadline holds a closing connection's last write, TLS's
+// close_notify alert, to closeNotifyWait: tls.Conn's Close gives it 5 s,
+// which a client that stopped reading takes whole, and whoever closes
+// waits as long (net/http's Server.Close closes its connections one after
+// another).
+func (c *peekedConn) SetWriteDeadline(t time.Time) error {
+	if c.closing.Load() {
+		if limit := time.Now().Add(closeNotifyWait); t.IsZero() || t.After(limit) {
+			t = limit
+		}
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// closeNotifyWait is how long a closing TLS connection waits to send its
+// close_notify alert: a client that reads takes its few bytes at once.
+const closeNotifyWait = 500 * time.Millisecond
 
 // headerBytesExceeded answers 431, and reports true, when r's line and
 // header fields, counted as sent, exceed MaxHeaderBytes: Go's own limit

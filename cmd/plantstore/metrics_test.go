@@ -176,7 +176,7 @@ func answered(t *testing.T, conn net.Conn, path string, within time.Duration) bo
 	defer conn.SetReadDeadline(time.Time{})
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		if isTimeout(err) {
 			return false
 		}
 		t.Fatalf("GET %s: %v", path, err)

@@ -281,10 +281,32 @@ func (s *Server) clientAddr(r *http.Request) netip.Addr {
 	if !ok {
 		return netip.Addr{} // not over TCP; all such requests share one key
 	}
-	if addr.Is6() {
-		addr = netip.PrefixFrom(addr.WithZone(""), 64).Masked().Addr()
+	return addressKey(addr)
+}
+
+// peerAddr is a connection's remote address as the per-address limits and
+// the trusted proxies see it: an IPv4-mapped address as IPv4, and no IPv6
+// zone (a prefix holds no zoned address).
+func peerAddr(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
+
+// addressKey is the key a client address counts under in the per-address
+// limits: an IPv6 address stands for its /64, as one host commonly holds
+// a whole /64.
+func addressKey(a netip.Addr) netip.Addr {
+	if a.Is6() {
+		return netip.PrefixFrom(a.WithZone(""), 64).Masked().Addr()
 	}
-	return addr
+	return a
+}
+
+// inPrefixes says whether addr is in one of prefixes.
+func inPrefixes(prefixes []netip.Prefix, addr netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // origin is the address a request came from, and the peer's: the peer's
@@ -296,7 +318,7 @@ func (s *Server) origin(r *http.Request) (addr, peer netip.Addr, ok bool) {
 	if err != nil {
 		return netip.Addr{}, netip.Addr{}, false
 	}
-	peer = ap.Addr().Unmap().WithZone("") // a prefix holds no zoned address
+	peer = peerAddr(ap.Addr())
 	if len(s.cfg.TrustedProxies) > 0 && s.trustedProxy(peer) {
 		return s.forwardedFor(r.Header.Values("X-Forwarded-For"), peer), peer, true
 	}
@@ -353,12 +375,7 @@ func parseHop(hop string) (netip.Addr, bool) {
 }
 
 func (s *Server) trustedProxy(addr netip.Addr) bool {
-	for _, p := range s.cfg.TrustedProxies {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
+	return inPrefixes(s.cfg.TrustedProxies, addr)
 }
 
 // tokenBuckets is a token bucket per key, held in one map under one mutex:

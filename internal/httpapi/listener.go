@@ -228,15 +228,11 @@ func (l *limitListener) admit(remote net.Addr) (key netip.Addr, ok bool) {
 	if !ok {
 		return netip.Addr{}, true
 	}
-	addr := tcp.AddrPort().Addr().Unmap().WithZone("") // a prefix holds no zoned address
-	for _, p := range l.exempt {
-		if p.Contains(addr) {
-			return netip.Addr{}, true
-		}
+	addr := peerAddr(tcp.AddrPort().Addr())
+	if inPrefixes(l.exempt, addr) {
+		return netip.Addr{}, true
 	}
-	if addr.Is6() {
-		addr = netip.PrefixFrom(addr, 64).Masked().Addr()
-	}
+	addr = addressKey(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byAddress[addr] >= l.perAddress {

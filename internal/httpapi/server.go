@@ -578,12 +578,12 @@ func (s *Server) serveDocument(contentType string, doc []byte, withBase func([]b
 			// The servers named are the Host the client sent, and a
 			// shared cache must not give one client's document to
 			// another (a forged Host would otherwise name the forger's
-			// server to every client of that cache for 5 minutes).
+			// server to every client of that cache for 5 minutes); so
+			// too for what a trusted proxy says the client asked for.
 			h.Add("Vary", "Host")
-		}
-		if s.cfg.PublicURL == "" && len(s.cfg.TrustedProxies) > 0 {
-			// So too for what a trusted proxy says the client asked for.
-			h.Add("Vary", "X-Forwarded-Proto, X-Forwarded-Host, Forwarded")
+			if len(s.cfg.TrustedProxies) > 0 {
+				h.Add("Vary", "X-Forwarded-Proto, X-Forwarded-Host, Forwarded")
+			}
 		}
 		body, tag, gz := v.plain, v.etag, acceptsGzip(r)
 		if gz {

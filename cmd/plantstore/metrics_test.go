@@ -257,8 +257,9 @@ func TestMetricsListenerHealthzIsNoAPITraffic(t *testing.T) {
 }
 
 // A request refused before any handler runs (malformed: 400; its header
-// too large: 431) is counted with the others, route unmatched, method
-// other: a flood of them shows in the metrics, not only in the log.
+// too large: 431; a TLS client on the plain port: 400) is counted with the
+// others, route unmatched, method other, and logged: a flood of them
+// shows in the metrics, not only in the log.
 func TestMetricsCountRequestsRefusedBeforeRouting(t *testing.T) {
 	t.Parallel()
 	s := serve(t, t.TempDir(), "--metrics-addr", "127.0.0.1:0")
@@ -276,13 +277,35 @@ func TestMetricsCountRequestsRefusedBeforeRouting(t *testing.T) {
 		io.ReadAll(c)
 		c.Close()
 	}
+	// The TLS client's answer is the others' kind: the Error body, with
+	// a request id to find it by in the log.
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00}) // a handshake record
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	c.Close()
+	const tlsRefused = "this port speaks plain HTTP, not TLS: use an http:// URL"
+	id := resp.Header.Get("X-Request-Id")
+	if resp.StatusCode != 400 || string(body) != `{"error":400,"message":"`+tlsRefused+`"}` || id == "" {
+		t.Errorf("a TLS client on the plain port: %d %q %s", resp.StatusCode, resp.Header, body)
+	}
+	if !s.logged(`"msg":"request rejected before routing","status":400,"message":"`+tlsRefused+`","request_id":"`+id+`"`, 5*time.Second) {
+		t.Errorf("the TLS client's refusal is not logged with its request id %q:\n%s", id, s.logs)
+	}
 	text := scrapeMetrics(t, addr)
-	for _, series := range []string{
-		`plantstore_http_requests_total{method="other",route="unmatched",status="400"}`,
-		`plantstore_http_requests_total{method="other",route="unmatched",status="431"}`,
+	for series, want := range map[string]float64{
+		`plantstore_http_requests_total{method="other",route="unmatched",status="400"}`: 2,
+		`plantstore_http_requests_total{method="other",route="unmatched",status="431"}`: 1,
 	} {
-		if got := sample(t, text, series); got != 1 {
-			t.Errorf("%s %v, want 1", series, got)
+		if got := sample(t, text, series); got != want {
+			t.Errorf("%s %v, want %v", series, got, want)
 		}
 	}
 }

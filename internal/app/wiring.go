@@ -183,4 +183,5 @@ func (a *App) newHTTPServer() {
 		WriteTimeout:      limits.WriteTimeout,
 		IdleTimeout:       limits.IdleTimeout,
 	}, a.log)
+	a.fast.Reject = httpapi.Rejection(a.log, a.observer())
 }

@@ -162,13 +162,20 @@ const tlsHandshake = 0x16
 
 // refuseTLS answers a TLS client on this plain HTTP port at once, which
 // then reports the mistake ("wrong version number"), instead of waiting
-// out ReadHeaderTimeout for a head that never comes. Its Date, as in
-// every other answer (RFC 9110, section 6.6.1), is why it is composed
-// each time.
+// out ReadHeaderTimeout for a head that never comes: with the server's
+// Reject, which the app sets to log and count it as its other refusals;
+// without, a bare answer, its Date (as in every other answer: RFC 9110,
+// section 6.6.1) why it is composed each time.
 func (c *conn) refuseTLS() {
-	const body = `{"error":400,"message":"this port speaks plain HTTP, not TLS: use an http:// URL"}`
-	answer := fmt.Appendf(nil, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\nDate: ", len(body))
-	answer = append(AppendDate(answer), "\r\n\r\n"+body...)
+	const message = "this port speaks plain HTTP, not TLS: use an http:// URL"
+	var answer []byte
+	if c.srv.Reject != nil {
+		answer = c.srv.Reject(c.c.RemoteAddr(), http.StatusBadRequest, message)
+	} else {
+		const body = `{"error":400,"message":"` + message + `"}`
+		answer = fmt.Appendf(nil, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\nDate: ", len(body))
+		answer = append(AppendDate(answer), "\r\n\r\n"+body...)
+	}
 	c.c.SetWriteDeadline(time.Now().Add(time.Second))
 	c.c.Write(answer)
 }

@@ -53,6 +53,13 @@ type Server struct {
 	limits  Limits
 	log     *slog.Logger
 
+	// Reject, when set, composes the whole answer to a connection refused
+	// before any request on it was read (a TLS client on this plain
+	// port), and may log and count it as the server's other refusals are:
+	// remote is the client's address. Nil: a bare Error body. Set it
+	// before Serve.
+	Reject func(remote net.Addr, status int, message string) []byte
+
 	handoffs *handoffListener
 
 	mu       sync.Mutex

@@ -421,6 +421,16 @@ func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, er
 	return len(p), nil
 }
 
+// Rejection returns what composes the answer to a connection refused
+// before any request on it was read, logged and counted (obs may be nil)
+// as the listeners' refusals are: for the lean server's Reject.
+func Rejection(log *slog.Logger, obs Observer) func(remote net.Addr, status int, message string) []byte {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return rejecter{log, obs}.rejection
+}
+
 // rejecter answers the requests refused before any handler ran.
 type rejecter struct {
 	log *slog.Logger

@@ -315,7 +315,8 @@ func TestDatabasePasswordIsNeverShown(t *testing.T) {
 
 // A --db that would become a SQLite file named after a connection string,
 // password and all (a libpq keyword/value string, a URL with a space or a
-// line break around it), is refused by every command, from the flag, the
+// line break around it, a URL whose scheme is mistyped, one whose password
+// holds a bare #), is refused by every command, from the flag, the
 // variable or its file, without showing the value: no store is made, no
 // such name is logged, and --help does not show it as the default.
 func TestDatabaseStringThatIsNoStoreIsRefused(t *testing.T) {
@@ -325,6 +326,10 @@ func TestDatabaseStringThatIsNoStoreIsRefused(t *testing.T) {
 	if err := os.WriteFile(file, []byte("host=127.0.0.1 user=plant password=sekrit dbname=db\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	typoFile := filepath.Join(dir, "db-url-typo")
+	if err := os.WriteFile(typoFile, []byte("postgress://plant:sekrit@db.internal:5432/db?sslmode=verify-full\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, env := range [][]string{
 		{"PLANTSTORE_DB=host=127.0.0.1 user=plant password=sekrit dbname=db"},
 		{"PLANTSTORE_DB=dbname=db password = sekrit"},
@@ -332,6 +337,12 @@ func TestDatabaseStringThatIsNoStoreIsRefused(t *testing.T) {
 		{"PLANTSTORE_DB=postgres://plant:sekrit@127.0.0.1:1/db\r"},
 		{"PLANTSTORE_DB=./sekrit.db "},
 		{"PLANTSTORE_DB_FILE=" + file},
+		{"PLANTSTORE_DB=postgress://plant:sekrit@127.0.0.1:1/db"},
+		{"PLANTSTORE_DB=pgsql://plant:sekrit@127.0.0.1:1/db"},
+		{"PLANTSTORE_DB=postgres:/plant:sekrit@127.0.0.1:1/db"},
+		{"PLANTSTORE_DB=postgres//plant:sekrit@127.0.0.1:1/db"},
+		{"PLANTSTORE_DB=postgres://plant:sekrit#x@127.0.0.1:1/db"},
+		{"PLANTSTORE_DB_FILE=" + typoFile},
 	} {
 		for _, args := range [][]string{
 			{"serve", "--addr", "127.0.0.1:0"}, {"token", "create", "--name", "x"}, {"token", "list"},
@@ -351,11 +362,25 @@ func TestDatabaseStringThatIsNoStoreIsRefused(t *testing.T) {
 	if r.exit != 2 || strings.Contains(r.stderr, "sekrit") || !strings.Contains(r.stderr, "keyword/value") {
 		t.Errorf("token list --db with a keyword/value string: %+v", r)
 	}
+	r = cli(t, dir, nil, "token", "list", "--db", "postgre://plant:sekrit@127.0.0.1:1/db")
+	if r.exit != 2 || strings.Contains(r.stderr, "sekrit") || !strings.Contains(r.stderr, "begins postgres://") {
+		t.Errorf("token list --db with a mistyped scheme: %+v", r)
+	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if e.Name() != "db-url" {
+		if e.Name() != "db-url" && e.Name() != "db-url-typo" {
 			t.Errorf("a refused --db made %s", e.Name())
 		}
+	}
+	// Neither a scheme in capitals, which is PostgreSQL's still, nor a
+	// drive letter, which makes a path, is taken for a mistake.
+	r = cli(t, dir, nil, "token", "list", "--db", "Postgres://plant:sekrit@127.0.0.1:1/db")
+	if r.exit != 1 || strings.Contains(r.stderr, "sekrit") || strings.Contains(r.stderr, "invalid database URL") || strings.Contains(r.stderr, "--db (PLANTSTORE_DB)") {
+		t.Errorf("token list --db with the scheme in capitals: %+v; want it tried, as PostgreSQL", r)
+	}
+	r = cli(t, dir, nil, "token", "list", "--db", "C:/plantstore.db")
+	if r.exit != 1 || strings.Contains(r.stderr, "--db (PLANTSTORE_DB)") || !strings.Contains(r.stderr, "plantstore.db") {
+		t.Errorf("token list --db C:/plantstore.db: %+v; want it taken for a path", r)
 	}
 }
 

@@ -76,9 +76,21 @@ func (v *dbValue) Set(s string) error {
 		v.mistake = "--db (PLANTSTORE_DB) begins or ends with a space or a line break; remove it"
 	case !postgres.IsURL(s) && dsnKeyword.MatchString(s):
 		v.mistake = "--db (PLANTSTORE_DB) looks like a PostgreSQL keyword/value string (host=… user=… password=…); plantstore takes a URL: postgres://user:password@host:5432/dbname (docs/postgres.md)"
+	case !postgres.IsURL(s) && otherURL.MatchString(s):
+		v.mistake = "--db (PLANTSTORE_DB) looks like a URL, but not one of PostgreSQL's: a database URL begins postgres:// or postgresql:// (docs/postgres.md); a SQLite store is named by its file's path"
+	case postgres.IsURL(s) && strings.Contains(s, "#"):
+		v.mistake = "--db (PLANTSTORE_DB) holds a #, which would end the URL there: write a # in the password or elsewhere as %23 (and an @ as %40, a / as %2F, a ? as %3F)"
 	}
 	return nil
 }
+
+// otherURL finds a value meant as a URL that is not a PostgreSQL one (a
+// scheme mistyped, a slash or the colon missing): as a file name it would
+// make a SQLite store named after it, and show its password in the
+// error. A scheme is two letters at least, so that a Windows path (C:/…)
+// stays a path.
+var otherURL = regexp.MustCompile(`(?i)^([a-z][a-z0-9+.-]+:/|postgres(ql)?(:/|//))`)
+
 func (v *dbValue) String() string {
 	switch {
 	case v == nil:

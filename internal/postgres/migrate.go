@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/plantstore/plantstore/internal/migration"
 )
@@ -43,6 +44,9 @@ func (db *DB) migrate(ctx context.Context) error {
 		found, err := db.applyNext(ctx, ms)
 		if incomplete, ok := errors.AsType[*migration.IncompleteSchemaError](err); ok {
 			return incomplete
+		}
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" { // insufficient_privilege
+			return fmt.Errorf("postgres: migrate: %s: the role in the URL must own the database (docs/postgres.md)", pgErr.Message)
 		}
 		if err != nil {
 			return db.storeError("migrate", err)

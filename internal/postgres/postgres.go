@@ -253,6 +253,10 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 		// Not quoted: whatever it is may hold a password.
 		return nil, nil, fmt.Errorf("postgres: the database URL must start with postgres:// or postgresql://")
 	}
+	// A scheme is case-insensitive (RFC 3986, section 3.1), pgx's check
+	// of it is not.
+	scheme, rest, _ := strings.Cut(url, "://")
+	url = strings.ToLower(scheme) + "://" + rest
 	secrets, parsed := urlPasswords(url)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -280,6 +280,42 @@ func TestURLSchemes(t *testing.T) {
 		t.Fatalf("postgresql:// URL: %v", err)
 	}
 	db.Close()
+	// A scheme is case-insensitive (RFC 3986); pgx's own check is not.
+	upper := "Postgres://" + strings.TrimPrefix(url, "postgres://")
+	if db, err = postgres.Open(context.Background(), upper, postgres.Options{}); err != nil {
+		t.Fatalf("Postgres:// URL: %v", err)
+	}
+	db.Close()
+}
+
+// A role that may not create tables in the database (PostgreSQL 15 no
+// longer lets every role create in schema public) is told what it lacks
+// when the first open makes the schema, not an internal error.
+func TestRoleThatMayNotCreateIsTold(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	role := fmt.Sprintf("plantstore_no_create_%d", time.Now().UnixNano())
+	admin := sqlRunner(t, pgtest.AdminURL(t))
+	admin("CREATE ROLE " + role + " LOGIN")
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+		if err == nil {
+			conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+			conn.Close(context.Background())
+		}
+	})
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	db, err := postgres.Open(context.Background(), u.String(), postgres.Options{})
+	if err == nil {
+		db.Close()
+		t.Fatal("a role that may not create tables opened an empty database")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "permission denied for schema public") || !strings.Contains(msg, "the role in the URL must own the database") || strings.Contains(msg, "internal error") {
+		t.Errorf("Open as a role that may not create: %v", err)
+	}
 }
 
 func TestRefusesOtherURLs(t *testing.T) {

@@ -134,7 +134,11 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	// Each call sets its own query; one in the base URL would be dropped
 	// without a word.
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return nil, fmt.Errorf("plantstore: base URL %q must not have a query or a fragment: the client adds each call's own", u.Redacted())
+		// Shown without them: a query may hold a secret, and a # in a
+		// password makes the rest of it a fragment.
+		shown := *u
+		shown.RawQuery, shown.ForceQuery, shown.Fragment, shown.RawFragment = "", false, "", ""
+		return nil, fmt.Errorf("plantstore: base URL %q (shown without them) must not have a query or a fragment: the client adds each call's own (a # or ? in a password is written %%23 or %%3F)", shown.Redacted())
 	}
 	if err := checkToken(token); err != nil {
 		return nil, err

@@ -41,6 +41,13 @@ func TestNew(t *testing.T) {
 			t.Errorf("New(%q) accepted", bad)
 		}
 	}
+	// Neither a password with a bare # in it (the rest of it then the
+	// fragment) nor a query's secret is shown in the refusal.
+	for _, bad := range []string{"http://u:hunter2@x#y@127.0.0.1:5", "http://h/?api_key=hunter2"} {
+		if _, err := New(bad, "t"); err == nil || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "x#y") {
+			t.Errorf("New(%q): %v; want a refusal that shows no part of the secret", bad, err)
+		}
+	}
 	c, err := New("https://example.test/prefix/", "t")
 	if err != nil {
 		t.Fatal(err)

@@ -143,6 +143,17 @@ const windowPerSlot = 16
 // maxWindow bounds the window.
 const maxWindow = 1024
 
+// maxRecordDelay bounds how long an attempt's result waits to be
+// recorded while chains are in flight (a chain of one plant's many events
+// reads nothing until it ends). Each record checks the lease, which a
+// removed or disabled subscriber no longer has: so a subscriber removed
+// with its deliveries (webhook remove, from another process) gets nothing
+// more after that long, plus the attempts then in flight, which are cut
+// short; before, it went on until a record of 1,024 results or the
+// lease's renewal, seconds later. It costs a transaction that often for
+// a subscriber being served, far fewer than its attempts.
+const maxRecordDelay = 250 * time.Millisecond
+
 // minWindowInterval spaces the reads of a subscriber that keeps up with
 // the writes (the last answer was not full): what a delivery may wait,
 // at most, to be sent with others. While attempts are in flight it is
@@ -417,6 +428,9 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	defer t.renew.Stop()
 	t.readAt = time.NewTimer(0) // armed while a read waits for minWindowInterval
 	defer t.readAt.Stop()
+	t.recordAt = time.NewTimer(maxRecordDelay)
+	t.recordAt.Stop()
+	defer t.recordAt.Stop()
 
 	t.serve()
 	switch {
@@ -457,10 +471,11 @@ type turn struct {
 	senders  sync.WaitGroup
 	started  int
 
-	pending map[int64]bool // the plants whose chain is queued or in flight
-	batch   []plantstore.AttemptResult
-	renew   *time.Timer // the lease's renewal, reset at each record
-	readAt  *time.Timer // armed while a read waits for minWindowInterval
+	pending  map[int64]bool // the plants whose chain is queued or in flight
+	batch    []plantstore.AttemptResult
+	renew    *time.Timer // the lease's renewal, reset at each record
+	readAt   *time.Timer // armed while a read waits for minWindowInterval
+	recordAt *time.Timer // armed when the batch gets its first result: maxRecordDelay
 
 	last  time.Time // when the last read was made
 	full  bool      // the last answer was full: the backlog is not drained
@@ -529,9 +544,13 @@ func (t *turn) take(r report) {
 		if r.goneOn != "" && t.goneOn == "" {
 			t.goneOn, t.end = r.goneOn, "disabled"
 		}
+		if len(t.batch) == 0 {
+			t.recordAt.Reset(maxRecordDelay)
+		}
 		t.batch = append(t.batch, r.result)
-		// Record in batches: when one is full, and when the lease needs
-		// renewing (serve), and before each read.
+		// Record in batches: when one is full, maxRecordDelay after its
+		// first result, when the lease needs renewing (serve), and before
+		// each read.
 		if len(t.batch) >= maxWindow {
 			t.flush()
 		}
@@ -629,9 +648,12 @@ func (t *turn) serve() {
 		if t.end == "" {
 			done = t.ctx.Done()
 		}
-		var renewDue <-chan time.Time
+		var renewDue, recordDue <-chan time.Time
 		if t.end != endLost {
 			renewDue = t.renew.C
+			if len(t.batch) > 0 {
+				recordDue = t.recordAt.C
+			}
 		}
 		select {
 		case r := <-t.reports:
@@ -640,6 +662,8 @@ func (t *turn) serve() {
 		case <-done:
 		case <-renewDue:
 			t.flush() // the lease renewed while attempts are in flight
+		case <-recordDue:
+			t.flush()
 		}
 	}
 }

@@ -1126,3 +1126,46 @@ func TestNoPlantTwiceInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A subscriber removed (by webhook remove, in another process) while a
+// long chain of one plant's events goes to it gets nothing more within
+// maxRecordDelay and the attempt then in flight: each record checks the
+// lease the removal took away. Before, the chain went on for seconds,
+// until 1,024 results or the lease's renewal were recorded.
+func TestRemovedSubscriberGetsNothingMore(t *testing.T) {
+	// A window of 64 (16 a slot): the backlog fills it, so the worker
+	// reads nothing more until the chain of 64 ends.
+	f := startWith(t, webhook.DispatcherConfig{Schedule: fast, Concurrency: 4})
+	backlog := make(chan struct{})
+	r, sub := f.subscribeTo(plantstore.EventTypes, func(n int, _ delivery) (int, http.Header) {
+		if n == 1 {
+			<-backlog // the updates are all read at once, as one chain, after this
+		}
+		time.Sleep(20 * time.Millisecond)
+		return http.StatusNoContent, nil
+	})
+	ctx := context.Background()
+	f.create(1)
+	eventually(t, "the create's delivery under way", func() bool { return len(r.deliveries()) == 1 })
+	for i := range 300 { // chains of 64, 1.3 s each
+		if err := f.store.UpdatePlant(ctx, plantstore.Plant{ID: 1, Name: fmt.Sprint("name ", i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(backlog)
+	eventually(t, "deliveries under way", func() bool { return len(r.deliveries()) >= 20 })
+	if err := f.store.RemoveSubscriber(ctx, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	time.Sleep(time.Second)
+	var late int
+	for _, d := range r.deliveries() {
+		if d.at.After(removed.Add(400 * time.Millisecond)) {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Errorf("%d deliveries reached the subscriber more than 400 ms after it was removed (of %d)", late, len(r.deliveries()))
+	}
+}

@@ -274,7 +274,11 @@ func TestMetricsCountRequestsRefusedBeforeRouting(t *testing.T) {
 		}
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		io.WriteString(c, raw)
-		io.ReadAll(c)
+		// Its answer has an id of the service's (the request's own was
+		// not read), to find the refusal by in the log.
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || !strings.HasPrefix(resp.Header.Get("X-Request-Id"), "ps-") {
+			t.Errorf("%.20q: %v, %v; want an answer with an X-Request-Id of the service's", raw, resp, err)
+		}
 		c.Close()
 	}
 	// The TLS client's answer is the others' kind: the Error body, with

@@ -92,8 +92,16 @@ the same. Receivers verify each delivery's signature with the secret
 			events = append(events, e)
 		}
 	}
-	if events, err = plantstore.SubscriberEvents(events); err != nil {
-		return usageError("--events: " + plantstore.ErrorMessage(err))
+	asked := events
+	if events, err = plantstore.SubscriberEvents(asked); err != nil {
+		hint := ""
+		for _, e := range asked {
+			if !plantstore.ValidEventType(e) {
+				hint = didYouMean(e, plantstore.EventTypes, "")
+				break
+			}
+		}
+		return usageError("--events: " + plantstore.ErrorMessage(err) + hint)
 	}
 	if err := canShowSecret(stdout); err != nil {
 		return err

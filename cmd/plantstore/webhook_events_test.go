@@ -64,6 +64,9 @@ func (w *parkAndRetry) subscribe(t *testing.T) {
 			t.Errorf("webhook add --events %q: exit %d, stdout %q; want 2 and nothing", bad, res.exit, res.stdout)
 		}
 	}
+	if res := cli(t, w.dir, nil, "webhook", "add", w.all.url(), "--events", "plant.created,plant.update", "--db", w.db); res.exit != 2 || !strings.Contains(res.stderr, "(did you mean plant.updated?)") {
+		t.Errorf("webhook add --events with a near miss: exit %d, stderr %q; want 2 and a guess", res.exit, res.stderr)
+	}
 	res := cli(t, w.dir, nil, "webhook", "add", w.all.url(), "--events", "plant.deleted, plant.created,plant.updated", "--db", w.db)
 	if res.exit != 0 || !strings.Contains(res.stderr, "(plant.created,plant.updated,plant.deleted)") {
 		t.Fatalf("webhook add --events: exit %d, %s", res.exit, res.stderr)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,5 +234,17 @@ func TestDebugLogShowsTheSettings(t *testing.T) {
 	r = cli(t, dir, []string{"PLANTSTORE_MAX_BODY_BYTES=2048"}, args[:len(args)-2]...)
 	if strings.Contains(r.stderr, `"settings"`) {
 		t.Errorf("settings logged at info:\n%s", r.stderr)
+	}
+}
+
+// The server's own messages quote the user, the role and the database a
+// URL names: from a _FILE value, those are taken out too, where quoted.
+func TestServerMessagesLoseFileValueNames(t *testing.T) {
+	file := writeFile(t, "postgres://someuser:PW@db.internal:5432/secretdb1\n")
+	env := environment{vars: map[string]string{"PLANTSTORE_DB_FILE": file}}
+	err := withoutFileValues(errors.New(`open postgres: FATAL: password authentication failed for user "someuser" (SQLSTATE 28P01); role "someuser" does not exist; database "secretdb1" does not exist`), env)
+	if msg := err.Error(); strings.Contains(msg, "someuser") || strings.Contains(msg, "secretdb1") ||
+		!strings.Contains(msg, `for user "<part of the value in PLANTSTORE_DB_FILE>" (SQLSTATE`) {
+		t.Errorf("the server's message from a _FILE URL: %s", msg)
 	}
 }

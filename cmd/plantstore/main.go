@@ -254,7 +254,7 @@ func withoutFileValues(err error, env environment) error {
 			msg = redact.Replace(msg, part, "<part of the value in "+name+">")
 		}
 		for _, field := range namedParts(value) {
-			msg = strings.ReplaceAll(msg, field.label+field.text, field.label+"<part of the value in "+name+">")
+			msg = strings.ReplaceAll(msg, field.label+field.text+field.end, field.label+"<part of the value in "+name+">"+field.end)
 		}
 	}
 	if msg == err.Error() {
@@ -287,10 +287,12 @@ func valueForms(value string) []string {
 // namedPart is a piece of a value that a message quotes after a label,
 // and is taken out there only: taken out wherever it appears, a user or
 // database named "plantstore" would garble every message.
-type namedPart struct{ label, text string }
+type namedPart struct{ label, text, end string }
 
-// namedParts are the pieces of a database URL pgx's errors name: "user=U
-// database=D".
+// namedParts are the pieces of a database URL pgx's errors name ("user=U
+// database=D") and the server's own messages quote (password
+// authentication failed for user "U", role "U" does not exist, database
+// "D" does not exist).
 func namedParts(value string) []namedPart {
 	u, err := url.Parse(value)
 	if err != nil || u.Host == "" {
@@ -298,10 +300,10 @@ func namedParts(value string) []namedPart {
 	}
 	var parts []namedPart
 	if name := u.User.Username(); name != "" {
-		parts = append(parts, namedPart{"user=", name})
+		parts = append(parts, namedPart{"user=", name, ""}, namedPart{`user "`, name, `"`}, namedPart{`role "`, name, `"`})
 	}
 	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
-		parts = append(parts, namedPart{"database=", db})
+		parts = append(parts, namedPart{"database=", db, ""}, namedPart{`database "`, db, `"`})
 	}
 	return parts
 }

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	neturl "net/url"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/plantstore/plantstore"
@@ -304,28 +302,13 @@ func TestOneLeapWhateverTheWriters(t *testing.T) {
 func TestNoTimelineFunction(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
-	role := fmt.Sprintf("plantstore_no_timeline_%d", time.Now().UnixNano())
-	admin := sqlRunner(t, pgtest.AdminURL(t))
-	admin("CREATE ROLE " + role + " LOGIN")
-	t.Cleanup(func() {
-		// After the database's own clean-up, which drops what the role owns.
-		conn, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
-		if err == nil {
-			conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
-			conn.Close(context.Background())
-		}
-	})
+	role, roleURL := newRole(t, url, "plantstore_no_timeline")
 	inDB := sqlRunner(t, url)
 	inDB("GRANT ALL ON SCHEMA public TO " + role)
 	inDB("REVOKE EXECUTE ON FUNCTION pg_walfile_name(pg_lsn) FROM PUBLIC")
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = neturl.User(role)
 
 	var logs apitest.Buffer
-	db, err := postgres.Open(ctx, u.String(), postgres.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	db, err := postgres.Open(ctx, roleURL, postgres.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -292,23 +292,8 @@ func TestURLSchemes(t *testing.T) {
 // longer lets every role create in schema public) is told what it lacks
 // when the first open makes the schema, not an internal error.
 func TestRoleThatMayNotCreateIsTold(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	role := fmt.Sprintf("plantstore_no_create_%d", time.Now().UnixNano())
-	admin := sqlRunner(t, pgtest.AdminURL(t))
-	admin("CREATE ROLE " + role + " LOGIN")
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
-		if err == nil {
-			conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
-			conn.Close(context.Background())
-		}
-	})
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = neturl.User(role)
-	db, err := postgres.Open(context.Background(), u.String(), postgres.Options{})
+	_, roleURL := newRole(t, pgtest.NewDatabase(t), "plantstore_no_create")
+	db, err := postgres.Open(context.Background(), roleURL, postgres.Options{})
 	if err == nil {
 		db.Close()
 		t.Fatal("a role that may not create tables opened an empty database")
@@ -942,6 +927,28 @@ func TestWritesComeBackAfterTheDatabaseIsNoLongerReadOnly(t *testing.T) {
 
 // sqlRunner connects to url and returns what runs a statement there,
 // failing the test on an error; the connection closes when the test ends.
+// newRole makes a role of its own for the test, with no grants, dropped
+// at its end, and returns its name and url with the role as its user.
+func newRole(t *testing.T, url, prefix string) (role, roleURL string) {
+	t.Helper()
+	role = fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	sqlRunner(t, pgtest.AdminURL(t))("CREATE ROLE " + role + " LOGIN")
+	t.Cleanup(func() {
+		// After the database's own clean-up, which drops what the role owns.
+		conn, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+		if err == nil {
+			conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+			conn.Close(context.Background())
+		}
+	})
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	return role, u.String()
+}
+
 func sqlRunner(t *testing.T, url string) func(sql string) {
 	t.Helper()
 	conn, err := pgx.Connect(context.Background(), url)

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/plantstore/plantstore"
@@ -90,28 +89,21 @@ func (t *tokenSlots) give(id int64) {
 }
 
 // limitAddress answers 429 to a client address beyond AddressRate on the
-// unauthenticated routes it guards, or while the address is throttled
-// for failed authentications.
+// unauthenticated routes it guards. An address throttled for failed
+// authentications is served there all the same: those requests carry no
+// token to guess with, and a readiness probe behind the same NAT or proxy
+// as a guesser must not fail for the guesses (the instance would be taken
+// out of rotation).
 func (s *Server) limitAddress(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.addressRate == nil && (s.authFailures == nil || s.authFailures.empty()) {
+		if s.addressRate == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		addr := s.clientAddr(r)
-		now := time.Now()
-		if s.authFailures != nil {
-			if wait := s.authFailures.wait(addr, now); wait > 0 {
-				s.writeError(w, r, authFailuresError(wait))
-				return
-			}
-		}
-		if s.addressRate != nil {
-			if wait := s.addressRate.take(addr, now); wait > 0 {
-				s.writeError(w, r, limitError("address_rate", http.StatusTooManyRequests,
-					"this address has exceeded its request rate; retry after the time in Retry-After", wait))
-				return
-			}
+		if wait := s.addressRate.take(s.clientAddr(r), time.Now()); wait > 0 {
+			s.writeError(w, r, limitError("address_rate", http.StatusTooManyRequests,
+				"this address has exceeded its request rate; retry after the time in Retry-After", wait))
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -397,9 +389,6 @@ type tokenBuckets[K comparable] struct {
 	mu      sync.Mutex
 	full    map[K]time.Time
 	sweepAt int // map size at which idle buckets are next dropped
-	// keys is len(full), readable without mu, so the common case, no
-	// bucket at all, costs no lock.
-	keys atomic.Int64
 	// nextRefill is when the first bucket of a map found full of live
 	// ones refills: no sweep can free a place before.
 	nextRefill time.Time
@@ -509,18 +498,13 @@ func (b *tokenBuckets[K]) put(key K, full time.Time, known bool, now time.Time) 
 			}
 		}
 		b.sweepAt = min(max(1024, 2*len(b.full)), b.maxKeys)
-		b.keys.Store(int64(len(b.full)))
 		if len(b.full) >= b.maxKeys {
 			return false
 		}
 	}
 	b.full[key] = full
-	b.keys.Store(int64(len(b.full)))
 	return true
 }
-
-// empty reports whether no key has a bucket.
-func (b *tokenBuckets[K]) empty() bool { return b.keys.Load() == 0 }
 
 // size is how many keys are held, for tests.
 func (b *tokenBuckets[K]) size() int {

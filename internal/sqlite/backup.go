@@ -131,6 +131,10 @@ func Backup(ctx context.Context, from, to string, busyTimeout time.Duration) (Ba
 		return BackupInfo{}, fmt.Errorf("backup to %s: %w", to, err)
 	}
 	info, err := inspect(ctx, tmp)
+	if err != nil && ctx.Err() != nil {
+		// Not the copy's fault: a good one was being checked.
+		return BackupInfo{}, fmt.Errorf("backup to %s: interrupted while the copy was checked; nothing was left there: %w", to, ctx.Err())
+	}
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("backup to %s: the copy failed its check: %w", to, err)
 	}
@@ -293,6 +297,10 @@ func Restore(ctx context.Context, from, to string, opts RestoreOptions) (_ Backu
 		return BackupInfo{}, fmt.Errorf("restore from %s: %w", from, &ChecksumMismatchError{ChecksumFile: sumPath})
 	}
 	info, err := inspect(ctx, tmp)
+	if err != nil && ctx.Err() != nil {
+		// Not the backup's fault: it was being checked.
+		return BackupInfo{}, fmt.Errorf("restore from %s: interrupted while the backup was checked; the store was not changed: %w", from, ctx.Err())
+	}
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("restore from %s: not a usable backup: %w", from, err)
 	}

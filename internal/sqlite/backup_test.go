@@ -761,3 +761,26 @@ func TestRestoreOverAnUnreadableFeed(t *testing.T) {
 		t.Errorf("restore into a new place: goes on after %d (moved past %d), %v; want 3, not moved", info.FeedAfter, info.FeedMovedPast, err)
 	}
 }
+
+// A restore or a backup interrupted while it checks its copy says so,
+// rather than blaming a good backup (an operator could throw it away),
+// and leaves nothing.
+func TestInterruptedCheckBlamesNoBackup(t *testing.T) {
+	db, path := openTest(t, Options{})
+	fillForBackup(t, db)
+	backup := mustBackup(t, path)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	to := filepath.Join(t.TempDir(), "restored.db")
+	_, err := Restore(ctx, backup, to, RestoreOptions{})
+	if err == nil || strings.Contains(err.Error(), "not a usable backup") || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("a restore interrupted: %v; want it told as interrupted, not the backup's fault", err)
+	}
+	if _, err := os.Stat(to); !os.IsNotExist(err) {
+		t.Errorf("an interrupted restore left %s: %v", to, err)
+	}
+	_, err = Backup(ctx, path, filepath.Join(t.TempDir(), "b.db"), time.Second)
+	if err == nil || strings.Contains(err.Error(), "failed its check") {
+		t.Errorf("a backup interrupted: %v; want it told as interrupted", err)
+	}
+}

@@ -439,6 +439,14 @@ func TestEventStream(t *testing.T) {
 				t.Fatalf("a stream with ?limit=1&limit=0 sent %s, want %s", ev.summary(), want)
 			}
 		}
+		// Nor does it compare representations: the conditional headers
+		// that answer a page 412 or 304 open a stream (the contract).
+		for _, cond := range []map[string]string{{"If-Match": `"x"`}, {"If-None-Match": "*"}} {
+			s := e.openStream(e.readToken, "?after=0", cond)
+			if ev := s.next().decode(t); ev.summary() != `plant.created 100 "before the stream" <none>` {
+				t.Errorf("a stream with %v began with %s", cond, ev.summary())
+			}
+		}
 	})
 }
 

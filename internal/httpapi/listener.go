@@ -245,11 +245,13 @@ func (l *limitListener) admit(remote net.Addr) (key netip.Addr, ok bool) {
 // refuse closes c, whose address is over its cap, and gives its place
 // back.
 func (l *limitListener) refuse(c net.Conn, addr netip.Addr) {
+	// Counted before the close, so that a client that sees its
+	// connection closed finds it counted.
+	l.counts.refused.Add(1)
 	c.Close()
 	if l.slots != nil {
 		<-l.slots
 	}
-	l.counts.refused.Add(1)
 	if now := time.Now(); now.Sub(l.refusedAt) >= time.Minute {
 		l.refusedAt = now
 		name := addr.String()

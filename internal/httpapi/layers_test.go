@@ -242,7 +242,7 @@ func BenchmarkLayer(b *testing.B) {
 		s.authFailures.spend(netipAddr("10.0.0.1"), time.Now())
 		b.ReportAllocs()
 		for b.Loop() {
-			s.authFailures.wait(s.clientAddr(r), time.Now())
+			s.authFailures.left(s.clientAddr(r), time.Now())
 		}
 	})
 	body := []byte(`{"id":123456789,"name":"Monstera deliciosa","tag":"tropical"}`)

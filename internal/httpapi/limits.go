@@ -428,7 +428,8 @@ func (b *tokenBuckets[K]) take(key K, now time.Time) time.Duration {
 }
 
 // left answers how many tokens key's bucket holds now, and when it holds
-// none, how long until it does. It spends nothing.
+// none, how long until it does. It spends nothing, and remembers nothing
+// of a key it does not know, so looking costs no memory.
 func (b *tokenBuckets[K]) left(key K, now time.Time) (int, time.Duration) {
 	b.mu.Lock()
 	full, ok := b.full[key]
@@ -443,21 +444,8 @@ func (b *tokenBuckets[K]) left(key K, now time.Time) (int, time.Duration) {
 	return int((b.slack-debt)/b.interval) + 1, 0
 }
 
-// wait answers how long until key's bucket holds a token, 0 if it holds
-// one now. It spends nothing, and remembers nothing of a key it does not
-// know, so looking costs no memory.
-func (b *tokenBuckets[K]) wait(key K, now time.Time) time.Duration {
-	b.mu.Lock()
-	full, ok := b.full[key]
-	b.mu.Unlock()
-	if !ok {
-		return 0
-	}
-	return max(full.Sub(now)-b.slack, 0)
-}
-
 // spend takes a token from key's bucket even when it has none: the debt is
-// repaid at the same rate, so however many attempts race past wait, the
+// repaid at the same rate, so however many attempts race past left, the
 // long-run rate stays bounded. It reports whether this spend emptied the
 // bucket, so the caller can say so once rather than at every refusal.
 func (b *tokenBuckets[K]) spend(key K, now time.Time) (emptied bool) {

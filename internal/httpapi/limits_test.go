@@ -58,10 +58,10 @@ func TestTokenBucketsSpendRunsIntoDebt(t *testing.T) {
 		t.Errorf("spends that emptied the bucket: %v, want [2] (said once)", emptied)
 	}
 	// Five spent, two at once allowed: one token back takes four seconds.
-	if wait := b.wait("a", t0); wait != 4*time.Second {
+	if wait := waitOf(b, "a", t0); wait != 4*time.Second {
 		t.Errorf("wait %v after 5 spends of a burst of 2 at 1/s, want 4s", wait)
 	}
-	if wait := b.wait("a", t0.Add(4*time.Second)); wait != 0 {
+	if wait := waitOf(b, "a", t0.Add(4*time.Second)); wait != 0 {
 		t.Errorf("wait %v once the debt is repaid", wait)
 	}
 }
@@ -69,7 +69,7 @@ func TestTokenBucketsSpendRunsIntoDebt(t *testing.T) {
 func TestTokenBucketsWaitRemembersNothing(t *testing.T) {
 	b := newTokenBuckets[int](1, 1, 100)
 	for i := range 1000 {
-		if wait := b.wait(i, t0); wait != 0 {
+		if wait := waitOf(b, i, t0); wait != 0 {
 			t.Fatalf("unknown key %d: wait %v", i, wait)
 		}
 	}
@@ -238,7 +238,7 @@ func TestTokenBucketsFullKeepsLiveBuckets(t *testing.T) {
 	now := time.Now()
 	locked := 0
 	b.spend(locked, now) // its one token spent: locked for a minute
-	if b.wait(locked, now) == 0 {
+	if waitOf(b, locked, now) == 0 {
 		t.Fatal("not locked after its token was spent")
 	}
 	for k := 1; k < 3*maxKeys; k++ {
@@ -247,12 +247,19 @@ func TestTokenBucketsFullKeepsLiveBuckets(t *testing.T) {
 	if b.size() > maxKeys {
 		t.Errorf("%d keys held, above the bound of %d", b.size(), maxKeys)
 	}
-	if b.wait(locked, now.Add(time.Second)) == 0 {
+	if waitOf(b, locked, now.Add(time.Second)) == 0 {
 		t.Error("filling the map lifted a live lock")
 	}
 	// Once buckets refill, they make room again.
 	later := now.Add(2 * time.Minute)
-	if b.spend(-1, later); b.wait(-1, later) == 0 {
+	if b.spend(-1, later); waitOf(b, -1, later) == 0 {
 		t.Error("a newcomer after the buckets refilled is not tracked")
 	}
+}
+
+// waitOf is how long until key's bucket in b holds a token (left's wait):
+// 0 if it holds one now.
+func waitOf[K comparable](b *tokenBuckets[K], key K, now time.Time) time.Duration {
+	_, wait := b.left(key, now)
+	return wait
 }

@@ -342,10 +342,7 @@ func (c *limitedConn) CloseWrite() error { return http1.CloseWrite(c.Conn) }
 // unmatched, method other), so that a flood of malformed requests shows
 // in the request metrics as it does in the log.
 func JSONErrorListener(ln net.Listener, log *slog.Logger, obs Observer) net.Listener {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return jsonErrorListener{ln, rejecter{log, obs}}
+	return jsonErrorListener{ln, newRejecter(log, obs)}
 }
 
 type jsonErrorListener struct {
@@ -427,16 +424,22 @@ func (c jsonErrorConn) writeError(p []byte, status int, message string) (int, er
 // before any request on it was read, logged and counted (obs may be nil)
 // as the listeners' refusals are: for the lean server's Reject.
 func Rejection(log *slog.Logger, obs Observer) func(remote net.Addr, status int, message string) []byte {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return rejecter{log, obs}.rejection
+	return newRejecter(log, obs).rejection
 }
 
 // rejecter answers the requests refused before any handler ran.
 type rejecter struct {
 	log *slog.Logger
 	obs Observer // nil: not counted
+}
+
+// newRejecter is a rejecter logging to log (nil: nowhere) and counting
+// with obs (nil: not counted).
+func newRejecter(log *slog.Logger, obs Observer) rejecter {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return rejecter{log, obs}
 }
 
 // rejection logs and counts a request refused before any handler ran, and
@@ -495,10 +498,7 @@ func TLSConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) 
 // HTTP request with a method's capital letters.
 // obs counts the refusals as JSONErrorListener's does.
 func TLSListener(ln net.Listener, cfg *tls.Config, log *slog.Logger, obs Observer) net.Listener {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return tlsListener{ln, cfg, rejecter{log, obs}}
+	return tlsListener{ln, cfg, newRejecter(log, obs)}
 }
 
 type tlsListener struct {

@@ -242,6 +242,9 @@ succeeds and changes nothing; another plant under the id is a conflict.`,
 				if err := noArguments("plants add", args); err != nil {
 					return err
 				}
+				if !fs.given("id") {
+					return usageError("plants add needs --id")
+				}
 				n, err := requiredID("--id", *id)
 				if err != nil {
 					return err
@@ -533,7 +536,7 @@ func optionalString(fs *flagSet, name, usage string) *optional {
 
 func requiredID(flag, s string) (int64, error) {
 	if s == "" {
-		return 0, usageError(flag + " is required")
+		return 0, usageError(flag + ": empty; want an integer")
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if errors.Is(err, strconv.ErrRange) {

@@ -29,7 +29,7 @@ Sends GET PATH to the server listening on --addr, the same flag and
 variable as serve's (a wildcard address such as 0.0.0.0 is asked on
 loopback), and exits 0 if it answers 200, 1 otherwise. With --tls-cert,
 serve's flag and variable too, it asks over HTTPS and trusts exactly that
-certificate, whatever name it carries. --path /readyz asks whether the
+certificate, whatever name it carries, while it is within its dates. --path /readyz asks whether the
 server can reach its store. Redirects and proxies are not followed.`, getenv, stdout, stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` the server listens on")
 	certFile := fs.String("tls-cert", "", "`FILE` with the server's TLS certificate (PEM), as given to serve: ask over HTTPS and trust it")
@@ -138,6 +138,15 @@ func pinCertificate(certFile string) (*tls.Config, error) {
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, want) {
 				return fmt.Errorf("%w %s", errNotPinned, certFile)
+			}
+			// The one check of a chain's that pinning does not make:
+			// every other client refuses a certificate outside its
+			// dates, so the server is not healthy with one.
+			switch cert, now := cs.PeerCertificates[0], time.Now(); {
+			case now.After(cert.NotAfter):
+				return fmt.Errorf("the server's certificate expired at %s; clients that check it refuse it: renew %s", cert.NotAfter.UTC().Format(time.RFC3339), certFile)
+			case now.Before(cert.NotBefore):
+				return fmt.Errorf("the server's certificate is not valid before %s; clients that check it refuse it", cert.NotBefore.UTC().Format(time.RFC3339))
 			}
 			return nil
 		},

@@ -31,6 +31,13 @@ import (
 // their paths and a pool that trusts the certificate.
 func selfSigned(t *testing.T) (certFile, keyFile string, roots *x509.CertPool) {
 	t.Helper()
+	return certWithDates(t, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+// certWithDates is selfSigned's certificate, valid from notBefore to
+// notAfter.
+func certWithDates(t *testing.T, notBefore, notAfter time.Time) (certFile, keyFile string, roots *x509.CertPool) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -38,8 +45,8 @@ func selfSigned(t *testing.T) (certFile, keyFile string, roots *x509.CertPool) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
 		Subject:      pkix.Name{CommonName: "plantstore test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -215,6 +222,101 @@ func TestTLSCertificateRenewed(t *testing.T) {
 			t.Fatal("a key that does not load took the certificate out of service")
 		}
 		time.Sleep(600 * time.Millisecond)
+	}
+}
+
+// A certificate outside its dates, which every client that checks it
+// refuses, is said in the log at start and when the one in service
+// expires, fails health, and never replaces a valid one: an expired pair
+// is not taken, and a pair not valid yet waits until it is. The metric
+// shows the expiry of the one in service.
+func TestTLSCertificateOutsideDates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := time.Now().Truncate(time.Second)
+	certFile, keyFile, _ := certWithDates(t, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	s := serve(t, dir, "--tls-cert", certFile, "--tls-key", keyFile, "--metrics-addr", "127.0.0.1:0")
+	addr := strings.TrimPrefix(s.url, "http://")
+	metrics := metricsAddr(t, s)
+	served := func() *x509.Certificate {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0]
+	}
+	serving := func(what string, want time.Time) {
+		t.Helper()
+		if got := served().NotAfter; !got.Equal(want) {
+			t.Errorf("%s: the certificate served expires at %v, want the one that expires at %v", what, got, want)
+		}
+		if got := sample(t, scrapeMetrics(t, metrics), "plantstore_tls_certificate_expiry_timestamp_seconds"); got != float64(want.Unix()) {
+			t.Errorf("%s: plantstore_tls_certificate_expiry_timestamp_seconds %v, want %d", what, got, want.Unix())
+		}
+	}
+	// replace puts a new pair at the files' names, as a renewal does,
+	// and lets the server look at them (at most once a second).
+	replace := func(notBefore, notAfter time.Time) {
+		t.Helper()
+		c, k, _ := certWithDates(t, notBefore, notAfter)
+		for from, to := range map[string]string{c: certFile, k: keyFile} {
+			if err := os.Rename(from, to); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(1100 * time.Millisecond)
+		served()
+	}
+	inService := `"level":"WARN","msg":"the TLS certificate in service expired at `
+	if !s.logged(inService, 5*time.Second) {
+		t.Errorf("serve with an expired certificate does not warn:\n%s", s.logs)
+	}
+	env := []string{"PLANTSTORE_ADDR=" + addr, "PLANTSTORE_TLS_CERT=" + certFile}
+	if r := cli(t, dir, env, "health"); r.exit != 1 || !strings.Contains(r.stderr, "the server's certificate expired at ") {
+		t.Errorf("health with an expired certificate served: %+v", r)
+	}
+	serving("at start", now.Add(-time.Hour))
+
+	// An expired certificate in service gives way to any that loads.
+	valid := now.Add(time.Hour)
+	replace(now.Add(-time.Hour), valid)
+	serving("renewed", valid)
+	if r := cli(t, dir, env, "health"); r.exit != 0 {
+		t.Errorf("health once renewed: %+v", r)
+	}
+	// A valid one never to an expired one.
+	replace(now.Add(-2*time.Hour), now.Add(-time.Hour))
+	if !s.logged(`"level":"WARN","msg":"the TLS certificate's files changed but the new certificate expired at `, 5*time.Second) {
+		t.Errorf("an expired pair refused without a word:\n%s", s.logs)
+	}
+	serving("an expired pair written over a valid one", valid)
+	// Nor to one not valid yet, until it is; then that one expires in
+	// service, which is said once.
+	from := time.Now().Add(3 * time.Second).Truncate(time.Second) // a certificate's dates are in whole seconds
+	until := from.Add(2 * time.Second)
+	replace(from, until)
+	if !s.logged(`is not valid before `+from.UTC().Format(time.RFC3339)+`: the previous certificate is served until then"`, 5*time.Second) {
+		t.Errorf("a pair not valid yet, kept waiting without a word:\n%s", s.logs)
+	}
+	serving("a pair not valid yet", valid)
+	time.Sleep(time.Until(from) + 1100*time.Millisecond)
+	served()
+	serving("once the pair is valid", until)
+	if !s.logged(`"msg":"TLS certificate reloaded: it is valid from now"`, 5*time.Second) {
+		t.Errorf("the pair put in service once valid, without a word:\n%s", s.logs)
+	}
+	time.Sleep(time.Until(until) + 1100*time.Millisecond)
+	served()
+	served()
+	if !s.logged(inService+until.UTC().Format(time.RFC3339), 5*time.Second) {
+		t.Errorf("a certificate that expired in service, without a word:\n%s", s.logs)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	served()
+	if n := strings.Count(s.logs.String(), inService); n != 2 {
+		t.Errorf("%d warnings that the certificate in service expired, want 2 (one a certificate):\n%s", n, s.logs)
 	}
 }
 

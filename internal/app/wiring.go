@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -115,8 +116,9 @@ func (a *App) newAuthenticator() {
 	a.authn = auth.New(a.store, auth.Options{Logger: a.log, CacheTTL: a.cfg.TokenCacheTTL, RosterInterval: a.cfg.TokenRosterInterval})
 }
 
-// watch lets the metrics read the token cache, the dispatcher and the API
-// listener's connection counts (which Serve keeps in a.conns).
+// watch lets the metrics read the token cache, the dispatcher, the API
+// listener's connection counts (which Serve keeps in a.conns) and the TLS
+// certificate in service.
 func (a *App) watch() {
 	if a.metrics == nil {
 		return
@@ -125,6 +127,17 @@ func (a *App) watch() {
 		return metrics.ConnStats{Open: a.conns.Open(), Waits: a.conns.Waits(), Refused: a.conns.Refused()}
 	})
 	a.metrics.TokenCache(func() (int64, int64) { s := a.authn.Stats(); return s.Hits, s.Misses })
+	if tlsConfig := a.cfg.TLS; tlsConfig != nil && tlsConfig.GetCertificate != nil {
+		a.metrics.TLSCertificate(func() time.Time {
+			// What the next handshake would be given (and a look at
+			// the files, at most once a second).
+			cert, err := tlsConfig.GetCertificate(&tls.ClientHelloInfo{})
+			if err != nil || cert == nil || cert.Leaf == nil {
+				return time.Time{}
+			}
+			return cert.Leaf.NotAfter
+		})
+	}
 	a.metrics.Webhooks(func() metrics.WebhookStats {
 		s := a.dispatcher.Stats()
 		return metrics.WebhookStats{Attempts: s.Attempts, Delivered: s.Delivered, Retried: s.Retried, Failed: s.Failed, Disabled: s.Disabled}

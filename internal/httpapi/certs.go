@@ -22,6 +22,12 @@ var certCheckEvery = time.Second
 // certificate in service without a lock. A changed pair that does not
 // load (written half, or a key of another certificate) leaves the one in
 // service and is logged, once for each change of the files.
+//
+// Every client that checks a certificate refuses one outside its dates,
+// the commonest TLS outage, so the dates are watched too: a pair already
+// expired never replaces one still valid; a pair not valid yet waits
+// until it is; and the certificate in service is logged at WARN when it
+// expires, once (at start, if it already has).
 type certFiles struct {
 	certFile, keyFile string
 	log               *slog.Logger
@@ -29,12 +35,16 @@ type certFiles struct {
 	cert atomic.Pointer[tls.Certificate]
 	next atomic.Int64 // UnixNano of the next look at the files
 
-	mu    sync.Mutex // held while looking
-	stamp string     // the files as last looked at (stat)
+	mu     sync.Mutex       // held while looking
+	stamp  string           // the files as last looked at (stat)
+	early  *tls.Certificate // a changed pair not valid yet, served from its NotBefore
+	warned *tls.Certificate // the certificate in service whose dates were logged
 }
 
 // loadCertFiles reads the pair a first time: an error here is the
-// operator's to fix before the server starts.
+// operator's to fix before the server starts. A certificate outside its
+// dates is served all the same (a pinned client may accept it, and the
+// server is what renews nothing), with a warning.
 func loadCertFiles(certFile, keyFile string, log *slog.Logger) (*certFiles, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -46,7 +56,9 @@ func loadCertFiles(certFile, keyFile string, log *slog.Logger) (*certFiles, erro
 		return nil, fmt.Errorf("TLS certificate: %w", err)
 	}
 	c.cert.Store(&cert)
-	c.next.Store(time.Now().Add(certCheckEvery).UnixNano())
+	now := time.Now()
+	c.next.Store(now.Add(certCheckEvery).UnixNano())
+	c.warnOutsideDates(now)
 	return c, nil
 }
 
@@ -70,7 +82,11 @@ func (c *certFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, erro
 	now := time.Now()
 	if now.UnixNano() >= c.next.Load() && c.mu.TryLock() {
 		c.next.Store(now.Add(certCheckEvery).UnixNano())
-		c.reloadIfChanged()
+		c.reloadIfChanged(now)
+		if c.early != nil && !now.Before(c.early.Leaf.NotBefore) {
+			c.serve(c.early, "TLS certificate reloaded: it is valid from now")
+		}
+		c.warnOutsideDates(now)
 		c.mu.Unlock()
 	}
 	return c.cert.Load(), nil
@@ -78,22 +94,74 @@ func (c *certFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, erro
 
 // reloadIfChanged loads the pair again when the files changed since the
 // last look. c.mu is held.
-func (c *certFiles) reloadIfChanged() {
+func (c *certFiles) reloadIfChanged(now time.Time) {
 	stamp := c.look()
 	if stamp == c.stamp {
 		return
 	}
 	c.stamp = stamp
+	c.early = nil
 	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 	if err != nil {
 		c.log.Warn("the TLS certificate's files changed but do not load: the previous certificate is still served",
 			"cert", c.certFile, "key", c.keyFile, "error", err.Error())
 		return
 	}
-	c.cert.Store(&cert)
+	inService := outsideDates(c.cert.Load(), now) == ""
+	switch why := outsideDates(&cert, now); {
+	case why == "" || !inService:
+		c.serve(&cert, "TLS certificate reloaded")
+	case cert.Leaf.NotAfter.Before(now):
+		c.log.Warn("the TLS certificate's files changed but the new certificate "+why+": the previous certificate is still served",
+			c.dates(&cert)...)
+	default:
+		c.early = &cert
+		c.log.Warn("the TLS certificate's files changed but the new certificate is "+why+": the previous certificate is served until then",
+			c.dates(&cert)...)
+	}
+}
+
+// serve puts cert in service. c.mu is held.
+func (c *certFiles) serve(cert *tls.Certificate, msg string) {
+	c.cert.Store(cert)
+	c.early = nil
+	c.log.Info(msg, c.dates(cert)...)
+}
+
+// warnOutsideDates logs, once for each certificate, that the one in
+// service is outside its dates. c.mu is held, or c not shared yet.
+func (c *certFiles) warnOutsideDates(now time.Time) {
+	cert := c.cert.Load()
+	why := outsideDates(cert, now)
+	if why == "" || c.warned == cert {
+		return
+	}
+	c.warned = cert
+	c.log.Warn("the TLS certificate in service "+why+": every client that checks it refuses the connection; renew it (its files are read again when they change)",
+		c.dates(cert)...)
+}
+
+// dates are the log attributes that name cert.
+func (c *certFiles) dates(cert *tls.Certificate) []any {
 	attrs := []any{"cert", c.certFile}
 	if leaf := cert.Leaf; leaf != nil {
-		attrs = append(attrs, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+		attrs = append(attrs, "subject", leaf.Subject.String(),
+			"not_before", leaf.NotBefore.UTC().Format(time.RFC3339), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
-	c.log.Info("TLS certificate reloaded", attrs...)
+	return attrs
+}
+
+// outsideDates says how cert is outside its dates at now, or "" when it
+// is within them (or its leaf was not parsed).
+func outsideDates(cert *tls.Certificate, now time.Time) string {
+	if cert == nil || cert.Leaf == nil {
+		return ""
+	}
+	switch leaf := cert.Leaf; {
+	case now.After(leaf.NotAfter):
+		return "expired at " + leaf.NotAfter.UTC().Format(time.RFC3339)
+	case now.Before(leaf.NotBefore):
+		return "not valid before " + leaf.NotBefore.UTC().Format(time.RFC3339)
+	}
+	return ""
 }

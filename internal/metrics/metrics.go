@@ -182,6 +182,22 @@ func (m *Metrics) Connections(max int, stats func() ConnStats) {
 	)
 }
 
+// TLSCertificate registers the end of the validity of the TLS certificate
+// in service (its NotAfter, as a Unix time), read at each scrape: a
+// renewal that failed shows here, before clients refuse the certificate.
+func (m *Metrics) TLSCertificate(notAfter func() time.Time) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "tls", Name: "certificate_expiry_timestamp_seconds",
+		Help: "When the TLS certificate in service expires (its NotAfter), in seconds since the Unix epoch; renewed files are read within a second.",
+	}, func() float64 {
+		t := notAfter()
+		if t.IsZero() {
+			return 0 // unknown: as good as expired
+		}
+		return float64(t.Unix())
+	}))
+}
+
 // ConnStats are the API listener's connection counts, read at each
 // scrape.
 type ConnStats struct {

@@ -141,6 +141,14 @@ func ValidateTokenName(name string) error {
 	if strings.TrimSpace(name) != name {
 		return Errorf(EINVALID, "token name must not begin or end with white space")
 	}
+	// A name is shown in every access log line and in token list: a
+	// secret pasted as one would be too.
+	n := TokenLength - len(TokenPrefix)
+	for k := 0; k+n <= len(name); k++ {
+		if IsTokenSecret(name[k : k+n]) {
+			return Errorf(EINVALID, "token name holds a token's secret, and a name is shown in logs and lists: choose another name (and revoke that token, if it is one)")
+		}
+	}
 	return nil
 }
 
@@ -182,6 +190,12 @@ type TokenStore interface {
 	// RevokeToken revokes the active token called name at time at, or returns
 	// ENOTFOUND.
 	RevokeToken(ctx context.Context, name string, at time.Time) error
+	// ReplaceToken revokes the active token called t.Name, if there is
+	// one, and stores t under hash in its place, in one transaction: a
+	// replace that fails has changed nothing, and of replaces of one name
+	// at once, each revokes the one before it. replaced says whether a
+	// token was revoked.
+	ReplaceToken(ctx context.Context, t Token, hash TokenHash) (created Token, replaced bool, err error)
 	// RecordTokenUse sets the last-use time of each token id given, keeping a
 	// later time already stored.
 	RecordTokenUse(ctx context.Context, lastUse map[int64]time.Time) error

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plantstore/plantstore"
 	"github.com/plantstore/plantstore/internal/apitest"
 	"github.com/plantstore/plantstore/internal/postgres/pgtest"
 )
@@ -409,6 +410,14 @@ func TestTokenCLI(t *testing.T) {
 	// the plant tables quote such text.
 	mustToken(t, dir, "--name", "\u202eecila")
 	mustToken(t, dir, "--name", "ali\u200bce")
+	// As are the messages that name it (a combining grapheme joiner:
+	// printable to Go's %q, invisible on a terminal).
+	if r := cli(t, dir, nil, "token", "create", "--name", "\u034f"); r.exit != 0 || !strings.Contains(r.stderr, `created token "\u034f"`) {
+		t.Errorf("token create with an invisible name: %+v", r)
+	}
+	if r := cli(t, dir, nil, "token", "revoke", "\u034f"); r.exit != 0 || !strings.Contains(r.stderr, `revoked token "\u034f"`) {
+		t.Errorf("token revoke of an invisible name: %+v", r)
+	}
 	if r := cli(t, dir, nil, "token", "list"); !strings.Contains(r.stdout, `"\u202eecila"`) || !strings.Contains(r.stdout, `"ali\u200bce"`) || strings.ContainsAny(r.stdout, "\u202e\u200b") {
 		t.Errorf("token list shows invisible characters as they are:\n%s", r.stdout)
 	}
@@ -420,6 +429,9 @@ func TestTokenCLI(t *testing.T) {
 		{"token", "create", "--name", "  "},
 		{"token", "create", "--name", "deploy "},
 		{"token", "create", "--name", "\u00a0deploy"},
+		// A name is logged with every request: never a secret pasted.
+		{"token", "create", "--name", plantstore.NewToken()},
+		{"token", "create", "--name", "ci " + strings.TrimPrefix(plantstore.NewToken(), plantstore.TokenPrefix)},
 		{"token", "revoke"},
 		{"token", "frobnicate"},
 		{"token"},

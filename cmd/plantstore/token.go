@@ -91,7 +91,7 @@ standard error.`, getenv, stdout, stderr)
 			return err
 		}
 	case conflict:
-		return fmt.Errorf("an active token is already named %q: add --replace to revoke it and issue a new one, or choose another --name (plantstore token list shows the names)", *name)
+		return fmt.Errorf("an active token is already named %s: add --replace to revoke it and issue a new one, or choose another --name (plantstore token list shows the names)", quoteCell(*name))
 	case err != nil:
 		return cliError(err)
 	default:
@@ -99,40 +99,33 @@ standard error.`, getenv, stdout, stderr)
 			// A token no one saw is of no use, and it would stay active:
 			// revoke it at once.
 			if err := store.RevokeToken(ctx, *name, time.Now()); err != nil {
-				return fmt.Errorf("the token could not be written to standard output (%v), and revoking it failed (%v): revoke %q with plantstore token revoke", werr, cliError(err), *name)
+				return fmt.Errorf("the token could not be written to standard output (%v), and revoking it failed (%v): revoke %s with plantstore token revoke", werr, cliError(err), quoteCell(*name))
 			}
 			return fmt.Errorf("the token could not be written to standard output (%v), so it was revoked at once; run token create again with standard output where it can be written", werr)
 		}
 	}
-	fmt.Fprintf(stderr, "created token %q with scopes %s; it is shown only this once\n", *name, strings.Join(scopes, ","))
+	fmt.Fprintf(stderr, "created token %s with scopes %s; it is shown only this once\n", quoteCell(*name), strings.Join(scopes, ","))
 	return nil
 }
 
 // replaceToken revokes the active token of token.Name and issues secret
-// in its place. The secret is shown first: when it cannot be written,
-// nothing has changed and the old token still works, where revoking
-// first would leave the name with no token anyone can use. When the
-// store then fails, the secret shown was never issued, and the error
-// says so. Revoke, then issue: the name is unique among active tokens
-// only; another "token create" between the two gets the name, and this
-// one says so.
+// in its place, in one transaction. The secret is shown first: when it
+// cannot be written, nothing has changed and the old token still works,
+// where revoking first would leave the name with no token anyone can use.
+// When the store then fails, the secret shown was never issued and the
+// old token still works, and the error says so.
 func replaceToken(ctx context.Context, store plantstore.TokenStore, token plantstore.Token, secret string, stdout, stderr io.Writer) error {
 	if _, werr := fmt.Fprintln(stdout, secret); werr != nil {
-		return fmt.Errorf("the token could not be written to standard output (%v), so nothing was changed: the token %q still works; run token create again with standard output where it can be written", werr, token.Name)
+		return fmt.Errorf("the token could not be written to standard output (%v), so nothing was changed: the token %s still works; run token create again with standard output where it can be written", werr, quoteCell(token.Name))
 	}
-	notIssued := func(err error) error {
-		return fmt.Errorf("the token printed was not issued: %w", err)
-	}
-	if err := store.RevokeToken(ctx, token.Name, time.Now()); err != nil && plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
-		return notIssued(cliError(err))
-	}
-	fmt.Fprintf(stderr, "revoked the token %q it replaces; running servers refuse it within 2 seconds\n", token.Name)
-	_, err := store.CreateToken(ctx, token, plantstore.HashToken(secret))
-	if plantstore.ErrorCode(err) == plantstore.ECONFLICT {
-		return notIssued(fmt.Errorf("another token named %q was issued meanwhile", token.Name))
-	}
+	_, replaced, err := store.ReplaceToken(ctx, token, plantstore.HashToken(secret))
 	if err != nil {
-		return notIssued(cliError(err))
+		return fmt.Errorf("the token printed was not issued, and nothing was revoked: %w", cliError(err))
+	}
+	if replaced {
+		fmt.Fprintf(stderr, "revoked the token %s it replaces; running servers refuse it within 2 seconds\n", quoteCell(token.Name))
+	} else {
+		fmt.Fprintf(stderr, "no active token was named %s: nothing to revoke\n", quoteCell(token.Name))
 	}
 	return nil
 }
@@ -222,7 +215,7 @@ seconds.`, getenv, stdout, stderr)
 	if err := store.RevokeToken(ctx, rest[0], time.Now()); err != nil {
 		return cliError(err)
 	}
-	fmt.Fprintf(stderr, "revoked token %q; running servers refuse it within 2 seconds\n", rest[0])
+	fmt.Fprintf(stderr, "revoked token %s; running servers refuse it within 2 seconds\n", quoteCell(rest[0]))
 	return nil
 }
 

@@ -175,7 +175,10 @@ func (m *memTokens) TokenByHash(_ context.Context, h plantstore.TokenHash) (plan
 
 func (m *memTokens) ListTokens(context.Context, bool) ([]plantstore.Token, error) { panic("unused") }
 func (m *memTokens) RevokeToken(context.Context, string, time.Time) error         { panic("unused") }
-func (m *memTokens) RecordTokenUse(context.Context, map[int64]time.Time) error    { return nil }
+func (m *memTokens) ReplaceToken(context.Context, plantstore.Token, plantstore.TokenHash) (plantstore.Token, bool, error) {
+	panic("unused")
+}
+func (m *memTokens) RecordTokenUse(context.Context, map[int64]time.Time) error { return nil }
 func (m *memTokens) ActiveTokenHashes(context.Context, int) ([]plantstore.TokenHash, error) {
 	return slices.Collect(maps.Keys(m.tokens)), nil
 }

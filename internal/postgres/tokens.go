@@ -122,6 +122,47 @@ func (db *DB) RevokeToken(ctx context.Context, name string, at time.Time) error 
 	return nil
 }
 
+// maxReplaceRounds bounds the times a replace starts again for another
+// token of its name issued meanwhile.
+const maxReplaceRounds = 16
+
+// ReplaceToken revokes and inserts in one transaction. Two replaces of one
+// name at once: the second's revoke waits for the first's row, finds it
+// revoked, and its insert then meets the first's new token: it starts
+// again, and revokes that one.
+func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, bool, error) {
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = db.now()
+	}
+	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Microsecond)
+	var replaced bool
+	var err error
+	// Each round of replaces at once lets one through, at least.
+	for range maxReplaceRounds {
+		err = retry(ctx, func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, `UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL`, t.CreatedAt, t.Name)
+				if err != nil {
+					return err
+				}
+				replaced = tag.RowsAffected() > 0
+				return tx.QueryRow(ctx, `INSERT INTO tokens (name, hash, scopes, created_at) VALUES ($1, $2, $3, $4) RETURNING id`,
+					t.Name, hash[:], strings.Join(t.Scopes, " "), t.CreatedAt).Scan(&t.ID)
+			})
+		})
+		if !isUniqueViolation(err) {
+			break
+		}
+	}
+	if isUniqueViolation(err) {
+		return plantstore.Token{}, false, plantstore.Errorf(plantstore.ECONFLICT, "tokens named %q kept being issued meanwhile", t.Name)
+	}
+	if err != nil {
+		return plantstore.Token{}, false, db.storeError("replace token", err)
+	}
+	return t, replaced, nil
+}
+
 // RecordTokenUse updates every token in one statement. Two servers may
 // record uses of the same tokens at once; the ids go in ascending order so
 // that they tend to lock the rows in the same order, and a deadlock that

@@ -108,6 +108,37 @@ func (db *DB) RevokeToken(ctx context.Context, name string, at time.Time) error 
 	return nil
 }
 
+func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, bool, error) {
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = db.now()
+	}
+	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Millisecond)
+	// BEGIN IMMEDIATE (the write pool's): replaces of one name run one
+	// after the other.
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return plantstore.Token{}, false, storeError("replace token", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, millis(t.CreatedAt), t.Name)
+	if err != nil {
+		return plantstore.Token{}, false, storeError("replace token", err)
+	}
+	revoked, err := res.RowsAffected()
+	if err != nil {
+		return plantstore.Token{}, false, storeError("replace token", err)
+	}
+	err = tx.QueryRowContext(ctx, `INSERT INTO tokens (name, hash, scopes, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
+		t.Name, hash[:], strings.Join(t.Scopes, " "), millis(t.CreatedAt)).Scan(&t.ID)
+	if err != nil {
+		return plantstore.Token{}, false, storeError("replace token", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return plantstore.Token{}, false, storeError("replace token", err)
+	}
+	return t, revoked > 0, nil
+}
+
 func (db *DB) RecordTokenUse(ctx context.Context, lastUse map[int64]time.Time) error {
 	if len(lastUse) == 0 {
 		return nil

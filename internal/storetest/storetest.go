@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("Preconditions", func(t *testing.T) { testPreconditions(t, open(t)) })
 	t.Run("Tokens", func(t *testing.T) { testTokens(t, open(t)) })
 	t.Run("TokenRevocation", func(t *testing.T) { testTokenRevocation(t, open(t)) })
+	t.Run("TokenReplace", func(t *testing.T) { testTokenReplace(t, open(t)) })
 	t.Run("TokenUse", func(t *testing.T) { testTokenUse(t, open(t)) })
 	t.Run("ActiveTokenHashes", func(t *testing.T) { testActiveTokenHashes(t, open(t)) })
 	runWebhooks(t, open)
@@ -303,6 +304,64 @@ func testTokenRevocation(t *testing.T, s plantstore.Store) {
 		if tok.RevokedAt.IsZero() == (tok.ID != active[0].ID) {
 			t.Errorf("token %d: RevokedAt %v", tok.ID, tok.RevokedAt)
 		}
+	}
+}
+
+// ReplaceToken revokes the active token of the name and issues the new
+// one together; on a free name it only issues; replaces of one name at
+// once all succeed, each revoking the one before, and leave one active.
+func testTokenReplace(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	old := plantstore.NewToken()
+	if _, err := s.CreateToken(ctx, plantstore.Token{Name: "deploy", Scopes: plantstore.KnownScopes}, plantstore.HashToken(old)); err != nil {
+		t.Fatal(err)
+	}
+	secret := plantstore.NewToken()
+	tok, replaced, err := s.ReplaceToken(ctx, plantstore.Token{Name: "deploy", Scopes: []string{plantstore.ScopePlantsRead}}, plantstore.HashToken(secret))
+	if err != nil || !replaced || tok.ID == 0 {
+		t.Fatalf("ReplaceToken = %+v, %v, %v; want a token, true, nil", tok, replaced, err)
+	}
+	if _, err := s.TokenByHash(ctx, plantstore.HashToken(old)); plantstore.ErrorCode(err) != plantstore.ENOTFOUND {
+		t.Errorf("the replaced token: %v, want %s", err, plantstore.ENOTFOUND)
+	}
+	if got, err := s.TokenByHash(ctx, plantstore.HashToken(secret)); err != nil || got.ID != tok.ID || got.HasScope(plantstore.ScopePlantsWrite) {
+		t.Errorf("the replacement: %+v, %v", got, err)
+	}
+	if _, replaced, err := s.ReplaceToken(ctx, plantstore.Token{Name: "fresh", Scopes: plantstore.KnownScopes}, plantstore.HashToken(plantstore.NewToken())); err != nil || replaced {
+		t.Errorf("ReplaceToken on a free name: replaced %v, %v; want false, nil", replaced, err)
+	}
+	const n = 8
+	secrets := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		secrets[i] = plantstore.NewToken()
+		wg.Go(func() {
+			_, _, errs[i] = s.ReplaceToken(ctx, plantstore.Token{Name: "deploy", Scopes: plantstore.KnownScopes}, plantstore.HashToken(secrets[i]))
+		})
+	}
+	wg.Wait()
+	active := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("replace %d of %d at once: %v", i+1, n, errs[i])
+		}
+		if _, err := s.TokenByHash(ctx, plantstore.HashToken(secrets[i])); err == nil {
+			active++
+		}
+	}
+	all, err := s.ListTokens(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	for _, tok := range all {
+		if tok.Name == "deploy" {
+			named++
+		}
+	}
+	if active != 1 || named != n+2 {
+		t.Errorf("after %d replaces at once: %d of them active, %d tokens named deploy in all; want 1 and %d", n, active, named, n+2)
 	}
 }
 

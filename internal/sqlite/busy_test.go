@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +40,8 @@ func lockFromOutside(t *testing.T, path string) (release func()) {
 	return release
 }
 
+var plantNamed = regexp.MustCompile(`plant (\d+)`)
+
 // A plant write waits for another process's lock --busy-timeout in all:
 // not once more for each of the server's own writes queued before it
 // (token use, webhook bookkeeping, each waiting for the same lock), nor
@@ -61,6 +65,13 @@ func TestPlantWriteWaitsOneBusyTimeout(t *testing.T) {
 		for i := range errs {
 			if plantstore.ErrorCode(errs[i]) != plantstore.EUNAVAILABLE {
 				t.Errorf("create %d under another process's lock: %v, want %s", i+1, errs[i], plantstore.EUNAVAILABLE)
+			}
+			// A log line with the request's id names its plant, or
+			// none, never a neighbour's.
+			for _, m := range plantNamed.FindAllStringSubmatch(fmt.Sprint(errs[i]), -1) {
+				if m[1] != fmt.Sprint(i+1) {
+					t.Errorf("create %d failed with %q, which names plant %s", i+1, errs[i], m[1])
+				}
 			}
 			if took[i] > bound {
 				t.Errorf("create %d answered after %v, want within %v", i+1, took[i].Round(time.Millisecond), bound)
@@ -88,6 +99,32 @@ func TestPlantWriteWaitsOneBusyTimeout(t *testing.T) {
 		errs, took := createAll(db, 4)
 		check(t, errs, took, busy+busy/2)
 		wg.Wait()
+	})
+	t.Run("queued behind a batch", func(t *testing.T) {
+		// Plant 1's batch waits for the lock; 2 to 4 queue behind it
+		// and fail with its wait, each in its own words.
+		const busy = 400 * time.Millisecond
+		db, path := openTest(t, Options{BusyTimeout: busy})
+		lockFromOutside(t, path)
+		errs, took := make([]error, 4), make([]time.Duration, 4)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			if i == 1 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			wg.Go(func() {
+				begin := time.Now()
+				_, errs[i] = db.CreatePlant(context.Background(), plantstore.Plant{ID: int64(i + 1), Name: "queued"})
+				took[i] = time.Since(begin)
+			})
+		}
+		wg.Wait()
+		check(t, errs, took, busy+busy/2)
+		for i, err := range errs {
+			if !strings.Contains(err.Error(), fmt.Sprintf("plant %d", i+1)) {
+				t.Errorf("create %d failed with %q, which does not name its plant", i+1, err)
+			}
+		}
 	})
 	t.Run("after a wait for the pool", func(t *testing.T) {
 		// One token write ahead holds the pool for the whole busy

@@ -144,6 +144,10 @@ func TestConcurrentCreatesUntilFull(t *testing.T) {
 			stored++
 		case plantstore.ErrorCode(err) == plantstore.EINSUFFICIENT && plantstore.ErrorCode(getErr) == plantstore.ENOTFOUND:
 			refused++
+			// The log says which to raise: the cap, not the disk.
+			if !strings.Contains(err.Error(), "the file reached its cap, --max-db-bytes") {
+				t.Errorf("plant %d refused with %q, which does not name the cap", id, err)
+			}
 		default:
 			t.Errorf("plant %d: create said %v, the store says %v", id, err, getErr)
 		}

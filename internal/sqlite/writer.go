@@ -184,12 +184,23 @@ func (db *DB) writer() {
 	}
 }
 
-// failQueued answers err to every write queued now, using buf to take them.
-func (db *DB) failQueued(buf []*writeRequest, err error) {
+// failQueued answers every write queued now with busy, the error of the
+// batch that waited for the lock, in each one's own words: a log line
+// with a request's id names that request's plant. buf takes the writes.
+func (db *DB) failQueued(buf []*writeRequest, busy error) {
+	// busy (storeError's) wraps "sqlite: write plant N: " around the
+	// driver's error, which is what the queued writes share.
+	code, msg, cause := plantstore.ErrorCode(busy), plantstore.ErrorMessage(busy), busy
+	for range 2 {
+		if inner := errors.Unwrap(cause); inner != nil {
+			cause = inner
+		}
+	}
 	for {
 		queued := db.drain(buf[:0])
 		for _, req := range queued {
-			req.done <- writeResult{err: err}
+			req.done <- writeResult{err: plantstore.WrapError(code, msg,
+				fmt.Errorf("sqlite: %s: queued behind a write that waited out the busy timeout: %w", req.op(), cause))}
 		}
 		if len(queued) < maxBatch {
 			return
@@ -358,7 +369,7 @@ func (db *DB) commit(batch []*writeRequest) *pendingBatch {
 				job.outcomes = append(job.outcomes, out)
 			}
 			if err != nil {
-				job.results[i] = writeResult{err: err}
+				job.results[i] = writeResult{err: db.whichSpace(err)}
 			} else {
 				job.results[i] = out.results[0]
 			}
@@ -427,6 +438,25 @@ const minDeleteHeadroom = 64
 // the cap on the file's size, to be tried again with deleteHeadroom.
 func (db *DB) mayPassCap(req *writeRequest, err error) bool {
 	return db.maxPages > 0 && req.kind == writeDelete && plantstore.ErrorCode(err) == plantstore.EINSUFFICIENT
+}
+
+// whichSpace adds to err, a write refused for space with the file capped
+// (--max-db-bytes), whether the file had reached the cap or the disk is
+// full: the log then says which to raise. Other errors are left as they
+// are. It reads the file's pages through the read pool: the writer may
+// hold the write pool's one connection.
+func (db *DB) whichSpace(err error) error {
+	if db.maxPages == 0 || plantstore.ErrorCode(err) != plantstore.EINSUFFICIENT {
+		return err
+	}
+	var pages int64
+	if db.read.QueryRow(`PRAGMA page_count`).Scan(&pages) != nil {
+		return err
+	}
+	if pages+minDeleteHeadroom >= db.maxPages {
+		return fmt.Errorf("%w (the file reached its cap, --max-db-bytes: %d of %d pages)", err, pages, db.maxPages)
+	}
+	return fmt.Errorf("%w (the disk is full: the file is at %d of the %d pages --max-db-bytes allows)", err, pages, db.maxPages)
 }
 
 // commitBatch runs batch in one transaction on the write connection

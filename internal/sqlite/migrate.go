@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"time"
 
 	"github.com/plantstore/plantstore/internal/migration"
 )
@@ -25,7 +26,8 @@ func loadMigrations() ([]migration.Migration, error) {
 // refuses a file whose schema is newer than this binary, one with
 // versions missing (migration.CheckRecorded), and, when underServer says a
 // plantstore serve holds the file (this is a command-line tool), one whose
-// schema is older: that server is an older version, and upgrading the
+// schema is older and stays so for the busy timeout: that server is an
+// older version, not this one upgrading it, and upgrading the
 // file under it would leave it writing without what the new schema adds
 // (the change feed, say) and unable to start again. underServer is asked
 // only when a migration is due.
@@ -59,8 +61,16 @@ func (db *DB) migrate(ctx context.Context, underServer func() bool) error {
 		return err
 	}
 	if n := len(versions); n > 0 && versions[n-1] < len(ms) && underServer() {
-		return fmt.Errorf("the store is at schema version %d and a plantstore serve of an older version is using it: this plantstore (schema %d) would upgrade it under that server, which could then neither use it fully nor start again. Stop the server, then start this version's serve, which upgrades the store (docs/upgrades.md)",
-			versions[n-1], len(ms))
+		// The server may be this version's, upgrading the store now (a
+		// deploy script that starts serve, then makes a token): wait
+		// for it, up to the busy timeout.
+		if versions, err = db.awaitUpgrade(ctx, len(ms), underServer); err != nil {
+			return err
+		}
+		if n := len(versions); n > 0 && versions[n-1] < len(ms) && underServer() {
+			return fmt.Errorf("the store is at schema version %d and a plantstore serve is using it, of an older version (or one still upgrading it after --busy-timeout, %v): this plantstore (schema %d) would upgrade it under that server, which could then neither use it fully nor start again. Stop the server, then start this version's serve, which upgrades the store (docs/upgrades.md)",
+				versions[n-1], db.busyTimeout, len(ms))
+		}
 	}
 	for _, m := range ms {
 		if err := db.apply(ctx, m); err != nil {
@@ -84,6 +94,23 @@ func (db *DB) migrate(ctx context.Context, underServer func() bool) error {
 		return migration.NewerSchemaError(current, len(ms))
 	}
 	return nil
+}
+
+// awaitUpgrade re-reads the recorded versions until they reach known, the
+// server stops holding the store, or the busy timeout passes.
+func (db *DB) awaitUpgrade(ctx context.Context, known int, underServer func() bool) ([]int, error) {
+	deadline := time.Now().Add(db.busyTimeout)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, storeError("wait for the server's upgrade", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		versions, err := db.recordedVersions(ctx)
+		if err != nil || len(versions) == 0 || versions[len(versions)-1] >= known || time.Now().After(deadline) || !underServer() {
+			return versions, err
+		}
+	}
 }
 
 // recordedVersions are the versions schema_migrations records, ascending.

@@ -603,8 +603,8 @@ func TestNoUpgradeUnderARunningServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := appliedMigrations(t, path)
-	_, err = Open(context.Background(), path, Options{})
-	want := fmt.Sprintf("the store is at schema version %d and a plantstore serve of an older version is using it", older)
+	_, err = Open(context.Background(), path, Options{BusyTimeout: 300 * time.Millisecond})
+	want := fmt.Sprintf("the store is at schema version %d and a plantstore serve is using it, of an older version (or one still upgrading it after --busy-timeout, 300ms)", older)
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "docs/upgrades.md") {
 		t.Fatalf("a tool opening a store an older server uses: %v; want %q", err, want)
 	}
@@ -619,6 +619,46 @@ func TestNoUpgradeUnderARunningServer(t *testing.T) {
 	db.Close()
 	if after := appliedMigrations(t, path); len(after) != len(ms) {
 		t.Errorf("after the server stopped, the tool left versions %v; want all %d", after, len(ms))
+	}
+
+	// A serve of this version, upgrading the store as the tool opens it
+	// (a script that starts serve, then makes a token): the tool waits
+	// for the upgrade, and opens the store.
+	path = copyFixture(t, older)
+	server, _, err = lockSoleServer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	upgraded := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate")
+		if err != nil {
+			upgraded <- err
+			return
+		}
+		defer db.Close()
+		m := ms[len(ms)-1]
+		tx, err := db.Begin()
+		if err == nil {
+			_, err = tx.Exec(m.SQL)
+		}
+		if err == nil {
+			_, err = tx.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`, m.Version, m.Name, time.Now().UnixMilli())
+		}
+		if err == nil {
+			err = tx.Commit()
+		}
+		upgraded <- err
+	}()
+	db, err = Open(context.Background(), path, Options{BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("a tool opening a store this version's serve is upgrading: %v", err)
+	}
+	db.Close()
+	if err := <-upgraded; err != nil {
+		t.Fatal(err)
 	}
 }
 

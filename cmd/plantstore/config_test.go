@@ -153,6 +153,29 @@ func TestUnknownVariableStopsServe(t *testing.T) {
 	serve(t, dir)
 }
 
+// A value refused for what it is (not its form) names the variable it
+// came from, where a mistake in a deployment's environment is looked
+// for; from the command line, the flag alone.
+func TestRefusedValueNamesItsVariable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		env, args []string
+		want      string
+	}{
+		{[]string{"PLANTSTORE_MAX_BODY_BYTES=0"}, nil, "plantstore: --max-body-bytes (from PLANTSTORE_MAX_BODY_BYTES) 0: want 1 or more"},
+		{[]string{"PLANTSTORE_LOG_LEVEL_FILE=" + writeFile(t, "verbose\n")}, nil, `plantstore: --log-level (from PLANTSTORE_LOG_LEVEL_FILE) "<the value in PLANTSTORE_LOG_LEVEL_FILE>": want`},
+		{[]string{"PLANTSTORE_WEBHOOK_WORKERS=0"}, nil, "plantstore: --webhook-workers (from PLANTSTORE_WEBHOOK_WORKERS) must be between"},
+		{[]string{"PLANTSTORE_MAX_BODY_BYTES=0"}, []string{"--max-body-bytes=0"}, "plantstore: --max-body-bytes 0: want 1 or more"},
+		{nil, []string{"--max-body-bytes", "0"}, "plantstore: --max-body-bytes 0: want 1 or more"},
+	} {
+		r := cli(t, dir, c.env, append([]string{"serve", "--addr", "127.0.0.1:0"}, c.args...)...)
+		if r.exit != 2 || !strings.HasPrefix(r.stderr, c.want) {
+			t.Errorf("serve %v with %v: exit %d, %q; want 2 and %q", c.args, c.env, r.exit, r.stderr, c.want)
+		}
+	}
+}
+
 func writeFile(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "value")

@@ -133,7 +133,7 @@ func TestLimitFlags(t *testing.T) {
 		{nil, []string{"--auth-failure-window", "0s"}, "must be positive"},
 		{[]string{"PLANTSTORE_TRUSTED_PROXIES=10.0.0.0/8,proxy.internal"}, nil, `"proxy.internal"`},
 		{nil, []string{"--max-body-bytes", "0"}, "--max-body-bytes 0: want 1 or more"},
-		{[]string{"PLANTSTORE_MAX_HEADER_BYTES=10"}, nil, "--max-header-bytes 10: want 1024 or more"},
+		{[]string{"PLANTSTORE_MAX_HEADER_BYTES=10"}, nil, "--max-header-bytes (from PLANTSTORE_MAX_HEADER_BYTES) 10: want 1024 or more"},
 		{nil, []string{"--max-connections", "-1"}, "--max-connections: must not be negative"},
 		{nil, []string{"--max-connections-per-address", "-1"}, "--max-connections-per-address: must not be negative"},
 	} {

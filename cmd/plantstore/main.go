@@ -205,6 +205,7 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	// Every usage mistake ends with where to read the usage, added here
 	// alone: the commands' messages (a mistyped flag, a required one, a
 	// missing argument) say only what is wrong.
+	err = withVariableNamed(err, args[1:], env)
 	if ue, ok := err.(usageError); ok {
 		name := cmd.name
 		if len(args) > 1 && slices.Contains(cmd.subcommands, args[1]) {
@@ -218,6 +219,37 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	// Any other command that fails once ctx is cancelled was cut short.
 	if err != nil && ctx.Err() != nil && cmd.name != "serve" {
 		err = interrupted{err}
+	}
+	return err
+}
+
+// withVariableNamed names the variable a usage error's flag was read
+// from, when its message begins with the flag ("--max-body-bytes 0: want
+// 1 or more") and the command line did not give it: a mistake in a
+// deployment's environment is then looked for where it is. A message
+// that names a variable already is left as it is.
+func withVariableNamed(err error, args []string, env environment) error {
+	ue, ok := err.(usageError)
+	msg := string(ue)
+	if !ok || !strings.HasPrefix(msg, "--") || strings.Contains(msg, "PLANTSTORE_") {
+		return err
+	}
+	name := msg[2:]
+	if end := strings.IndexAny(name, " :=("); end >= 0 {
+		name = name[:end]
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a = strings.TrimLeft(a, "-"); a == name || strings.HasPrefix(a, name+"=") {
+			return err
+		}
+	}
+	for _, v := range []string{envName(name), envName(name) + "_FILE"} {
+		if env.vars[v] != "" {
+			return usageError("--" + name + " (from " + v + ")" + msg[2+len(name):])
+		}
 	}
 	return err
 }

@@ -270,6 +270,12 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 		if err := fs.Parse(args); err != nil {
 			return nil, fs.flagError(err)
 		}
+		// Flags may follow arguments ("token revoke ci --db x.db"),
+		// but not "--": what follows it is arguments only.
+		if rest := fs.Args(); len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
 		args = fs.Args()
 		if len(args) == 0 {
 			break

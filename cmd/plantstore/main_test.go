@@ -433,6 +433,8 @@ func TestTokenCLI(t *testing.T) {
 		{"token", "create", "--name", plantstore.NewToken()},
 		{"token", "create", "--name", "ci " + strings.TrimPrefix(plantstore.NewToken(), plantstore.TokenPrefix)},
 		{"token", "revoke"},
+		// After "--", arguments only: two here.
+		{"token", "revoke", "--", "deploy", "--db", "other.db"},
 		{"token", "frobnicate"},
 		{"token"},
 		{"bogus"},

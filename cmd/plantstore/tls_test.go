@@ -320,6 +320,41 @@ func TestTLSCertificateOutsideDates(t *testing.T) {
 	}
 }
 
+// A certificate served before its NotBefore (there was no other) is
+// warned of then, and again when it expires: each reason once.
+func TestTLSCertificateNotValidYetThenExpired(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	from := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	until := from.Add(2 * time.Second)
+	certFile, keyFile, _ := certWithDates(t, from, until)
+	s := serve(t, dir, "--tls-cert", certFile, "--tls-key", keyFile)
+	addr := strings.TrimPrefix(s.url, "http://")
+	handshake := func() {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		conn.Close()
+	}
+	early := `"level":"WARN","msg":"the TLS certificate in service is not valid before ` + from.UTC().Format(time.RFC3339)
+	if !s.logged(early, 5*time.Second) {
+		t.Errorf("a certificate not valid yet, served without a word:\n%s", s.logs)
+	}
+	time.Sleep(time.Until(until) + 1100*time.Millisecond)
+	handshake()
+	time.Sleep(1100 * time.Millisecond)
+	handshake()
+	expired := `"level":"WARN","msg":"the TLS certificate in service expired at ` + until.UTC().Format(time.RFC3339)
+	if !s.logged(expired, 5*time.Second) {
+		t.Errorf("the same certificate expired in service without a word:\n%s", s.logs)
+	}
+	if a, b := strings.Count(s.logs.String(), early), strings.Count(s.logs.String(), expired); a != 1 || b != 1 {
+		t.Errorf("warned %d times that it was not valid yet and %d that it expired, want once each:\n%s", a, b, s.logs)
+	}
+}
+
 // healthOverTLS: health finds the server where serve's variables say it
 // is, over HTTPS, trusting the certificate they name, and no other.
 func healthOverTLS(t *testing.T, dir, base, certFile, keyFile string) {

@@ -38,7 +38,8 @@ type certFiles struct {
 	mu     sync.Mutex       // held while looking
 	stamp  string           // the files as last looked at (stat)
 	early  *tls.Certificate // a changed pair not valid yet, served from its NotBefore
-	warned *tls.Certificate // the certificate in service whose dates were logged
+	warned *tls.Certificate // the certificate in service whose dates were logged...
+	why    string           // ...and what was said of them (not valid yet, then expired)
 }
 
 // loadCertFiles reads the pair a first time: an error here is the
@@ -116,7 +117,7 @@ func (c *certFiles) reloadIfChanged(now time.Time) {
 			c.dates(&cert)...)
 	default:
 		c.early = &cert
-		c.log.Warn("the TLS certificate's files changed but the new certificate is "+why+": the previous certificate is served until then",
+		c.log.Warn("the TLS certificate's files changed but the new certificate "+why+": the previous certificate is served until then",
 			c.dates(&cert)...)
 	}
 }
@@ -128,15 +129,16 @@ func (c *certFiles) serve(cert *tls.Certificate, msg string) {
 	c.log.Info(msg, c.dates(cert)...)
 }
 
-// warnOutsideDates logs, once for each certificate, that the one in
-// service is outside its dates. c.mu is held, or c not shared yet.
+// warnOutsideDates logs that the one in service is outside its dates,
+// once for each certificate and reason (one served before its NotBefore
+// may expire in service too). c.mu is held, or c not shared yet.
 func (c *certFiles) warnOutsideDates(now time.Time) {
 	cert := c.cert.Load()
 	why := outsideDates(cert, now)
-	if why == "" || c.warned == cert {
+	if why == "" || c.warned == cert && c.why == why {
 		return
 	}
-	c.warned = cert
+	c.warned, c.why = cert, why
 	c.log.Warn("the TLS certificate in service "+why+": every client that checks it refuses the connection; renew it (its files are read again when they change)",
 		c.dates(cert)...)
 }
@@ -161,7 +163,7 @@ func outsideDates(cert *tls.Certificate, now time.Time) string {
 	case now.After(leaf.NotAfter):
 		return "expired at " + leaf.NotAfter.UTC().Format(time.RFC3339)
 	case now.Before(leaf.NotBefore):
-		return "not valid before " + leaf.NotBefore.UTC().Format(time.RFC3339)
+		return "is not valid before " + leaf.NotBefore.UTC().Format(time.RFC3339)
 	}
 	return ""
 }

@@ -119,6 +119,11 @@ func replaceToken(ctx context.Context, store plantstore.TokenStore, token plants
 		return fmt.Errorf("the token could not be written to standard output (%v), so nothing was changed: the token %s still works; run token create again with standard output where it can be written", werr, quoteCell(token.Name))
 	}
 	_, replaced, err := store.ReplaceToken(ctx, token, plantstore.HashToken(secret))
+	if plantstore.ErrorCode(err) == plantstore.EUNAVAILABLE || ctx.Err() != nil {
+		// The connection may have broken, or the command been cut
+		// short, after the commit went out.
+		return fmt.Errorf("the token printed may not have been issued, nor the old one revoked: see plantstore token list (its created time): %w", cliError(err))
+	}
 	if err != nil {
 		return fmt.Errorf("the token printed was not issued, and nothing was revoked: %w", cliError(err))
 	}

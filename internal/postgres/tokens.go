@@ -129,18 +129,20 @@ const maxReplaceRounds = 16
 // ReplaceToken revokes and inserts in one transaction. Two replaces of one
 // name at once: the second's revoke waits for the first's row, finds it
 // revoked, and its insert then meets the first's new token: it starts
-// again, and revokes that one.
+// again, and revokes that one. Each round takes its time afresh, so that
+// no token is revoked before it was created.
 func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, bool, error) {
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = db.now()
-	}
-	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Microsecond)
+	given := t.CreatedAt
 	var replaced bool
 	var err error
-	// Each round of replaces at once lets one through, at least.
 	for range maxReplaceRounds {
 		err = retry(ctx, func(ctx context.Context) error {
 			return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+				if t.CreatedAt = given; t.CreatedAt.IsZero() {
+					t.CreatedAt = db.now()
+				}
+				// What timestamptz keeps, so the token returned equals the one read back.
+				t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Microsecond)
 				tag, err := tx.Exec(ctx, `UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL`, t.CreatedAt, t.Name)
 				if err != nil {
 					return err
@@ -150,17 +152,26 @@ func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantst
 					t.Name, hash[:], strings.Join(t.Scopes, " "), t.CreatedAt).Scan(&t.ID)
 			})
 		})
-		if !isUniqueViolation(err) {
+		if !isActiveNameTaken(err) {
 			break
 		}
 	}
-	if isUniqueViolation(err) {
+	switch {
+	case isActiveNameTaken(err):
 		return plantstore.Token{}, false, plantstore.Errorf(plantstore.ECONFLICT, "tokens named %q kept being issued meanwhile", t.Name)
-	}
-	if err != nil {
+	case isUniqueViolation(err):
+		return plantstore.Token{}, false, plantstore.Errorf(plantstore.ECONFLICT, "a token with this hash already exists")
+	case err != nil:
 		return plantstore.Token{}, false, db.storeError("replace token", err)
 	}
 	return t, replaced, nil
+}
+
+// isActiveNameTaken tells an insert that met another active token of its
+// name from one that met its hash (tokens' two unique indexes).
+func isActiveNameTaken(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "23505" && pgErr.ConstraintName == "tokens_active_name"
 }
 
 // RecordTokenUse updates every token in one statement. Two servers may

@@ -109,17 +109,18 @@ func (db *DB) RevokeToken(ctx context.Context, name string, at time.Time) error 
 }
 
 func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, bool, error) {
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = db.now()
-	}
-	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Millisecond)
 	// BEGIN IMMEDIATE (the write pool's): replaces of one name run one
-	// after the other.
+	// after the other, each timed once it has the lock, so that no token
+	// is revoked before it was created.
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return plantstore.Token{}, false, storeError("replace token", err)
 	}
 	defer tx.Rollback()
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = db.now()
+	}
+	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Millisecond)
 	res, err := tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, millis(t.CreatedAt), t.Name)
 	if err != nil {
 		return plantstore.Token{}, false, storeError("replace token", err)
@@ -130,6 +131,9 @@ func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantst
 	}
 	err = tx.QueryRowContext(ctx, `INSERT INTO tokens (name, hash, scopes, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
 		t.Name, hash[:], strings.Join(t.Scopes, " "), millis(t.CreatedAt)).Scan(&t.ID)
+	if isUniqueViolation(err) { // the name was revoked just above: the hash
+		return plantstore.Token{}, false, plantstore.Errorf(plantstore.ECONFLICT, "a token with this hash already exists")
+	}
 	if err != nil {
 		return plantstore.Token{}, false, storeError("replace token", err)
 	}

@@ -49,7 +49,12 @@ func (s *Server) logRequest(ctx context.Context, e *accessEntry) {
 	if e.info.limit != "" {
 		attrs = append(attrs, slog.String("limit", e.info.limit))
 	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	// Timed as the JSON line is: at the request's start.
+	if h := s.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
+		r := slog.NewRecord(e.start, slog.LevelInfo, "request", 0)
+		r.AddAttrs(attrs...)
+		h.Handle(ctx, r)
+	}
 }
 
 func durationMillis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

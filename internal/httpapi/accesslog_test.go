@@ -28,25 +28,14 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 		s := &Server{cfg: Config{AccessLog: &fast}}
 		s.logRequest(context.Background(), &e)
 
+		// Through slog (the text format's path), the line is timed at
+		// the request's start too, not when it is written.
 		s = &Server{log: slog.New(slog.NewJSONHandler(&slow, nil))}
-		// slog stamps the record itself; give it the entry's time.
-		s.log = slog.New(fixedTime{slog.NewJSONHandler(&slow, nil), e.start})
 		s.logRequest(context.Background(), &e)
 		if fast.String() != slow.String() {
 			t.Errorf("access lines differ:\n got %s\nwant %s", fast.String(), slow.String())
 		}
 	}
-}
-
-// fixedTime sets every record's time.
-type fixedTime struct {
-	slog.Handler
-	at time.Time
-}
-
-func (h fixedTime) Handle(ctx context.Context, r slog.Record) error {
-	r.Time = h.at
-	return h.Handler.Handle(ctx, r)
 }
 
 func BenchmarkAccessLine(b *testing.B) {

@@ -422,7 +422,7 @@ func storeError(op string, err error) error {
 	if _, ok := errors.AsType[*plantstore.Error](err); ok {
 		return err
 	}
-	wrapped := fmt.Errorf("sqlite: %s: %w", op, err)
+	wrapped := &opError{op: op, err: err}
 	if errors.Is(err, errWriteLockWait) {
 		return plantstore.WrapError(plantstore.EUNAVAILABLE, "the store is busy; retry shortly", wrapped)
 	}
@@ -444,6 +444,17 @@ func storeError(op string, err error) error {
 	}
 	return plantstore.WrapError(plantstore.EINTERNAL, "internal error", wrapped)
 }
+
+// opError is the driver's error err of the operation op: "sqlite: op:
+// err". The writes queued behind a failed batch share its err, under
+// their own op (failQueued).
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return "sqlite: " + e.op + ": " + e.err.Error() }
+func (e *opError) Unwrap() error { return e.err }
 
 // checkIsStore refuses, before anything is written to it, a file that is
 // not plantstore's: one that is not SQLite, or a SQLite database with

@@ -188,19 +188,16 @@ func (db *DB) writer() {
 // batch that waited for the lock, in each one's own words: a log line
 // with a request's id names that request's plant. buf takes the writes.
 func (db *DB) failQueued(buf []*writeRequest, busy error) {
-	// busy (storeError's) wraps "sqlite: write plant N: " around the
-	// driver's error, which is what the queued writes share.
+	// The driver's error, without the batch's own op.
 	code, msg, cause := plantstore.ErrorCode(busy), plantstore.ErrorMessage(busy), busy
-	for range 2 {
-		if inner := errors.Unwrap(cause); inner != nil {
-			cause = inner
-		}
+	if op, ok := errors.AsType[*opError](busy); ok {
+		cause = op.err
 	}
 	for {
 		queued := db.drain(buf[:0])
 		for _, req := range queued {
 			req.done <- writeResult{err: plantstore.WrapError(code, msg,
-				fmt.Errorf("sqlite: %s: queued behind a write that waited out the busy timeout: %w", req.op(), cause))}
+				&opError{op: req.op() + ": queued behind a write that waited out the busy timeout", err: cause})}
 		}
 		if len(queued) < maxBatch {
 			return
@@ -359,6 +356,7 @@ func (db *DB) commit(batch []*writeRequest) *pendingBatch {
 		}
 	case err != nil:
 		job.results = make([]writeResult, len(batch))
+		var spaceNote string
 		for i := range batch {
 			if len(batch) > 1 {
 				out, err = db.commitBatch(batch[i:i+1], 0)
@@ -369,7 +367,7 @@ func (db *DB) commit(batch []*writeRequest) *pendingBatch {
 				job.outcomes = append(job.outcomes, out)
 			}
 			if err != nil {
-				job.results[i] = writeResult{err: db.whichSpace(err)}
+				job.results[i] = writeResult{err: db.whichSpace(err, &spaceNote)}
 			} else {
 				job.results[i] = out.results[0]
 			}
@@ -441,22 +439,30 @@ func (db *DB) mayPassCap(req *writeRequest, err error) bool {
 }
 
 // whichSpace adds to err, a write refused for space with the file capped
-// (--max-db-bytes), whether the file had reached the cap or the disk is
-// full: the log then says which to raise. Other errors are left as they
-// are. It reads the file's pages through the read pool: the writer may
-// hold the write pool's one connection.
-func (db *DB) whichSpace(err error) error {
+// (--max-db-bytes), how near the cap the file was: at it, the cap is what
+// to raise; below it, the disk is full or the write needed more than the
+// cap left (a plant of megabytes, under a raised --max-body-bytes). Other
+// errors are left as they are. note is the batch's: its pages are read
+// once, through the read pool (the writer may hold the write pool's one
+// connection), for at most a second.
+func (db *DB) whichSpace(err error, note *string) error {
 	if db.maxPages == 0 || plantstore.ErrorCode(err) != plantstore.EINSUFFICIENT {
 		return err
 	}
-	var pages int64
-	if db.read.QueryRow(`PRAGMA page_count`).Scan(&pages) != nil {
-		return err
+	if *note == "" {
+		ctx, cancel := context.WithTimeout(db.life, time.Second)
+		defer cancel()
+		var pages int64
+		switch {
+		case db.read.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages) != nil:
+			*note = "the file's size unknown"
+		case pages+minDeleteHeadroom >= db.maxPages:
+			*note = fmt.Sprintf("the file reached its cap, --max-db-bytes: %d of %d pages", pages, db.maxPages)
+		default:
+			*note = fmt.Sprintf("the file is at %d of the %d pages --max-db-bytes allows: the disk is full, or the write needed more than the cap leaves", pages, db.maxPages)
+		}
 	}
-	if pages+minDeleteHeadroom >= db.maxPages {
-		return fmt.Errorf("%w (the file reached its cap, --max-db-bytes: %d of %d pages)", err, pages, db.maxPages)
-	}
-	return fmt.Errorf("%w (the disk is full: the file is at %d of the %d pages --max-db-bytes allows)", err, pages, db.maxPages)
+	return fmt.Errorf("%w (%s)", err, *note)
 }
 
 // commitBatch runs batch in one transaction on the write connection

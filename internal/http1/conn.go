@@ -297,11 +297,14 @@ func (c *conn) serveRequest(req *http.Request, started time.Time) bool {
 	if len(w.header["Connection"]) > 0 {
 		keep = keep && !hasToken(w.header["Connection"], "close")
 	}
+	if need := len(w.body) + 1024; need > cap(c.out) && need > keepIdle {
+		c.out = release(c.out)
+		c.out = bufferFor(need)
+	}
 	c.out = w.appendAnswer(c.out[:0], keep)
 	_, err := c.c.Write(c.out)
-	if cap(c.out) > 64<<10 {
-		c.out = nil // a large page's buffer is not kept for the next answer
-	}
+	// Before the connection waits for its next request, perhaps long.
+	c.out, w.body = release(c.out), release(w.body)
 	if err != nil {
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -29,10 +30,56 @@ func (w *response) reset(req *http.Request) {
 	w.req = req
 	clear(w.header)
 	w.status = 0
-	if cap(w.body) > 64<<10 {
-		w.body = nil
-	}
 	w.body = w.body[:0]
+}
+
+// An idle connection keeps no buffer larger than keepIdle: a client that
+// leaves its connections idle after a large page (a list of 1,000 long
+// names: 330 KB) would have each hold the page twice, the body and the
+// answer, for up to --idle-timeout, against the few KiB the limits count
+// on a connection (docs/limits.md). Once an answer is written, its larger
+// buffers go to a pool that the busy connections share; buffers larger
+// than maxPooled, of rare answers, to the collector.
+const (
+	keepIdle  = 4 << 10
+	maxPooled = 64 << 10
+)
+
+var answerBuffers sync.Pool // of *[]byte, keepIdle < cap <= maxPooled
+
+// bufferFor returns an empty buffer with room for n bytes at least: a
+// pooled one when it is large enough.
+func bufferFor(n int) []byte {
+	if bp, ok := answerBuffers.Get().(*[]byte); ok {
+		if cap(*bp) >= n {
+			return (*bp)[:0]
+		}
+		answerBuffers.Put(bp)
+	}
+	return make([]byte, 0, max(n, 2*keepIdle))
+}
+
+// release gives b to the pool, or the collector, when it is too large to
+// keep idle; it returns what the connection keeps (b, or nil).
+func release(b []byte) []byte {
+	switch c := cap(b); {
+	case c <= keepIdle:
+		return b[:0]
+	case c <= maxPooled:
+		b = b[:0]
+		answerBuffers.Put(&b)
+	}
+	return nil
+}
+
+// grow makes room for n more bytes in the body, from the pool once the
+// body outgrows what a connection keeps.
+func (w *response) grow(n int) {
+	if need := len(w.body) + n; need > cap(w.body) && need > keepIdle {
+		body := append(bufferFor(need), w.body...)
+		release(w.body)
+		w.body = body
+	}
 }
 
 func (w *response) Header() http.Header { return w.header }
@@ -51,6 +98,7 @@ func (w *response) Write(p []byte) (int, error) {
 	if err := w.startBody(); err != nil {
 		return 0, err
 	}
+	w.grow(len(p))
 	w.body = append(w.body, p...)
 	return len(p), nil
 }
@@ -59,6 +107,7 @@ func (w *response) WriteString(s string) (int, error) {
 	if err := w.startBody(); err != nil {
 		return 0, err
 	}
+	w.grow(len(s))
 	w.body = append(w.body, s...)
 	return len(s), nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -370,5 +371,54 @@ func TestReusedRequestKeepsStrings(t *testing.T) {
 	}
 	if len(grown) != maxKeptFields+1 {
 		t.Errorf("the grown map was cleared and kept (%d fields left in it)", len(grown))
+	}
+}
+
+// An idle connection keeps no large buffer of its last answer: a client
+// that leaves connections idle after a large page would otherwise have
+// each hold the page twice (the body and the answer) until the idle
+// timeout, where the limits count a few KiB a connection.
+func TestIdleConnectionKeepsNoLargeBuffer(t *testing.T) {
+	for _, size := range []int{40 << 10, 200 << 10} {
+		t.Run(fmt.Sprint(size>>10, "KiB"), func(t *testing.T) {
+			page := bytes.Repeat([]byte("x"), size)
+			addr, _ := listen(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(page)
+			}), true, Limits{})
+			heap := func() uint64 {
+				var m runtime.MemStats
+				runtime.GC()
+				runtime.GC() // a pool keeps its buffers through one collection
+				runtime.ReadMemStats(&m)
+				return m.HeapInuse
+			}
+			const conns = 100
+			before := heap()
+			var idle []net.Conn
+			for range conns {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				idle = append(idle, c)
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				fmt.Fprintf(c, "GET /plants HTTP/1.1\r\n%s\r\n", h)
+				res, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, _ := io.Copy(io.Discard, res.Body); n != int64(size) {
+					t.Fatalf("read %d bytes of %d", n, size)
+				}
+			}
+			each := int64(heap()-before) / conns
+			for _, c := range idle {
+				c.Close()
+			}
+			if each > 24<<10 {
+				t.Errorf("%d idle connections after a %d KiB answer: %d KiB of heap each, want at most 24", conns, size>>10, each>>10)
+			}
+		})
 	}
 }

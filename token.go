@@ -143,13 +143,25 @@ func ValidateTokenName(name string) error {
 	}
 	// A name is shown in every access log line and in token list: a
 	// secret pasted as one would be too.
-	n := TokenLength - len(TokenPrefix)
-	for k := 0; k+n <= len(name); k++ {
-		if IsTokenSecret(name[k : k+n]) {
-			return Errorf(EINVALID, "token name holds a token's secret, and a name is shown in logs and lists: choose another name (and revoke that token, if it is one)")
-		}
+	if checks := len(name); HoldsTokenSecret(name, &checks) {
+		return Errorf(EINVALID, "token name holds a token's secret, and a name is shown in logs and lists: choose another name (and revoke that token, if it is one)")
 	}
 	return nil
+}
+
+// HoldsTokenSecret says whether s holds a token's secret without its
+// prefix (IsTokenSecret), at any position, checking at most *budget
+// positions and spending them: each is an alphabet check and a checksum,
+// so a caller scanning text of any length bounds its cost.
+func HoldsTokenSecret(s string, budget *int) bool {
+	n := TokenLength - len(TokenPrefix)
+	for k := 0; k+n <= len(s) && *budget > 0; k++ {
+		*budget--
+		if IsTokenSecret(s[k : k+n]) {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseScopes splits a comma-separated scope list and checks every entry.

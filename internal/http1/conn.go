@@ -298,7 +298,7 @@ func (c *conn) serveRequest(req *http.Request, started time.Time) bool {
 		keep = keep && !hasToken(w.header["Connection"], "close")
 	}
 	if need := len(w.body) + 1024; need > cap(c.out) && need > keepIdle {
-		c.out = release(c.out)
+		release(c.out)
 		c.out = bufferFor(need)
 	}
 	c.out = w.appendAnswer(c.out[:0], keep)

@@ -159,7 +159,7 @@ func keptRequestID(id string) bool {
 // with any token in it masked, so that a token sent there by mistake
 // (GET /plants/pst_…) is not logged: what follows a token's prefix, in
 // any case ("PST_…" too), and a run that holds a token's secret without
-// its prefix (plantstore.IsTokenSecret). The answer may still quote it:
+// its prefix (plantstore.HoldsTokenSecret). The answer may still quote it:
 // it goes back to the client that sent it.
 func maskTokens(s string) string {
 	if len(s) < plantstore.TokenLength-len(plantstore.TokenPrefix) && strings.IndexByte(s, '_') < 0 {
@@ -200,13 +200,13 @@ func maskRun(run string, budget *int) (keep string, ok bool) {
 	p := len(plantstore.TokenPrefix)
 	for end := p; end <= len(run); end++ {
 		if isPrefix(run[end-p : end]) {
-			if holdsSecret(run[:end-p], budget) {
+			if plantstore.HoldsTokenSecret(run[:end-p], budget) {
 				return "", true
 			}
 			return run[:end], end < len(run)
 		}
 	}
-	return "", holdsSecret(run, budget)
+	return "", plantstore.HoldsTokenSecret(run, budget)
 }
 
 // isPrefix says whether s, as long as a token's prefix, is the prefix in
@@ -228,19 +228,6 @@ func isPrefix(s string) bool {
 // microseconds, not a millisecond. An X-Request-Id, at most 128 bytes,
 // is checked at every position.
 const maxSecretChecks = 128
-
-// holdsSecret says whether run holds a token's secret without its prefix,
-// at any position, within budget checks.
-func holdsSecret(run string, budget *int) bool {
-	n := plantstore.TokenLength - len(plantstore.TokenPrefix)
-	for k := 0; k+n <= len(run) && *budget > 0; k++ {
-		*budget--
-		if plantstore.IsTokenSecret(run[k : k+n]) {
-			return true
-		}
-	}
-	return false
-}
 
 // isTokenByte says whether c may be part of a token after its prefix:
 // base62, and '_'.

@@ -15,14 +15,26 @@ import (
 	"github.com/plantstore/plantstore"
 )
 
-func (db *DB) CreateToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, error) {
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = db.now()
+// The statements CreateToken, RevokeToken and ReplaceToken share.
+const (
+	insertToken       = `INSERT INTO tokens (name, hash, scopes, created_at) VALUES ($1, $2, $3, $4) RETURNING id`
+	revokeActiveToken = `UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL`
+)
+
+// tokenTime is a token's creation time as stored: now when unset, in
+// microseconds (what timestamptz keeps), so the token returned equals the
+// one read back.
+func (db *DB) tokenTime(at time.Time) time.Time {
+	if at.IsZero() {
+		at = db.now()
 	}
-	// What timestamptz keeps, so the token returned equals the one read back.
-	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Microsecond)
+	return at.UTC().Truncate(time.Microsecond)
+}
+
+func (db *DB) CreateToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, error) {
+	t.CreatedAt = db.tokenTime(t.CreatedAt)
 	err := retry(ctx, func(ctx context.Context) error {
-		return db.pool.QueryRow(ctx, `INSERT INTO tokens (name, hash, scopes, created_at) VALUES ($1, $2, $3, $4) RETURNING id`,
+		return db.pool.QueryRow(ctx, insertToken,
 			t.Name, hash[:], strings.Join(t.Scopes, " "), t.CreatedAt).Scan(&t.ID)
 	})
 	if isUniqueViolation(err) {
@@ -110,7 +122,7 @@ func (db *DB) ListTokens(ctx context.Context, includeRevoked bool) ([]plantstore
 func (db *DB) RevokeToken(ctx context.Context, name string, at time.Time) error {
 	var tag pgconn.CommandTag
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		tag, err = db.pool.Exec(ctx, `UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL`, at, name)
+		tag, err = db.pool.Exec(ctx, revokeActiveToken, at, name)
 		return err
 	})
 	if err != nil {
@@ -138,17 +150,13 @@ func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantst
 	for range maxReplaceRounds {
 		err = retry(ctx, func(ctx context.Context) error {
 			return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-				if t.CreatedAt = given; t.CreatedAt.IsZero() {
-					t.CreatedAt = db.now()
-				}
-				// What timestamptz keeps, so the token returned equals the one read back.
-				t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Microsecond)
-				tag, err := tx.Exec(ctx, `UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL`, t.CreatedAt, t.Name)
+				t.CreatedAt = db.tokenTime(given)
+				tag, err := tx.Exec(ctx, revokeActiveToken, t.CreatedAt, t.Name)
 				if err != nil {
 					return err
 				}
 				replaced = tag.RowsAffected() > 0
-				return tx.QueryRow(ctx, `INSERT INTO tokens (name, hash, scopes, created_at) VALUES ($1, $2, $3, $4) RETURNING id`,
+				return tx.QueryRow(ctx, insertToken,
 					t.Name, hash[:], strings.Join(t.Scopes, " "), t.CreatedAt).Scan(&t.ID)
 			})
 		})

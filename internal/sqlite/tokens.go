@@ -11,12 +11,24 @@ import (
 	"github.com/plantstore/plantstore"
 )
 
-func (db *DB) CreateToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, error) {
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = db.now()
+// The statements CreateToken, RevokeToken and ReplaceToken share.
+const (
+	insertToken       = `INSERT INTO tokens (name, hash, scopes, created_at) VALUES (?, ?, ?, ?) RETURNING id`
+	revokeActiveToken = `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`
+)
+
+// tokenTime is a token's creation time as stored: now when unset, in
+// milliseconds, so the token returned equals the one read back.
+func (db *DB) tokenTime(at time.Time) time.Time {
+	if at.IsZero() {
+		at = db.now()
 	}
-	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Millisecond)
-	err := db.write.QueryRowContext(ctx, `INSERT INTO tokens (name, hash, scopes, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
+	return at.UTC().Truncate(time.Millisecond)
+}
+
+func (db *DB) CreateToken(ctx context.Context, t plantstore.Token, hash plantstore.TokenHash) (plantstore.Token, error) {
+	t.CreatedAt = db.tokenTime(t.CreatedAt)
+	err := db.write.QueryRowContext(ctx, insertToken,
 		t.Name, hash[:], strings.Join(t.Scopes, " "), millis(t.CreatedAt)).Scan(&t.ID)
 	if isUniqueViolation(err) {
 		return plantstore.Token{}, plantstore.Errorf(plantstore.ECONFLICT, "an active token named %q already exists", t.Name)
@@ -95,7 +107,7 @@ func (db *DB) ListTokens(ctx context.Context, includeRevoked bool) ([]plantstore
 }
 
 func (db *DB) RevokeToken(ctx context.Context, name string, at time.Time) error {
-	res, err := db.write.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`,
+	res, err := db.write.ExecContext(ctx, revokeActiveToken,
 		millis(at), name)
 	if err != nil {
 		return storeError("revoke token", err)
@@ -117,11 +129,8 @@ func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantst
 		return plantstore.Token{}, false, storeError("replace token", err)
 	}
 	defer tx.Rollback()
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = db.now()
-	}
-	t.CreatedAt = t.CreatedAt.UTC().Truncate(time.Millisecond)
-	res, err := tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, millis(t.CreatedAt), t.Name)
+	t.CreatedAt = db.tokenTime(t.CreatedAt)
+	res, err := tx.ExecContext(ctx, revokeActiveToken, millis(t.CreatedAt), t.Name)
 	if err != nil {
 		return plantstore.Token{}, false, storeError("replace token", err)
 	}
@@ -129,7 +138,7 @@ func (db *DB) ReplaceToken(ctx context.Context, t plantstore.Token, hash plantst
 	if err != nil {
 		return plantstore.Token{}, false, storeError("replace token", err)
 	}
-	err = tx.QueryRowContext(ctx, `INSERT INTO tokens (name, hash, scopes, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
+	err = tx.QueryRowContext(ctx, insertToken,
 		t.Name, hash[:], strings.Join(t.Scopes, " "), millis(t.CreatedAt)).Scan(&t.ID)
 	if isUniqueViolation(err) { // the name was revoked just above: the hash
 		return plantstore.Token{}, false, plantstore.Errorf(plantstore.ECONFLICT, "a token with this hash already exists")

@@ -745,9 +745,9 @@ func TestCrashLosesNoAcknowledgedPlant(t *testing.T) {
 	}
 }
 
-// One server per SQLite file: a second serve is refused and says why; the
-// token commands still work beside the first; a killed server's lock goes
-// with it.
+// One server per SQLite file: a second serve is refused and says why,
+// also once the first's lock file was removed by hand; the token commands
+// still work beside the first; a killed server's lock goes with it.
 func TestOneServerPerFile(t *testing.T) {
 	dir := t.TempDir()
 	s := serveProcess(t, dir)
@@ -756,6 +756,18 @@ func TestOneServerPerFile(t *testing.T) {
 		t.Errorf("a second serve: exit %d, stderr %q", r.exit, r.stderr)
 	}
 	mustToken(t, dir, "--name", "beside")
+	// Its lock file removed by hand, taken for one a crash left: the
+	// server makes it again, and a second serve is still refused.
+	if err := os.Remove(filepath.Join(dir, "plantstore.db.lock")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(s.logs.String(), "lock file was removed") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r = cli(t, dir, nil, "serve", "--addr", "127.0.0.1:0")
+	if r.exit != 1 || !strings.Contains(r.stderr, "another plantstore serve is using") {
+		t.Errorf("a second serve once the lock file was removed: exit %d, stderr %q; first server's log:\n%s", r.exit, r.stderr, s.logs)
+	}
 	s.kill(t)
 	serve(t, dir) // starts: the lock died with the process
 }

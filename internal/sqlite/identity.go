@@ -222,6 +222,41 @@ func (db *DB) clearSwapNote() {
 	os.Remove(db.files.mainAt + swapNoteSuffix)
 }
 
+// keepLock makes the server's lock file (PATH.lock) again when it is
+// removed or replaced while the server runs, as an operator may do who
+// takes it for one a crash left: a second serve would otherwise find no
+// lock, open the same file and serve it beside this one, each with
+// plants in memory the other's writes never reach. Made again within a
+// check period, it refuses that second serve as before. One that took
+// the new lock first is another server of this store: this one stops
+// acknowledging, as when its files are swapped.
+func (db *DB) keepLock() {
+	if db.soleLock == nil {
+		return
+	}
+	lock, err := relock(db.soleLock, db.files.mainAt)
+	if lock != db.soleLock {
+		db.soleLock = lock
+		db.log.Warn("the store's lock file was removed or replaced while serving: made it again, so no second server opens the store", "path", lock.Name())
+	}
+	switch {
+	case errors.Is(err, errLockHeld):
+		if db.durable.stop(lockTaken, fmt.Errorf("sqlite: %w", err)) {
+			db.log.Error(lockTaken, "path", db.files.mainAt+".lock")
+		}
+	case err != nil && !db.lockWarned:
+		db.lockWarned = true
+		db.log.Warn("the store's lock file was removed and could not be made again: a second server of this store would not be refused", "err", err.Error())
+	}
+}
+
+// errLockHeld is lockFile's when another process holds the lock.
+var errLockHeld = errors.New("another plantstore serve is using")
+
+// lockTaken is the message of the fault a second server of the store
+// makes (keepLock).
+const lockTaken = "another plantstore serve took this store's lock after its lock file was removed: stop it, then restart this server"
+
 // watchFiles checks the store's files every filesCheckPeriod until the
 // store closes or they differ.
 func (db *DB) watchFiles() {
@@ -236,6 +271,7 @@ func (db *DB) watchFiles() {
 			if db.checkFiles(); db.durable.faulted() != nil {
 				return
 			}
+			db.keepLock()
 		}
 	}
 }

@@ -76,7 +76,7 @@ func lockFile(path string) (*os.File, bool, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, false, fmt.Errorf("another plantstore serve is using %s: one server per SQLite file (run several against PostgreSQL)", path)
+			return nil, false, fmt.Errorf("%w %s: one server per SQLite file (run several against PostgreSQL)", errLockHeld, path)
 		}
 		return nil, false, fmt.Errorf("lock %s: %w", name, err)
 	}
@@ -91,6 +91,31 @@ func lockedAtName(f *os.File, name string) bool {
 	}
 	there, err := os.Lstat(name)
 	return err == nil && os.SameFile(held, there)
+}
+
+// relock takes the lock of the store at path again when held, the lock
+// file the store locked, is no longer the file at its name: removed (by
+// hand, taken for one a crash left) or replaced. It returns the lock to
+// hold from then on (held itself while it is still at the name, or when
+// the name is being made again: a later check tells), and errLockHeld
+// when another process locked the file now at the name: another server
+// of the same store.
+func relock(held *os.File, path string) (*os.File, error) {
+	if lockedAtName(held, path+".lock") {
+		return held, nil
+	}
+	f, _, err := lockFile(path)
+	switch {
+	case err == nil && lockedAtName(f, path+".lock"):
+		held.Close()
+		return f, nil
+	case err == nil:
+		f.Close()
+		return held, nil
+	case errors.Is(err, errLockGone):
+		return held, nil
+	}
+	return held, err
 }
 
 // servedNow says whether a plantstore serve holds the lock of the store at

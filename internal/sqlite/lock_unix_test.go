@@ -9,7 +9,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/plantstore/plantstore"
 )
+
+// soleLockForTest is the lock file db holds now; only the goroutine that
+// keeps it writes it, so a test reads it after that goroutine's log line.
+func (db *DB) soleLockForTest() *os.File { return db.soleLock }
 
 // A lock file removed by the process that made it (a refused Open or
 // Restore) while another had it open is not a lock: that other process
@@ -115,4 +122,58 @@ func TestSoleLockGivesUpOnAFileKeptReplaced(t *testing.T) {
 		t.Fatalf("lock after giving up: %v", err)
 	}
 	g.Close()
+}
+
+// A server's lock file removed by hand while it serves is made again,
+// and locked: another server is still refused. One that another process
+// made and locked first is a second server of the store: the first stops
+// acknowledging writes, and says why once.
+func TestSoleLockKeptWhenRemoved(t *testing.T) {
+	db, path, logs := openWatched(t)
+	name := path + ".lock"
+	os.Remove(name)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "made it again") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !lockedAtName(db.soleLockForTest(), name) {
+		t.Fatalf("the lock file is not made again within 5 s of its removal; log:\n%s", logs)
+	}
+	if f, _, err := lockSoleServer(path); err == nil {
+		f.Close()
+		t.Fatal("a second server took the lock of a served store")
+	} else if !strings.Contains(err.Error(), "another plantstore serve is using") {
+		t.Errorf("a second server: %v", err)
+	}
+	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 2, Name: "still served"}); err != nil {
+		t.Fatalf("a create once the lock is back: %v", err)
+	}
+
+	// Removed, and taken by another process before the check: a plain
+	// lock on a file at the name, as a second serve takes it.
+	// The check runs every filesCheckPeriod: the race is won at once
+	// nearly always.
+	var second *os.File
+	var err error
+	for range 10 {
+		os.Remove(name)
+		if second, _, err = lockSoleServer(path); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("a second server never took the lock first: %v", err)
+	}
+	defer second.Close()
+	_, err = createsUntilRefused(t, db)
+	if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE || plantstore.ErrorMessage(err) != lockTaken {
+		t.Errorf("a create beside a second server: %v (%q), want EUNAVAILABLE, %q", err, plantstore.ErrorMessage(err), lockTaken)
+	}
+	if err := db.Ping(context.Background()); plantstore.ErrorMessage(err) != lockTaken {
+		t.Errorf("Ping (readiness) beside a second server: %v", err)
+	}
+	time.Sleep(3 * filesCheckPeriod)
+	if n := strings.Count(logs.String(), lockTaken); n != 1 {
+		t.Errorf("the second server is logged %d times, want once:\n%s", n, logs)
+	}
 }

@@ -115,8 +115,12 @@ type DB struct {
 	cache   *plantCache // nil unless SoleServer
 	replica *replica    // nil unless SoleServer
 	// loaded is closed when the replica's loader has returned.
-	loaded   chan struct{}
-	soleLock *os.File
+	loaded chan struct{}
+	// soleLock is the lock file serve holds (lockSoleServer); the
+	// goroutine that checks the files keeps it (keepLock), and says once
+	// that it could not (lockWarned).
+	soleLock   *os.File
+	lockWarned bool
 	// files are the store's files as it opened them, which it checks
 	// its names still name (identity.go); watchDone is closed when the
 	// goroutine that checks them has returned.
@@ -192,6 +196,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		opts.Created(abs)
 	}
 	db.files = captureFiles(abs)
+	db.soleLock = soleLock // before the goroutine that keeps it starts
 	db.watchDone = make(chan struct{})
 	if db.files.watched() {
 		go db.watchFiles()
@@ -199,7 +204,6 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		close(db.watchDone)
 	}
 	if soleLock != nil {
-		db.soleLock = soleLock
 		db.cache = newPlantCache(cachedPlants)
 		db.replica = newReplica(replicaBytes)
 		db.loaded = make(chan struct{})

@@ -44,7 +44,8 @@ func (db *DB) storeError(op string, err error) error {
 //     server refusing work for now (shutting down, starting up, in
 //     recovery, too many connections, out of memory, read-only, a
 //     cancelled statement, a lock or serialization failure that outlived
-//     its retries): EUNAVAILABLE, which a retry may cure;
+//     its retries), the session ended by the server for any other
+//     reason (a FATAL error): EUNAVAILABLE, which a retry may cure;
 //   - a full disk: EINSUFFICIENT;
 //   - anything else: EINTERNAL, a bug or a fault nobody planned for.
 func classify(err error) (code, message string) {
@@ -71,6 +72,9 @@ func classify(err error) (code, message string) {
 			return plantstore.EUNAVAILABLE, "the store cannot answer now"
 		}
 		if _, connecting := errors.AsType[*pgconn.ConnectError](err); !connecting {
+			if sessionEnded(pgErr) {
+				return plantstore.EUNAVAILABLE, "the connection to the store was lost"
+			}
 			return plantstore.EINTERNAL, "internal error"
 		}
 		// The server refused a new connection for a reason of its own
@@ -87,6 +91,19 @@ func classify(err error) (code, message string) {
 		return plantstore.EUNAVAILABLE, "the connection to the store was lost"
 	}
 	return plantstore.EINTERNAL, "internal error"
+}
+
+// sessionEnded says whether the server ended the session with pgErr, a
+// FATAL (or PANIC) error of a code not listed above: an idle-session or
+// idle-in-transaction timeout (57P05, 25P03), its database dropped
+// (57P04), or one a later version adds. The connection is gone, not the
+// statement wrong: another connection may serve the retry.
+func sessionEnded(pgErr *pgconn.PgError) bool {
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" {
+		severity = pgErr.Severity // servers before 9.6 send only this
+	}
+	return severity == "FATAL" || severity == "PANIC"
 }
 
 // retryable reports whether err aborted its transaction only because of

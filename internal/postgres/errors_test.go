@@ -45,6 +45,9 @@ func TestClassify(t *testing.T) {
 		{"serialization failure", pg("40001"), plantstore.EUNAVAILABLE},
 		{"deadlock", pg("40P01"), plantstore.EUNAVAILABLE},
 		{"disk full", pg("53100"), plantstore.EINSUFFICIENT},
+		{"idle session timeout", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P05"}, plantstore.EUNAVAILABLE},
+		{"database dropped", &pgconn.PgError{Severity: "FATAL", Code: "57P04"}, plantstore.EUNAVAILABLE},
+		{"fatal, localized", &pgconn.PgError{Severity: "SCHWERWIEGEND", SeverityUnlocalized: "FATAL", Code: "XX000"}, plantstore.EUNAVAILABLE},
 		{"syntax error", pg("42601"), plantstore.EINTERNAL},
 		{"unique violation", pg("23505"), plantstore.EINTERNAL},
 		{"something else", errors.New("boom"), plantstore.EINTERNAL},
@@ -174,6 +177,49 @@ func TestSessionsCommitDurably(t *testing.T) {
 	}
 	if setting != "on" {
 		t.Errorf("synchronous_commit = %s in a store's session, want on", setting)
+	}
+}
+
+// A session the server ends for a reason classify does not list (here
+// idle_session_timeout, a FATAL 57P05 at the next statement on a pooled
+// connection left idle past it) is EUNAVAILABLE, as a lost connection
+// is: a 503 with Retry-After, not a 500.
+func TestSessionEndedByServerIsUnavailable(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	setup, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := setup.pool.Config().ConnConfig.Database
+	if _, err := setup.pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET idle_session_timeout = '200ms'`); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close()
+
+	db, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "idle"}); err != nil {
+		t.Fatal(err)
+	}
+	ended := 0
+	for range 5 {
+		// Under the pool's 1 s before it pings an idle connection.
+		time.Sleep(500 * time.Millisecond)
+		_, err := db.GetPlant(ctx, 1)
+		if err == nil {
+			continue
+		}
+		if plantstore.ErrorCode(err) != plantstore.EUNAVAILABLE {
+			t.Fatalf("a read on a session the server ended: %v (%s), want EUNAVAILABLE", err, plantstore.ErrorCode(err))
+		}
+		ended++
+	}
+	if ended == 0 {
+		t.Fatal("no read met a session the server ended: the test proves nothing")
 	}
 }
 

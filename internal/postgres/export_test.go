@@ -34,3 +34,6 @@ const TagPagesSQL = tagPagesSQL
 
 // MaxReadRows bounds the rows a batch's pages may ask for.
 const MaxReadRows = maxReadRows
+
+// StoreTables are the tables checkPrivileges asks about.
+var StoreTables = storeTables

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,7 +59,7 @@ func (db *DB) migrate(ctx context.Context) error {
 		}
 		if found == len(ms) {
 			db.schemaVersion = found
-			return nil
+			return db.checkPrivileges(ctx)
 		}
 	}
 }
@@ -132,6 +133,36 @@ func (db *DB) checkEncoding(ctx context.Context) error {
 	defer conn.Release()
 	if enc := conn.Conn().PgConn().ParameterStatus("server_encoding"); enc != "UTF8" {
 		return fmt.Errorf("the database's encoding is %s; plantstore needs UTF8 (CREATE DATABASE ... ENCODING 'UTF8')", enc)
+	}
+	return nil
+}
+
+// storeTables are the tables of a store, every one the migrations make
+// (TestStoreTablesAreTheMigrations checks the list).
+var storeTables = []string{
+	"schema_migrations", "plants", "tokens", "events", "event_counter", "event_horizon",
+	"webhook_subscribers", "webhook_deliveries", "webhook_subscriber_errors", "webhook_subscriber_events",
+}
+
+// checkPrivileges refuses a role that may not read and write every table
+// of a store made already, by its owner: migrate refuses a role that may
+// not create only when it makes or upgrades the schema, and such a role
+// would start ready, then answer every write 500 (permission denied).
+// Each privilege is asked alone: has_table_privilege with a list is true
+// when any one is held.
+func (db *DB) checkPrivileges(ctx context.Context) error {
+	rows, err := db.pool.Query(ctx, `SELECT t FROM unnest($1::text[]) AS t
+		WHERE NOT (has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'INSERT')
+			AND has_table_privilege(t, 'UPDATE') AND has_table_privilege(t, 'DELETE'))`, storeTables)
+	if err != nil {
+		return db.storeError("check the role's privileges", err)
+	}
+	lacking, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return db.storeError("check the role's privileges", err)
+	}
+	if len(lacking) > 0 {
+		return fmt.Errorf("postgres: the role in the URL may not read and write the store's tables (%s): it must own the database, or be granted SELECT, INSERT, UPDATE and DELETE on every table of the store (docs/postgres.md)", strings.Join(lacking, ", "))
 	}
 	return nil
 }

@@ -31,6 +31,11 @@ import (
 	"github.com/plantstore/plantstore/internal/apitest"
 )
 
+// afterShutdown is how long a stop may take once --shutdown-timeout has
+// run out (docs/operations.md): the last token-use times (up to 5 s),
+// closing the store (2 s), a log its reader stalls (4 s).
+const afterShutdown = 11 * time.Second
+
 // Every YAML file here parses, each of its documents.
 func TestManifestsParse(t *testing.T) {
 	n := 0
@@ -244,8 +249,8 @@ func TestCompose(t *testing.T) {
 		if err != nil || drain <= 4*time.Second {
 			t.Errorf("%s: PLANTSTORE_DRAIN_DELAY %q; want more than HAProxy's 4 s to take it out", name, s.Environment["PLANTSTORE_DRAIN_DELAY"])
 		}
-		if grace, err := time.ParseDuration(s.StopGrace); err != nil || grace <= drain+30*time.Second {
-			t.Errorf("%s: stop_grace_period %q leaves no margin over the drain (%v) and --shutdown-timeout (30 s)", name, s.StopGrace, drain)
+		if grace, err := time.ParseDuration(s.StopGrace); err != nil || grace <= drain+30*time.Second+afterShutdown {
+			t.Errorf("%s: stop_grace_period %q leaves no margin over the drain (%v), --shutdown-timeout (30 s) and what follows it (%v)", name, s.StopGrace, drain, afterShutdown)
 		}
 	}
 
@@ -854,8 +859,8 @@ func TestKubernetes(t *testing.T) {
 	if c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
 		pause = c.Lifecycle.PreStop.Sleep.Seconds
 	}
-	if pod.TerminationGracePeriodSeconds <= pause+30 {
-		t.Errorf("terminationGracePeriodSeconds %d leaves no margin over the preStop pause (%d s) and --shutdown-timeout (30 s)", pod.TerminationGracePeriodSeconds, pause)
+	if time.Duration(pod.TerminationGracePeriodSeconds)*time.Second <= time.Duration(pause+30)*time.Second+afterShutdown {
+		t.Errorf("terminationGracePeriodSeconds %d leaves no margin over the preStop pause (%d s), --shutdown-timeout (30 s) and what follows it (%v)", pod.TerminationGracePeriodSeconds, pause, afterShutdown)
 	}
 
 	// The database URL comes from the Secret: PLANTSTORE_DB from a key of

@@ -38,11 +38,12 @@ func main() {
 	if !signal.Ignored(syscall.SIGHUP) {
 		signal.Notify(signals, syscall.SIGHUP)
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancelCause(context.Background())
 	var stoppedBy atomic.Value // the first signal, once it came
 	go func() {
-		stoppedBy.Store(<-signals)
-		stop()
+		sig := <-signals
+		stoppedBy.Store(sig)
+		stop(signalled{sig})
 		for sig := range signals {
 			if sig == os.Interrupt {
 				interruptedAgain(ignoredAtStart)
@@ -50,7 +51,7 @@ func main() {
 		}
 	}()
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)
-	stop()
+	stop(nil)
 	if errors.Is(err, errHelp) {
 		err = nil
 	}
@@ -74,6 +75,35 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// signalled is the cause of the context of a command a signal stopped:
+// serve logs it ("stop asked", "cause": "SIGTERM"). Some callees return
+// a context's cause as their error (net/http does): it is still
+// context.Canceled to errors.Is, as the commands look for.
+type signalled struct{ sig os.Signal }
+
+func (signalled) Unwrap() error { return context.Canceled }
+
+func (s signalled) Error() string {
+	switch s.sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.sig.String()
+}
+
+// stopCause is what a log line says of why a command stopped: the signal,
+// when one did.
+func stopCause(ctx context.Context) []any {
+	if s, ok := context.Cause(ctx).(signalled); ok {
+		return []any{"cause", s.Error()}
+	}
+	return nil
 }
 
 // interruptedAgain ends the process at once: by SIGINT itself, as a shell

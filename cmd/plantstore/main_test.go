@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -612,6 +613,11 @@ func TestSIGHUP(t *testing.T) {
 	if code := s.stop(t, syscall.SIGHUP); code != 0 || !strings.Contains(s.logs.String(), `"msg":"stopped"`) {
 		t.Errorf("exit %d after SIGHUP, want 0 after a graceful stop:\n%s", code, s.logs)
 	}
+	// The log says which signal stopped it: log rotation's SIGHUP is told
+	// from an orchestrator's SIGTERM.
+	if !strings.Contains(s.logs.String(), `"msg":"stop asked","cause":"SIGHUP"`) {
+		t.Errorf("the log does not say SIGHUP stopped it:\n%s", s.logs)
+	}
 
 	dir := t.TempDir()
 	cmd := exec.Command("bash", "-c", `trap '' HUP; exec "$0" serve --addr 127.0.0.1:0`, binary)
@@ -625,6 +631,32 @@ func TestSIGHUP(t *testing.T) {
 	}
 	if code := nohup.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit %d after SIGTERM", code)
+	}
+}
+
+// A signal while the store is still opening (here waiting for another
+// process's lock on the SQLite file) stops serve as any stop does: exit
+// 0, the log saying so and which signal, not a failure of the store.
+func TestSignalWhileOpening(t *testing.T) {
+	dir := t.TempDir()
+	mustToken(t, dir, "--name", "me") // makes the store
+	raw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "plantstore.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetMaxOpenConns(1)
+	if _, err := raw.Exec(`BEGIN EXCLUSIVE`); err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Exec(`ROLLBACK`)
+	s, _ := launchProcess(t, dir, "--busy-timeout", "60s")
+	time.Sleep(time.Second) // in Open, waiting for the lock
+	if code := s.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit %d after SIGTERM while opening, want 0:\n%s", code, s.logs)
+	}
+	if logs := s.logs.String(); !strings.Contains(logs, `"msg":"stopped before serving: the store was still opening","cause":"SIGTERM"`) || strings.Contains(logs, "cancelled") {
+		t.Errorf("the log of a stop while opening:\n%s", logs)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -68,6 +69,13 @@ shown beside it.`, env.getenv, stdout, stderr)
 	a, err := app.Open(ctx, cfg)
 	if err != nil {
 		closeListeners(ln, cfg.MetricsListener, cfg.PprofListener)
+		if ctx.Err() != nil {
+			// Stopped while the store opened (waiting for another
+			// process's lock, or for PostgreSQL): a stop asked for, as
+			// any other, not a failure of the store.
+			log.Info("stopped before serving: the store was still opening", stopCause(ctx)...)
+			return nil
+		}
 		return dbMistake(err)
 	}
 	defer func() {
@@ -270,6 +278,13 @@ func (f serveFlags) config(ctx context.Context, log *slog.Logger, logs *buffered
 		return cfg, usageError("--tls-cert and --tls-key go together")
 	case *f.tlsCert != "":
 		if cfg.TLS, err = httpapi.TLSConfig(*f.tlsCert, *f.tlsKey, log); err != nil {
+			// A file that cannot be read (missing, not this user's to
+			// read) fails as a store's file does, exit 1; a pair that
+			// makes no certificate (swapped, not PEM, a key of another)
+			// is a mistake in the flags.
+			if _, unreadable := errors.AsType[*os.PathError](err); unreadable {
+				return cfg, err
+			}
 			return cfg, usageError(err.Error())
 		}
 	}

@@ -375,18 +375,27 @@ func healthOverTLS(t *testing.T, dir, base, certFile, keyFile string) {
 	}
 }
 
-// tlsFlagRefusals: serve refuses half a TLS setting, swapped files and a
-// missing one, with exit 2.
+// tlsFlagRefusals: serve refuses half a TLS setting and swapped files
+// with exit 2, a usage mistake; a file it cannot read (missing, a
+// directory; the tests run as root, whom no permission stops) with exit
+// 1, as a store's file, and no pointer to --help.
 func tlsFlagRefusals(t *testing.T, dir, certFile, keyFile string) {
-	for _, args := range [][]string{
-		{"--tls-cert", certFile},
-		{"--tls-key", keyFile},
-		{"--tls-cert", keyFile, "--tls-key", certFile},
-		{"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", keyFile},
+	for _, tc := range []struct {
+		args []string
+		exit int
+	}{
+		{[]string{"--tls-cert", certFile}, 2},
+		{[]string{"--tls-key", keyFile}, 2},
+		{[]string{"--tls-cert", keyFile, "--tls-key", certFile}, 2},
+		{[]string{"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", keyFile}, 1},
+		{[]string{"--tls-cert", dir, "--tls-key", keyFile}, 1}, // a directory: read fails
 	} {
-		r := cli(t, dir, nil, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-		if r.exit != 2 || !strings.Contains(r.stderr, "tls") && !strings.Contains(r.stderr, "TLS") {
-			t.Errorf("serve %v: exit %d, %q; want 2 and a word on TLS", args, r.exit, r.stderr)
+		r := cli(t, dir, nil, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+		if r.exit != tc.exit || !strings.Contains(r.stderr, "tls") && !strings.Contains(r.stderr, "TLS") {
+			t.Errorf("serve %v: exit %d, %q; want %d and a word on TLS", tc.args, r.exit, r.stderr, tc.exit)
+		}
+		if hint := strings.Contains(r.stderr, "--help"); hint != (tc.exit == 2) {
+			t.Errorf("serve %v: %q; a pointer to --help only for a usage mistake", tc.args, r.stderr)
 		}
 	}
 }

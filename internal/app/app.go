@@ -145,6 +145,12 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	case err = <-serveErr:
 		served = true
 	case <-ctx.Done():
+		// What stopped it, when ctx says (a signal: see cmd/plantstore),
+		// so that a stop by log rotation's SIGHUP is told from an
+		// orchestrator's SIGTERM.
+		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() { // a cause of its own
+			a.log.Info("stop asked", "cause", cause.Error())
+		}
 		if a.cfg.DrainDelay > 0 {
 			a.log.Info("draining: /readyz answers 503 while requests are still served", "delay", a.cfg.DrainDelay.String())
 			a.api.Drain()

@@ -87,7 +87,8 @@ func StatusCode(err error) int {
 }
 
 // Client calls one Plant Store service with one token. It is safe for
-// concurrent use.
+// concurrent use. Make one with New: the zero value has no service to
+// call.
 type Client struct {
 	base  *url.URL
 	token string
@@ -516,11 +517,24 @@ func (c *Client) sendOnce(ctx context.Context, r request) error {
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
+	failed := resp.StatusCode < 200 || resp.StatusCode > 299
+	limit := int64(maxAnswerBytes)
+	if failed {
+		limit = maxErrorBytes
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		// Cut short (the connection lost, ctx ended): said with the
+		// request, the cause kept for errors.Is and the retries.
+		return fmt.Errorf("plantstore: %s %s: reading the answer: %w", r.method, req.URL.Path, err)
+	}
+	if int64(len(data)) > limit {
+		if !failed {
+			return fmt.Errorf("plantstore: %s %s: malformed answer: larger than %d MiB, more than any answer of the API", r.method, req.URL.Path, maxAnswerBytes>>20)
+		}
+		data = nil // not the Error body: the status says it
+	}
+	if failed {
 		e := errorOf(resp.StatusCode, data)
 		e.RetryAfter = retryAfter(resp.Header, time.Now())
 		e.RequestID = resp.Header.Get("X-Request-Id")
@@ -536,6 +550,15 @@ func (c *Client) sendOnce(ctx context.Context, r request) error {
 	}
 	return nil
 }
+
+// Bounds on what an answer's body may cost the client. The largest of
+// the API's answers, a page of 1000 plants with the longest names and
+// tags, all escaped, is under 2 MiB; an Error body is a line. A body over
+// its bound (a proxy's, a server's not plantstore) is not read further.
+const (
+	maxAnswerBytes = 8 << 20
+	maxErrorBytes  = 64 << 10
+)
 
 // errorOf is the *Error of a non-2xx answer with body data.
 func errorOf(status int, data []byte) *Error {

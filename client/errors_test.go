@@ -1,9 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -47,5 +52,53 @@ func TestErrorFromOtherServers(t *testing.T) {
 				t.Errorf("got %d %q, want %d %q", e.StatusCode, e.Message, tc.status, tc.want)
 			}
 		})
+	}
+}
+
+// An answer cut short says which request it was and keeps its cause
+// (errors.Is sees io.ErrUnexpectedEOF, which the retries act on); one
+// larger than any of the API's is not read whole: an error body past
+// 64 KiB is the status's text, a 2xx past 8 MiB an error.
+func TestAnswersCutShortOrTooLarge(t *testing.T) {
+	var written atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		switch r.URL.Path {
+		case "/plants/1": // a Content-Length the body never reaches
+			w.Header().Set("Content-Length", "100")
+			w.Write([]byte(`{"name":"a"`))
+			return
+		case "/plants/2":
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		for range 300 << 20 / len(chunk) { // 300 MiB, or until the client stops reading
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "t", WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, err = c.Get(ctx, 1)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "GET /plants/1: reading the answer") {
+		t.Errorf("an answer cut short: %v", err)
+	}
+	for id, want := range map[int64]string{2: "Internal Server Error", 3: "larger than 8 MiB"} {
+		written.Store(0)
+		_, err := c.Get(ctx, id)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("plant %d, a body of 300 MiB: %v, want it to say %q", id, err, want)
+		}
+		// What the server got written before the client closed: what
+		// the client read, and the sockets' buffers.
+		if n := written.Load(); n > 32<<20 {
+			t.Errorf("plant %d: the server wrote %d MiB before the client stopped reading", id, n>>20)
+		}
 	}
 }

@@ -29,6 +29,9 @@ func TestHostileServerTextEscaped(t *testing.T) {
 			fmt.Fprint(w, `{"id":2,"name":"Fern"}`)
 		case "/plants/3":
 			w.WriteHeader(404)
+			fmt.Fprintf(w, `{"error":404,"message":%s}`, jsonString(strings.Repeat("long ", 10_000)))
+		case "/plants/5": // past what the client reads of an error (64 KiB)
+			w.WriteHeader(404)
 			fmt.Fprintf(w, `{"error":404,"message":%s}`, jsonString(strings.Repeat("long ", 200_000)))
 		case "/plants/4": // a 500 names its request, which the service logged it under
 			w.Header().Set("X-Request-Id", "ps-1\u202e2")
@@ -59,7 +62,11 @@ func TestHostileServerTextEscaped(t *testing.T) {
 	}
 	r := cli(t, dir, env, "plants", "get", "3")
 	if len(r.stderr) > 1000 || !strings.Contains(r.stderr, "characters more) (HTTP 404)") {
-		t.Errorf("a message of 1 MB: %d bytes on stderr, %.200q; want it cut", len(r.stderr), r.stderr)
+		t.Errorf("a message of 50 KB: %d bytes on stderr, %.200q; want it cut", len(r.stderr), r.stderr)
+	}
+	r = cli(t, dir, env, "plants", "get", "5")
+	if r.stderr != "plantstore: Not Found (HTTP 404)\n" {
+		t.Errorf("a message of 1 MB: %d bytes on stderr, %.200q; want the status's text alone", len(r.stderr), r.stderr)
 	}
 }
 

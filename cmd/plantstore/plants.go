@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -508,6 +509,14 @@ func apiError(err error, server string) error {
 			return errors.New("interrupted before the server answered")
 		}
 		return fmt.Errorf("cannot reach the server at %s: %w", server, err)
+	}
+	// The answer began, then stopped: the command interrupted, or the
+	// connection lost (after the client's retries, where it may retry).
+	if errors.Is(err, context.Canceled) {
+		return errors.New("interrupted before the whole answer came")
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+		return fmt.Errorf("the connection to the server at %s broke before the whole answer came: %s", server, strings.TrimPrefix(err.Error(), "plantstore: "))
 	}
 	return fmt.Errorf("the server at %s answered, but not as plantstore does (does --server name a plantstore server?): %s", server, strings.TrimPrefix(err.Error(), "plantstore: "))
 }

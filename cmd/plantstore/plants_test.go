@@ -469,6 +469,17 @@ func TestPlantsCLIAgainstOtherServers(t *testing.T) {
 	if r := run(html.URL, "list"); r.exit != 1 || !strings.Contains(r.stderr, "answered, but not as plantstore does") || strings.Contains(r.stderr, "cannot reach") {
 		t.Errorf("plants list against an HTML server: %+v", r)
 	}
+	// An answer cut short (its Content-Length never reached) is a broken
+	// connection, not another kind of server.
+	cutShort := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "100")
+		io.WriteString(w, `{"name":"a"`)
+	}))
+	defer cutShort.Close()
+	if r := run(cutShort.URL, "get", "1"); r.exit != 1 || !strings.Contains(r.stderr, "broke before the whole answer came") || strings.Contains(r.stderr, "not as plantstore does") {
+		t.Errorf("plants get against a server that cuts its answer short: %+v", r)
+	}
 	if r := run(emptyWithNext.URL, "list"); r.exit != 0 || strings.Contains(r.stderr, "panic") {
 		t.Errorf("plants list of an empty page with a next link: %+v", r)
 	}

@@ -257,6 +257,28 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 			t.Errorf("%q in %s: exit %d after %v, %q; want 1 at once and %q", tc.args, filepath.Base(tc.dir), r.exit, took.Round(time.Millisecond), r.stderr, tc.want)
 		}
 	}
+
+	// A store its user may write, beside files a run as root left (a log
+	// after a kill, the lock file), each root's alone: named, with the
+	// cure, not SQLite's "unable to open database file (14)".
+	if os.Geteuid() != 0 {
+		return // no other user's files to make
+	}
+	const hint = "(made by a command run as another user, as root? give the store's files"
+	for _, left := range []string{"plantstore.db-wal", "plantstore.db.lock"} {
+		d := filepath.Join(dir, "root-left"+filepath.Ext(left))
+		os.Mkdir(d, 0o755)
+		mustToken(t, d, "--name", "me")
+		if err := os.WriteFile(filepath.Join(d, left), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(d, 65534, 65534)
+		os.Chown(filepath.Join(d, "plantstore.db"), 65534, 65534)
+		r := run(t, d, nil, "serve", "--addr", "127.0.0.1:0")
+		if r.exit != 1 || !strings.Contains(r.stderr, filepath.Join(d, left)) || !strings.Contains(r.stderr, "permission denied "+hint) {
+			t.Errorf("serve beside a %s of root's: exit %d, %q", left, r.exit, r.stderr)
+		}
+	}
 }
 
 // cliAsNobody is cli as the user nobody (65534), for tests of

@@ -135,7 +135,7 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 		// write.
 		f, err := os.OpenFile(abs, os.O_RDWR, 0)
 		if err != nil {
-			return false, fmt.Errorf("the store %s cannot be opened for writing: %w", abs, unwrapPath(err))
+			return false, fmt.Errorf("the store %s cannot be opened for writing: %w%s", abs, unwrapPath(err), ownerHint(err))
 		}
 		if err := closeOneName(f, abs); err != nil {
 			return false, err
@@ -143,16 +143,34 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 	case mustExist && errors.Is(err, fs.ErrNotExist):
 		return false, fmt.Errorf("%w at %s", ErrNoStore, abs)
 	case mustExist:
-		return false, fmt.Errorf("the store %s cannot be opened for writing: %w", abs, unwrapPath(err))
+		return false, fmt.Errorf("the store %s cannot be opened for writing: %w%s", abs, unwrapPath(err), ownerHint(err))
 	default:
 		return false, fmt.Errorf("create the store %s: %w", abs, unwrapPath(err))
 	}
 	for _, suffix := range sidecars {
-		if fi, err := os.Lstat(abs + suffix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		fi, err := os.Lstat(abs + suffix)
+		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return created, fmt.Errorf("%s%s is a symbolic link; refusing to open the store, as SQLite would write into its target (remove it)", abs, suffix)
+		}
+		// SQLite says only "unable to open database file (14)" of a log
+		// it may not write, as one left by the same store run as root.
+		if err == nil {
+			if err := mayWrite(abs + suffix); err != nil {
+				return created, fmt.Errorf("the store's file %s%s cannot be opened for writing: %w%s", abs, suffix, err, ownerHint(err))
+			}
 		}
 	}
 	return created, nil
+}
+
+// ownerHint ends the message of a store's file that this process may not
+// write for its permissions (err): the usual cause, and the cure. A
+// read-only file system, say, gets none.
+func ownerHint(err error) string {
+	if !errors.Is(err, fs.ErrPermission) {
+		return ""
+	}
+	return " (made by a command run as another user, as root? give the store's files, PATH, PATH-wal, PATH-shm and PATH.lock, to the user that runs plantstore: chown)"
 }
 
 // leftovers lists the files SQLite keeps beside a store (sidecars) that

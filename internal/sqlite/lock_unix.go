@@ -64,6 +64,9 @@ func lockFile(path string) (*os.File, bool, error) {
 		if fi, lerr := os.Lstat(name); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return nil, false, fmt.Errorf("%s is a symbolic link; refusing to follow it, as a link planted there would make plantstore create or open its target (remove it)", name)
 		}
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, false, fmt.Errorf("open the lock file %s: %w%s", name, unwrapPath(err), ownerHint(err))
+		}
 		return nil, false, fmt.Errorf("open the lock file %s: %w", name, err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
@@ -128,6 +131,17 @@ func servedNow(path string) bool {
 	defer f.Close()
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
 	return errors.Is(err, syscall.EWOULDBLOCK)
+}
+
+// mayWrite says why this process may not open the file at path for
+// writing, or nil. It asks the kernel (access(2)) rather than opening the
+// file: closing a descriptor of a store's file would release the locks
+// SQLite holds on it in this process.
+func mayWrite(path string) error {
+	if err := syscall.Access(path, 2 /* W_OK */); err != nil {
+		return err
+	}
+	return nil
 }
 
 // hardLinks is the number of names the file of fi has (1 when it cannot

@@ -30,7 +30,7 @@ type StoreHooks struct {
 	// Enqueued is called after a write stored webhook deliveries.
 	Enqueued func()
 	// ObserveBatch is told the size of each group commit.
-	ObserveBatch func(creates int)
+	ObserveBatch func(writes int)
 	// Created is told the absolute path of a SQLite store just made.
 	Created func(path string)
 	// EventsWritten is called when events were recorded: by this process

@@ -431,16 +431,20 @@ func TestAddressRateOnPublicRoutes(t *testing.T) {
 	})
 }
 
-// Ids the service makes begin "ps-"; a caller's id that does is not
-// kept, so the log never mixes the two up. Others are kept.
+// Ids the service makes begin "ps-"; a caller's id that does, in any
+// case, is not kept, so the log never mixes the two up. Others are kept.
 func TestRequestIDsToldApart(t *testing.T) {
 	eachEngine(t, func(t *testing.T) {
 		e := start(t, options{})
-		resp, _ := e.do("GET", "/healthz", map[string]string{"X-Request-Id": "ps-0000000000000000-1"}, nil)
-		if got := resp.Header.Get("X-Request-Id"); got == "ps-0000000000000000-1" || !strings.HasPrefix(got, "ps-") {
-			t.Errorf("a caller's id posing as ours: answered with %q", got)
+		// In any case: a case-blind search of the log (grep -i) would
+		// mix "PS-…" up with ours.
+		for _, posing := range []string{"ps-0000000000000000-1", "PS-0000000000000000-1", "Ps-x"} {
+			resp, _ := e.do("GET", "/healthz", map[string]string{"X-Request-Id": posing}, nil)
+			if got := resp.Header.Get("X-Request-Id"); got == posing || !strings.HasPrefix(got, "ps-") {
+				t.Errorf("a caller's id posing as ours, %q: answered with %q", posing, got)
+			}
 		}
-		resp, _ = e.do("GET", "/healthz", map[string]string{"X-Request-Id": "trace-7"}, nil)
+		resp, _ := e.do("GET", "/healthz", map[string]string{"X-Request-Id": "trace-7"}, nil)
 		if got := resp.Header.Get("X-Request-Id"); got != "trace-7" {
 			t.Errorf("a caller's plain id: answered with %q", got)
 		}

@@ -135,7 +135,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 
 // incomingRequestID keeps a caller's X-Request-Id when it is short and
 // plain, so ids can be followed across services, and makes one otherwise.
-// The ids we make begin "ps-", and a caller's that does is not kept, so
+// The ids we make begin "ps-", and a caller's that does (in any case) is not kept, so
 // an id in the log is always told apart: ours, or the caller's. Nor is
 // one that holds a token (one maskTokens would mask): a client that put
 // its token there by mistake must not have it logged. Nor is an id sent
@@ -150,7 +150,7 @@ func incomingRequestID(ids []string) string {
 
 // keptRequestID says whether a caller's id is one incomingRequestID keeps.
 func keptRequestID(id string) bool {
-	return len(id) > 0 && len(id) <= 128 && !strings.HasPrefix(id, requestIDPrefix) && strings.IndexFunc(id, func(r rune) bool {
+	return len(id) > 0 && len(id) <= 128 && !(len(id) >= len(requestIDPrefix) && strings.EqualFold(id[:len(requestIDPrefix)], requestIDPrefix)) && strings.IndexFunc(id, func(r rune) bool {
 		return r <= ' ' || r > '~' || r == '"' || r == '\\'
 	}) < 0 && maskTokens(id) == id
 }

@@ -75,7 +75,7 @@ func New() *Metrics {
 	}, []string{"operation", "outcome"})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: namespace, Subsystem: "store", Name: "group_commit_batch_size",
-		Help:    "Creates committed together by each group commit (a SQLite transaction, or a PostgreSQL batch statement).",
+		Help:    "Plant writes committed together by each group commit: on SQLite a transaction of creates, updates and deletes; on PostgreSQL a batch statement of creates.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 	})
 	m.registry.MustRegister(
@@ -140,7 +140,7 @@ func knownMethod(method string) string {
 
 // ObserveBatch records a group commit's size (sqlite.Options.ObserveBatch,
 // postgres.Options.ObserveBatch).
-func (m *Metrics) ObserveBatch(creates int) { m.batchSize.Observe(float64(creates)) }
+func (m *Metrics) ObserveBatch(writes int) { m.batchSize.Observe(float64(writes)) }
 
 // TokenCache registers the authenticator's cache counts, read at each
 // scrape.

@@ -49,8 +49,8 @@ type Options struct {
 	// not block.
 	Enqueued func()
 	// ObserveBatch, when set, is told the size of each group commit's
-	// batch (for metrics). It must not block.
-	ObserveBatch func(creates int)
+	// batch, plant writes of every kind (for metrics). It must not block.
+	ObserveBatch func(writes int)
 	// MustExist makes Open fail with ErrNoStore, creating nothing, when
 	// there is no store at the path: for the commands that only read or
 	// change what is there.

@@ -154,23 +154,8 @@ func TestPoolConfig(t *testing.T) {
 // Every session commits durably, even where the database's default says
 // otherwise.
 func TestSessionsCommitDurably(t *testing.T) {
-	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	setup, err := Open(ctx, url, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := setup.pool.Config().ConnConfig.Database
-	if _, err := setup.pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET synchronous_commit = off`); err != nil {
-		t.Fatal(err)
-	}
-	setup.Close()
-
-	db, err := Open(ctx, url, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openWithDatabaseSetting(t, `synchronous_commit = off`)
 	var setting string
 	if err := db.pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&setting); err != nil {
 		t.Fatal(err)
@@ -180,11 +165,11 @@ func TestSessionsCommitDurably(t *testing.T) {
 	}
 }
 
-// A session the server ends for a reason classify does not list (here
-// idle_session_timeout, a FATAL 57P05 at the next statement on a pooled
-// connection left idle past it) is EUNAVAILABLE, as a lost connection
-// is: a 503 with Retry-After, not a 500.
-func TestSessionEndedByServerIsUnavailable(t *testing.T) {
+// openWithDatabaseSetting opens a store on a fresh database whose
+// default for every new session is setting ("name = value"), closed when
+// the test ends.
+func openWithDatabaseSetting(t *testing.T, setting string) *DB {
+	t.Helper()
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	setup, err := Open(ctx, url, Options{})
@@ -192,16 +177,25 @@ func TestSessionEndedByServerIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := setup.pool.Config().ConnConfig.Database
-	if _, err := setup.pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET idle_session_timeout = '200ms'`); err != nil {
+	if _, err := setup.pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET `+setting); err != nil {
 		t.Fatal(err)
 	}
 	setup.Close()
-
 	db, err := Open(ctx, url, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// A session the server ends for a reason classify does not list (here
+// idle_session_timeout, a FATAL 57P05 at the next statement on a pooled
+// connection left idle past it) is EUNAVAILABLE, as a lost connection
+// is: a 503 with Retry-After, not a 500.
+func TestSessionEndedByServerIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	db := openWithDatabaseSetting(t, `idle_session_timeout = '200ms'`)
 	if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: 1, Name: "idle"}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	neturl "net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,6 +266,12 @@ func poolConfig(url string, opts Options) (*pgxpool.Config, []string, error) {
 		// the password taken out, and only when we could find it.
 		if !parsed {
 			return nil, nil, fmt.Errorf("postgres: %w (not shown, as it may hold a password)", ErrInvalidURL)
+		}
+		// A file the URL names (sslrootcert, sslcert, sslkey) that
+		// cannot be read is not a mistake in the URL's form: it fails as
+		// any file a command cannot read, not as a usage mistake.
+		if _, unreadable := errors.AsType[*os.PathError](err); unreadable {
+			return nil, nil, fmt.Errorf("postgres: a file the database URL names cannot be read: %s", withoutSecrets(err.Error(), secrets))
 		}
 		return nil, nil, fmt.Errorf("postgres: %w: %s", ErrInvalidURL, withoutSecrets(err.Error(), secrets))
 	}

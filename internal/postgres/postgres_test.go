@@ -352,6 +352,18 @@ func TestRoleThatMayNotWriteIsRefused(t *testing.T) {
 	}
 }
 
+// A file the URL names that cannot be read (a CA certificate's path
+// mistyped) is said with the URL's password masked, and is not taken for
+// a URL of the wrong form (the command exits 1, as for a file it cannot
+// read, not 2).
+func TestURLNamingAnUnreadableFile(t *testing.T) {
+	_, err := postgres.Open(context.Background(), "postgres://u:hunter2secret@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/no/such/ca.pem", postgres.Options{})
+	if err == nil || errors.Is(err, postgres.ErrInvalidURL) || strings.Contains(err.Error(), "hunter2secret") ||
+		!strings.Contains(err.Error(), "a file the database URL names cannot be read") || !strings.Contains(err.Error(), "/no/such/ca.pem") {
+		t.Errorf("Open with a missing sslrootcert: %v", err)
+	}
+}
+
 func TestRefusesOtherURLs(t *testing.T) {
 	for _, url := range []string{
 		"mysql://u:hunter2secret@localhost/db",

@@ -148,19 +148,40 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 		return false, fmt.Errorf("create the store %s: %w", abs, unwrapPath(err))
 	}
 	for _, suffix := range sidecars {
-		fi, err := os.Lstat(abs + suffix)
-		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if fi, err := os.Lstat(abs + suffix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return created, fmt.Errorf("%s%s is a symbolic link; refusing to open the store, as SQLite would write into its target (remove it)", abs, suffix)
-		}
-		// SQLite says only "unable to open database file (14)" of a log
-		// it may not write, as one left by the same store run as root.
-		if err == nil {
-			if err := mayWrite(abs + suffix); err != nil {
-				return created, fmt.Errorf("the store's file %s%s cannot be opened for writing: %w%s", abs, suffix, err, ownerHint(err))
-			}
 		}
 	}
 	return created, nil
+}
+
+// explained is err, SQLite's failure to open the store at abs, or what
+// unwritableSidecar finds behind it.
+func explained(err error, abs string) error {
+	if err == nil {
+		return nil
+	}
+	if why := unwritableSidecar(abs); why != nil {
+		return why
+	}
+	return err
+}
+
+// unwritableSidecar explains an open that failed (SQLite says only
+// "unable to open database file (14)" of a log it may not write, as one
+// a run of the same store as root left after a kill): the first file
+// beside the store at abs this process may not write, or nil. Asked only
+// once SQLite failed, so that no store it would open is refused.
+func unwritableSidecar(abs string) error {
+	for _, suffix := range sidecars {
+		if _, err := os.Lstat(abs + suffix); err != nil {
+			continue
+		}
+		if err := mayWrite(abs + suffix); err != nil {
+			return fmt.Errorf("the store's file %s%s cannot be opened for writing: %w%s", abs, suffix, err, ownerHint(err))
+		}
+	}
+	return nil
 }
 
 // ownerHint ends the message of a store's file that this process may not

@@ -239,8 +239,17 @@ func (db *DB) keepLock() {
 		db.soleLock = lock
 		db.log.Warn("the store's lock file was removed or replaced while serving: made it again, so no second server opens the store", "path", lock.Name())
 	}
+	if !errors.Is(err, errLockHeld) {
+		db.lockHeldChecks = 0
+	}
 	switch {
 	case errors.Is(err, errLockHeld):
+		// Held for a moment by a command that only looks (a token
+		// command asks whether a server holds it) or fails at once (a
+		// refused restore): another server holds it through checks.
+		if db.lockHeldChecks++; db.lockHeldChecks < lockHeldChecks {
+			return
+		}
 		if db.durable.stop(lockTaken, fmt.Errorf("sqlite: %w", err)) {
 			db.log.Error(lockTaken, "path", db.files.mainAt+".lock")
 		}
@@ -249,6 +258,11 @@ func (db *DB) keepLock() {
 		db.log.Warn("the store's lock file was removed and could not be made again: a second server of this store would not be refused", "err", err.Error())
 	}
 }
+
+// lockHeldChecks is how many checks in a row must find the lock file made
+// again held by another process before keepLock takes it for another
+// server: about three quarters of a second.
+const lockHeldChecks = 3
 
 // errLockHeld is lockFile's when another process holds the lock.
 var errLockHeld = errors.New("another plantstore serve is using")

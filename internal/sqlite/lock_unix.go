@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // lockSoleServer takes an exclusive lock on path+".lock", held until the
@@ -64,7 +66,9 @@ func lockFile(path string) (*os.File, bool, error) {
 		if fi, lerr := os.Lstat(name); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			return nil, false, fmt.Errorf("%s is a symbolic link; refusing to follow it, as a link planted there would make plantstore create or open its target (remove it)", name)
 		}
-		if errors.Is(err, fs.ErrPermission) {
+		if _, lerr := os.Lstat(name); lerr == nil && errors.Is(err, fs.ErrPermission) {
+			// There, and not this user's to write: not a directory's
+			// permission, which the hint would not cure.
 			return nil, false, fmt.Errorf("open the lock file %s: %w%s", name, unwrapPath(err), ownerHint(err))
 		}
 		return nil, false, fmt.Errorf("open the lock file %s: %w", name, err)
@@ -134,14 +138,12 @@ func servedNow(path string) bool {
 }
 
 // mayWrite says why this process may not open the file at path for
-// writing, or nil. It asks the kernel (access(2)) rather than opening the
-// file: closing a descriptor of a store's file would release the locks
-// SQLite holds on it in this process.
+// writing, or nil. It asks the kernel, with the process's effective ids
+// as open(2) would, rather than opening the file: closing a descriptor
+// of a store's file would release the locks SQLite holds on it in this
+// process.
 func mayWrite(path string) error {
-	if err := syscall.Access(path, 2 /* W_OK */); err != nil {
-		return err
-	}
-	return nil
+	return unix.Faccessat(unix.AT_FDCWD, path, unix.W_OK, unix.AT_EACCESS)
 }
 
 // hardLinks is the number of names the file of fi has (1 when it cannot

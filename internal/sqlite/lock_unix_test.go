@@ -4,6 +4,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,9 +15,16 @@ import (
 	"github.com/plantstore/plantstore"
 )
 
-// soleLockForTest is the lock file db holds now; only the goroutine that
-// keeps it writes it, so a test reads it after that goroutine's log line.
-func (db *DB) soleLockForTest() *os.File { return db.soleLock }
+// lockHeldAtName says whether another process, or another DB of this
+// one, holds the lock of the store at path, as a second server would
+// find it: it tries to take it, and lets it go at once.
+func lockHeldAtName(path string) bool {
+	f, _, err := lockSoleServer(path)
+	if err == nil {
+		f.Close()
+	}
+	return errors.Is(err, errLockHeld)
+}
 
 // A lock file removed by the process that made it (a refused Open or
 // Restore) while another had it open is not a lock: that other process
@@ -136,7 +144,7 @@ func TestSoleLockKeptWhenRemoved(t *testing.T) {
 	for !strings.Contains(logs.String(), "made it again") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !lockedAtName(db.soleLockForTest(), name) {
+	if !lockHeldAtName(path) {
 		t.Fatalf("the lock file is not made again within 5 s of its removal; log:\n%s", logs)
 	}
 	if f, _, err := lockSoleServer(path); err == nil {
@@ -147,6 +155,28 @@ func TestSoleLockKeptWhenRemoved(t *testing.T) {
 	}
 	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 2, Name: "still served"}); err != nil {
 		t.Fatalf("a create once the lock is back: %v", err)
+	}
+
+	// Removed, and the new file held a moment by another process (a
+	// token command asking whether a server holds it, a refused
+	// restore): not a second server. The store takes the lock once it is
+	// let go, and goes on.
+	for range 10 {
+		os.Remove(name)
+		if brief, _, err := lockSoleServer(path); err == nil {
+			time.Sleep(filesCheckPeriod + filesCheckPeriod/2)
+			brief.Close()
+			break
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); !lockHeldAtName(path) && time.Now().Before(deadline); {
+		time.Sleep(filesCheckPeriod)
+	}
+	if _, err := db.CreatePlant(context.Background(), plantstore.Plant{ID: 3, Name: "after a moment's holder"}); err != nil {
+		t.Fatalf("a create once a brief holder let the lock go: %v", err)
+	}
+	if !lockHeldAtName(path) {
+		t.Fatal("the store does not hold its lock again once a brief holder let it go")
 	}
 
 	// Removed, and taken by another process before the check: a plain

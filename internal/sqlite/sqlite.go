@@ -119,8 +119,9 @@ type DB struct {
 	// soleLock is the lock file serve holds (lockSoleServer); the
 	// goroutine that checks the files keeps it (keepLock), and says once
 	// that it could not (lockWarned).
-	soleLock   *os.File
-	lockWarned bool
+	soleLock       *os.File
+	lockWarned     bool
+	lockHeldChecks int // in a row that found the lock another's (keepLock)
 	// files are the store's files as it opened them, which it checks
 	// its names still name (identity.go); watchDone is closed when the
 	// goroutine that checks them has returned.
@@ -174,11 +175,12 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		// Made a store now: 0600, as a store plantstore creates.
 		err = os.Chmod(abs, 0o600)
 	case err == nil && !created:
-		err = checkIsStore(ctx, path, abs)
+		err = explained(checkIsStore(ctx, path, abs), abs)
 	}
 	var db *DB
 	if err == nil {
 		db, err = open(ctx, path, abs, opts)
+		err = explained(err, abs)
 	}
 	if err != nil {
 		if created {

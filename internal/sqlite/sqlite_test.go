@@ -18,7 +18,7 @@ import (
 	"github.com/plantstore/plantstore/internal/storetest"
 )
 
-func openTest(t *testing.T, opts Options) (*DB, string) {
+func openTest(t testing.TB, opts Options) (*DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "plants.db")
 	db, err := Open(context.Background(), path, opts)

@@ -104,7 +104,8 @@ func (db *DB) copyWholeOutbox(ctx context.Context) error {
 // eventsAfter reads the events after id, in id order, in whole batches
 // until it has n or more.
 func eventsAfter(ctx context.Context, tx *sql.Tx, id int64, n int) ([]plantstore.Event, error) {
-	rows, err := tx.QueryContext(ctx, batchesAfterSQL, id)
+	every := wantedTypes(nil)
+	rows, err := tx.QueryContext(ctx, batchesAfterSQL, id, every[0], every[1], every[2])
 	if err != nil {
 		return nil, err
 	}

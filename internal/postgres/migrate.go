@@ -144,16 +144,19 @@ var storeTables = []string{
 	"webhook_subscribers", "webhook_deliveries", "webhook_subscriber_errors", "webhook_subscriber_events",
 }
 
-// checkPrivileges refuses a role that may not read and write every table
-// of a store made already, by its owner: migrate refuses a role that may
-// not create only when it makes or upgrades the schema, and such a role
-// would start ready, then answer every write 500 (permission denied).
-// Each privilege is asked alone: has_table_privilege with a list is true
-// when any one is held.
+// checkPrivileges refuses a role that may not read every table of a
+// store made already (by its owner), or not write plants: migrate
+// refuses a role that may not create only when it makes or upgrades the
+// schema, and a role granted SELECT alone would start ready, then answer
+// every write 500 (permission denied). It asks no more than that, so a
+// role granted just what serving takes (no write to schema_migrations,
+// column grants) is not refused: has_any_column_privilege is true for a
+// grant on the table or on any of its columns. Each privilege is asked
+// alone: with a list, true means any one of them.
 func (db *DB) checkPrivileges(ctx context.Context) error {
-	rows, err := db.pool.Query(ctx, `SELECT t FROM unnest($1::text[]) AS t
-		WHERE NOT (has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'INSERT')
-			AND has_table_privilege(t, 'UPDATE') AND has_table_privilege(t, 'DELETE'))`, storeTables)
+	rows, err := db.pool.Query(ctx, `SELECT t || ' (SELECT)' FROM unnest($1::text[]) AS t WHERE NOT has_any_column_privilege(t, 'SELECT')
+		UNION ALL SELECT 'plants (' || p || ')' FROM unnest(ARRAY['INSERT', 'UPDATE']) AS p WHERE NOT has_any_column_privilege('plants', p)
+		UNION ALL SELECT 'plants (DELETE)' WHERE NOT has_table_privilege('plants', 'DELETE')`, storeTables)
 	if err != nil {
 		return db.storeError("check the role's privileges", err)
 	}
@@ -162,7 +165,7 @@ func (db *DB) checkPrivileges(ctx context.Context) error {
 		return db.storeError("check the role's privileges", err)
 	}
 	if len(lacking) > 0 {
-		return fmt.Errorf("postgres: the role in the URL may not read and write the store's tables (%s): it must own the database, or be granted SELECT, INSERT, UPDATE and DELETE on every table of the store (docs/postgres.md)", strings.Join(lacking, ", "))
+		return fmt.Errorf("postgres: the role in the URL may not read the store, or not write its plants: it lacks %s; it must own the database, or be granted at least SELECT on every table of the store and INSERT, UPDATE and DELETE on plants (docs/postgres.md)", strings.Join(lacking, ", "))
 	}
 	return nil
 }

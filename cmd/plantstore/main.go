@@ -77,33 +77,26 @@ func main() {
 	}
 }
 
-// signalled is the cause of the context of a command a signal stopped:
-// serve logs it ("stop asked", "cause": "SIGTERM"). Some callees return
-// a context's cause as their error (net/http does): it is still
-// context.Canceled to errors.Is, as the commands look for.
+// signalled is the cause of the context of a command a signal stopped,
+// which serve logs (app.StopCause: "cause":"interrupted by SIGTERM"). It
+// is context.Canceled to errors.Is, as the commands look for; and since
+// some callees return a context's cause as their error (net/http does),
+// its text reads as an interruption in a message too.
 type signalled struct{ sig os.Signal }
 
 func (signalled) Unwrap() error { return context.Canceled }
 
 func (s signalled) Error() string {
+	name := s.sig.String()
 	switch s.sig {
 	case os.Interrupt:
-		return "SIGINT"
+		name = "SIGINT"
 	case syscall.SIGTERM:
-		return "SIGTERM"
+		name = "SIGTERM"
 	case syscall.SIGHUP:
-		return "SIGHUP"
+		name = "SIGHUP"
 	}
-	return s.sig.String()
-}
-
-// stopCause is what a log line says of why a command stopped: the signal,
-// when one did.
-func stopCause(ctx context.Context) []any {
-	if s, ok := context.Cause(ctx).(signalled); ok {
-		return []any{"cause", s.Error()}
-	}
-	return nil
+	return "interrupted by " + name
 }
 
 // interruptedAgain ends the process at once: by SIGINT itself, as a shell

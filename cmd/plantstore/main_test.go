@@ -615,7 +615,7 @@ func TestSIGHUP(t *testing.T) {
 	}
 	// The log says which signal stopped it: log rotation's SIGHUP is told
 	// from an orchestrator's SIGTERM.
-	if !strings.Contains(s.logs.String(), `"msg":"stop asked","cause":"SIGHUP"`) {
+	if !strings.Contains(s.logs.String(), `"msg":"stop asked","cause":"interrupted by SIGHUP"`) {
 		t.Errorf("the log does not say SIGHUP stopped it:\n%s", s.logs)
 	}
 
@@ -655,7 +655,7 @@ func TestSignalWhileOpening(t *testing.T) {
 	if code := s.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("exit %d after SIGTERM while opening, want 0:\n%s", code, s.logs)
 	}
-	if logs := s.logs.String(); !strings.Contains(logs, `"msg":"stopped before serving: the store was still opening","cause":"SIGTERM"`) || strings.Contains(logs, "cancelled") {
+	if logs := s.logs.String(); !strings.Contains(logs, `"msg":"stopped before serving: the store was still opening","cause":"interrupted by SIGTERM"`) || strings.Contains(logs, "cancelled") {
 		t.Errorf("the log of a stop while opening:\n%s", logs)
 	}
 }

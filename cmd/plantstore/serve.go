@@ -73,7 +73,7 @@ shown beside it.`, env.getenv, stdout, stderr)
 			// Stopped while the store opened (waiting for another
 			// process's lock, or for PostgreSQL): a stop asked for, as
 			// any other, not a failure of the store.
-			log.Info("stopped before serving: the store was still opening", stopCause(ctx)...)
+			log.Info("stopped before serving: the store was still opening", app.StopCause(ctx)...)
 			return nil
 		}
 		return dbMistake(err)

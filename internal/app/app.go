@@ -148,8 +148,8 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		// What stopped it, when ctx says (a signal: see cmd/plantstore),
 		// so that a stop by log rotation's SIGHUP is told from an
 		// orchestrator's SIGTERM.
-		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() { // a cause of its own
-			a.log.Info("stop asked", "cause", cause.Error())
+		if cause := StopCause(ctx); cause != nil {
+			a.log.Info("stop asked", cause...)
 		}
 		if a.cfg.DrainDelay > 0 {
 			a.log.Info("draining: /readyz answers 503 while requests are still served", "delay", a.cfg.DrainDelay.String())
@@ -213,3 +213,13 @@ func (a *App) Close() error { return a.raw.Close() }
 // Store is the App's store as opened, without what Config.WrapStore or
 // the metrics put around it, for tests and tools beside the server.
 func (a *App) Store() plantstore.Store { return a.raw }
+
+// StopCause is what a log line says of why ctx ended: its cause, when it
+// has one of its own (cmd/plantstore gives the signal's), as attributes
+// for slog; nil otherwise.
+func StopCause(ctx context.Context) []any {
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return []any{"cause", cause.Error()}
+	}
+	return nil
+}

@@ -436,11 +436,13 @@ func (d *deadlines) context(now time.Time) context.Context {
 //     3.2) asks it, and every link the service makes starts with the
 //     Host. An empty Host is refused too, since an http URL has a host
 //     (RFC 9110, section 4.2.1);
-//   - a target with a '#', which gets 400: a URL's fragment stays with
-//     the client (RFC 9110, section 7.1), and no request target's grammar
-//     has one (RFC 9112, section 3.2). Go's server keeps it in the path,
-//     where it met each route differently ("/plants#x" 404, "/plants/1#x"
-//     a bad id).
+//   - a path with a '#', which gets 400: a URL's fragment stays with the
+//     client (RFC 9110, section 7.1), and no request target's grammar has
+//     one (RFC 9112, section 3.2). Go's server keeps it in the path, where
+//     it met each route differently ("/plants#x" 404, "/plants/1#x" a bad
+//     id). One in the query is left to the parameter it falls in, as
+//     Go's server reads it ("?tag=#herb" is the tag "#herb"): clients
+//     have sent it so.
 //
 // An HTTP/1.0 request may come without Host: it is given the address it
 // reached (reachedHost, from the connection's context), which its links
@@ -458,7 +460,8 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 	absolute := r.URL.Scheme != ""
 	badAuthority := absolute && (r.URL.Host == "" || r.URL.User != nil ||
 		!strings.EqualFold(r.URL.Scheme, "http") && !strings.EqualFold(r.URL.Scheme, "https"))
-	fragment := strings.IndexByte(r.RequestURI, '#') >= 0
+	target, _, _ := strings.Cut(r.RequestURI, "?")
+	fragment := strings.IndexByte(target, '#') >= 0
 	if r.ProtoMajor == 1 && validHost(r.Host) && !badAuthority && !fragment {
 		return false
 	}
@@ -467,7 +470,7 @@ func (s *Server) refusedProtocol(w http.ResponseWriter, r *http.Request, reached
 	case r.ProtoMajor != 1:
 		s.writeError(w, r, errorStatus(http.StatusHTTPVersionNotSupported, "%s is not served: this service speaks HTTP/1.1", r.Proto))
 	case fragment:
-		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the request target holds a '#': a URL's fragment is not sent, send the path and query alone"))
+		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the request target's path holds a '#': a URL's fragment is not sent; send the path and query alone, and a '#' in a path segment as %%23"))
 	case badAuthority:
 		s.writeError(w, r, errorStatus(http.StatusBadRequest, "the request target is not an http or https URL with a host and no user information: send the path alone, with the Host header"))
 	case r.Host == "":

@@ -207,7 +207,7 @@ func (c *Contract) checkUnrouted(req *http.Request, resp *http.Response) error {
 		return nil // a CORS preflight, which the document's description covers for every path
 	case resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "":
 		return nil
-	case resp.Close && isProtocolRejection(resp.StatusCode):
+	case closes(resp) && isProtocolRejection(resp.StatusCode):
 		return nil // refused before routing; the Error body was checked
 	}
 	return fmt.Errorf("%s %s answered %d but the document has no such operation", req.Method, req.URL.Path, resp.StatusCode)
@@ -215,6 +215,13 @@ func (c *Contract) checkUnrouted(req *http.Request, resp *http.Response) error {
 
 // isProtocolRejection tells the statuses net/http answers, before any
 // routing, to requests that are not valid HTTP/1.1.
+// closes says whether an answer closes its connection: as a client reads
+// it (Close), or as a handler's recorded answer says it (an
+// httptest.ResponseRecorder's Result leaves Close false).
+func closes(resp *http.Response) bool {
+	return resp.Close || strings.EqualFold(resp.Header.Get("Connection"), "close")
+}
+
 func isProtocolRejection(status int) bool {
 	switch status {
 	case http.StatusBadRequest, http.StatusExpectationFailed, http.StatusRequestHeaderFieldsTooLarge,

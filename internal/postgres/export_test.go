@@ -36,4 +36,9 @@ const TagPagesSQL = tagPagesSQL
 const MaxReadRows = maxReadRows
 
 // StoreTables are the tables checkPrivileges asks about.
-var StoreTables = storeTables
+var StoreTables = func() (tables []string) {
+	for _, tp := range servingPrivileges {
+		tables = append(tables, tp.table)
+	}
+	return tables
+}()

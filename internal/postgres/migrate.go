@@ -137,26 +137,46 @@ func (db *DB) checkEncoding(ctx context.Context) error {
 	return nil
 }
 
-// storeTables are the tables of a store, every one the migrations make
-// (TestStoreTablesAreTheMigrations checks the list).
-var storeTables = []string{
-	"schema_migrations", "plants", "tokens", "events", "event_counter", "event_horizon",
-	"webhook_subscribers", "webhook_deliveries", "webhook_subscriber_errors", "webhook_subscriber_events",
+// servingPrivileges are, for each table of a store, the privileges its
+// statements take while serving (migrations aside, which take the
+// owner): SELECT on every one (a SELECT … FOR UPDATE takes UPDATE too,
+// and an INSERT … ON CONFLICT DO UPDATE, UPDATE as well), and the writes
+// the code makes of it. Every table the migrations make is here
+// (TestStoreTablesAreTheMigrations).
+var servingPrivileges = []struct {
+	table      string
+	privileges []string
+}{
+	{"schema_migrations", []string{"SELECT"}},
+	{"plants", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{"tokens", []string{"SELECT", "INSERT", "UPDATE"}},
+	{"events", []string{"SELECT", "INSERT", "DELETE"}},
+	{"event_counter", []string{"SELECT", "UPDATE"}},
+	{"event_horizon", []string{"SELECT", "UPDATE"}},
+	{"webhook_subscribers", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{"webhook_deliveries", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{"webhook_subscriber_errors", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{"webhook_subscriber_events", []string{"SELECT", "INSERT"}},
 }
 
-// checkPrivileges refuses a role that may not read every table of a
-// store made already (by its owner), or not write plants: migrate
+// checkPrivileges refuses a role that lacks a privilege serving takes
+// (servingPrivileges) on a store made already, by its owner: migrate
 // refuses a role that may not create only when it makes or upgrades the
 // schema, and a role granted SELECT alone would start ready, then answer
-// every write 500 (permission denied). It asks no more than that, so a
-// role granted just what serving takes (no write to schema_migrations,
-// column grants) is not refused: has_any_column_privilege is true for a
-// grant on the table or on any of its columns. Each privilege is asked
-// alone: with a list, true means any one of them.
+// every write 500 (permission denied). It asks no more, so a role granted
+// just that is not refused; has_any_column_privilege is true for a grant
+// on the table or on any of its columns (a grant of UPDATE on the
+// columns written). Each privilege is asked alone: with a list, true
+// means any one of them.
 func (db *DB) checkPrivileges(ctx context.Context) error {
-	rows, err := db.pool.Query(ctx, `SELECT t || ' (SELECT)' FROM unnest($1::text[]) AS t WHERE NOT has_any_column_privilege(t, 'SELECT')
-		UNION ALL SELECT 'plants (' || p || ')' FROM unnest(ARRAY['INSERT', 'UPDATE']) AS p WHERE NOT has_any_column_privilege('plants', p)
-		UNION ALL SELECT 'plants (DELETE)' WHERE NOT has_table_privilege('plants', 'DELETE')`, storeTables)
+	var tables, privileges []string
+	for _, tp := range servingPrivileges {
+		for _, p := range tp.privileges {
+			tables, privileges = append(tables, tp.table), append(privileges, p)
+		}
+	}
+	rows, err := db.pool.Query(ctx, `SELECT t || ' (' || p || ')' FROM unnest($1::text[], $2::text[]) AS x(t, p)
+		WHERE NOT CASE WHEN p = 'DELETE' THEN has_table_privilege(t, p) ELSE has_any_column_privilege(t, p) END`, tables, privileges)
 	if err != nil {
 		return db.storeError("check the role's privileges", err)
 	}
@@ -165,7 +185,7 @@ func (db *DB) checkPrivileges(ctx context.Context) error {
 		return db.storeError("check the role's privileges", err)
 	}
 	if len(lacking) > 0 {
-		return fmt.Errorf("postgres: the role in the URL may not read the store, or not write its plants: it lacks %s; it must own the database, or be granted at least SELECT on every table of the store and INSERT, UPDATE and DELETE on plants (docs/postgres.md)", strings.Join(lacking, ", "))
+		return fmt.Errorf("postgres: the role in the URL lacks privileges serving takes: %s; it must own the database, or be granted SELECT on every table of the store and INSERT, UPDATE and DELETE on every one but schema_migrations (docs/postgres.md)", strings.Join(lacking, ", "))
 	}
 	return nil
 }

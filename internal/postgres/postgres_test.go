@@ -338,8 +338,16 @@ func TestRoleThatMayNotWriteIsRefused(t *testing.T) {
 		db.Close()
 		t.Fatal("a role that may only read the store opened it")
 	}
-	if msg := err.Error(); !strings.Contains(msg, "may not read the store, or not write its plants") || !strings.Contains(msg, "plants (INSERT), plants (UPDATE), plants (DELETE)") {
+	if msg := err.Error(); !strings.Contains(msg, "lacks privileges serving takes") || !strings.Contains(msg, "plants (INSERT), plants (UPDATE), plants (DELETE)") {
 		t.Errorf("Open as a role that may only read: %v", err)
+	}
+	// Writing plants alone is not enough: a create writes its event.
+	inDB("GRANT INSERT, UPDATE, DELETE ON plants TO " + role)
+	if db, err = postgres.Open(ctx, roleURL, postgres.Options{}); err == nil {
+		db.Close()
+		t.Fatal("a role that may write plants but not their events opened the store")
+	} else if !strings.Contains(err.Error(), "events (INSERT)") || !strings.Contains(err.Error(), "event_counter (UPDATE)") {
+		t.Errorf("Open as a role that may write plants only: %v", err)
 	}
 	// Granted what serving takes, and no more: nothing on
 	// schema_migrations but SELECT, UPDATE on some columns only.

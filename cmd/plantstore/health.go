@@ -15,6 +15,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/plantstore/plantstore/internal/httpapi"
 )
 
 // runHealth asks a running server whether it is up. It exists for
@@ -142,13 +144,15 @@ func pinCertificate(certFile string) (*tls.Config, error) {
 			// The one check of a chain's that pinning does not make:
 			// every other client refuses a certificate outside its
 			// dates, so the server is not healthy with one.
-			switch cert, now := cs.PeerCertificates[0], time.Now(); {
+			cert, now := cs.PeerCertificates[0], time.Now()
+			why := httpapi.CertificateOutsideDates(cert, now)
+			switch {
+			case why == "":
+				return nil
 			case now.After(cert.NotAfter):
-				return fmt.Errorf("the server's certificate expired at %s; clients that check it refuse it: renew %s", cert.NotAfter.UTC().Format(time.RFC3339), certFile)
-			case now.Before(cert.NotBefore):
-				return fmt.Errorf("the server's certificate is not valid before %s; clients that check it refuse it", cert.NotBefore.UTC().Format(time.RFC3339))
+				return fmt.Errorf("the server's certificate %s; clients that check it refuse it: renew %s", why, certFile)
 			}
-			return nil
+			return fmt.Errorf("the server's certificate %s; clients that check it refuse it", why)
 		},
 		MinVersion: tls.VersionTLS12,
 	}, nil

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -159,7 +160,15 @@ func outsideDates(cert *tls.Certificate, now time.Time) string {
 	if cert == nil || cert.Leaf == nil {
 		return ""
 	}
-	switch leaf := cert.Leaf; {
+	return CertificateOutsideDates(cert.Leaf, now)
+}
+
+// CertificateOutsideDates says how leaf is outside its dates at now
+// ("expired at …", "is not valid before …"), or "" when it is within
+// them: what every client that checks a certificate refuses, and so what
+// serve warns of and health fails on.
+func CertificateOutsideDates(leaf *x509.Certificate, now time.Time) string {
+	switch {
 	case now.After(leaf.NotAfter):
 		return "expired at " + leaf.NotAfter.UTC().Format(time.RFC3339)
 	case now.Before(leaf.NotBefore):

@@ -150,7 +150,8 @@ type WebhookStore interface {
 
 	// ClaimSubscribers leases to owner, until lease from now, up to n
 	// active subscribers whose oldest pending delivery is due and which no
-	// live lease holds. The subscribers come with their secrets.
+	// live lease holds, nor a pause (PauseSubscriber). The subscribers
+	// come with their secrets and their LastError.
 	ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]Subscriber, error)
 	// DueDeliveries returns up to n of the subscriber's pending deliveries
 	// that are due and not behind an earlier pending delivery of the same
@@ -165,6 +166,12 @@ type WebhookStore interface {
 	// sets the subscriber's last error and its time (a failure) or clears
 	// them (a delivery). It reports whether owner still held the lease.
 	RecordAttempts(ctx context.Context, owner string, subscriberID int64, results []AttemptResult, lease time.Duration, release bool) (held bool, err error)
+	// PauseSubscriber gives owner's lease back, as RecordAttempts'
+	// release does, and no one claims the subscriber before until: its
+	// receiver is down, and its deliveries wait for the next probe.
+	// RetryDeliveries ends the pause of the subscribers it retries for. It
+	// reports whether owner held the lease.
+	PauseSubscriber(ctx context.Context, owner string, subscriberID int64, until time.Time) (held bool, err error)
 	// DisableSubscriber stops events to a subscriber (it answered 410) and
 	// fails its pending deliveries with reason, which becomes its last
 	// error, timed now; ENOTFOUND if it is gone.

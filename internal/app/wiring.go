@@ -140,7 +140,7 @@ func (a *App) watch() {
 	}
 	a.metrics.Webhooks(func() metrics.WebhookStats {
 		s := a.dispatcher.Stats()
-		return metrics.WebhookStats{Attempts: s.Attempts, Delivered: s.Delivered, Retried: s.Retried, Failed: s.Failed, Disabled: s.Disabled}
+		return metrics.WebhookStats{Attempts: s.Attempts, Delivered: s.Delivered, Retried: s.Retried, Failed: s.Failed, Disabled: s.Disabled, Paused: s.Paused}
 	}, a.store)
 }
 

@@ -206,7 +206,7 @@ type ConnStats struct {
 
 // WebhookStats are a dispatcher's counters since it started.
 type WebhookStats struct {
-	Attempts, Delivered, Retried, Failed, Disabled int64
+	Attempts, Delivered, Retried, Failed, Disabled, Paused int64
 }
 
 // Webhooks registers the webhook counters: this process's attempts, read
@@ -224,6 +224,7 @@ func (m *Metrics) Webhooks(dispatcher func() WebhookStats, store plantstore.Webh
 		counter("retried_total", "Failed attempts scheduled to be tried again.", func(s WebhookStats) int64 { return s.Retried }),
 		counter("failed_total", "Deliveries parked after failing for --webhook-park-after (webhook retry sends them again).", func(s WebhookStats) int64 { return s.Failed }),
 		counter("subscribers_disabled_total", "Subscribers disabled because they answered 410 Gone.", func(s WebhookStats) int64 { return s.Disabled }),
+		counter("receiver_down_total", "Times a subscriber's receiver was found down, or still down at a probe, and its deliveries were paused until the next probe.", func(s WebhookStats) int64 { return s.Paused }),
 		&outboxCollector{store: store, desc: prometheus.NewDesc(
 			prometheus.BuildFQName(namespace, "webhook", "deliveries"),
 			"Deliveries in the store's outbox by state (pending, delivered, failed), all instances together.",

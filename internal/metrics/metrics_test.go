@@ -33,7 +33,7 @@ func TestSeries(t *testing.T) {
 	defer db.Close()
 	store := m.InstrumentStore(db)
 	m.TokenCache(func() (int64, int64) { return 7, 3 })
-	m.Webhooks(func() WebhookStats { return WebhookStats{Attempts: 5, Delivered: 4, Retried: 1} }, store)
+	m.Webhooks(func() WebhookStats { return WebhookStats{Attempts: 5, Delivered: 4, Retried: 1, Paused: 2} }, store)
 
 	// Twice each, the second through the resolved children (requestChildren).
 	for range 2 {
@@ -66,6 +66,7 @@ func TestSeries(t *testing.T) {
 		`plantstore_auth_token_cache_misses_total 3`,
 		`plantstore_webhook_attempts_total 5`,
 		`plantstore_webhook_retried_total 1`,
+		`plantstore_webhook_receiver_down_total 2`,
 		`plantstore_webhook_deliveries{state="pending"} 0`,
 		`go_goroutines `,
 		`process_resident_memory_bytes `,

@@ -127,12 +127,12 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 				       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL AND d.next_attempt_at <= $3)
 				ORDER BY s.lease_until NULLS FIRST, s.id LIMIT $4
 				FOR UPDATE SKIP LOCKED)
-			RETURNING id, url, secret`, owner, now.Add(lease), now, n)
+			RETURNING id, url, secret, coalesce(last_error, '')`, owner, now.Add(lease), now, n)
 		if err != nil {
 			return err
 		}
 		var s plantstore.Subscriber
-		_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.URL, &s.Secret}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.URL, &s.Secret, &s.LastError}, func() error {
 			subs = append(subs, s)
 			return nil
 		})
@@ -240,7 +240,15 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 				missing = plantstore.NotRetried(unique, retried)
 				return errMissing
 			}
-			return nil
+			if n == 0 {
+				return nil
+			}
+			// An operator's retry goes now, not at the next probe of a
+			// receiver that is down (PauseSubscriber).
+			_, err = tx.Exec(ctx, `UPDATE webhook_subscribers SET lease_until = NULL
+				WHERE lease_owner IS NULL AND lease_until > $1
+				  AND id IN (SELECT subscriber_id FROM webhook_deliveries WHERE id = ANY($2::bigint[]))`, db.now(), retried)
+			return err
 		})
 	})
 	if errors.Is(err, errMissing) {
@@ -339,6 +347,22 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 	})
 	if err != nil {
 		return false, db.storeError("record webhook attempts", err)
+	}
+	return held, nil
+}
+
+func (db *DB) PauseSubscriber(ctx context.Context, owner string, subscriberID int64, until time.Time) (bool, error) {
+	var held bool
+	err := retry(ctx, func(ctx context.Context) error {
+		// A lease given back records when it may be claimed again, in
+		// lease_until: here, later than now.
+		tag, err := db.pool.Exec(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = $1
+			WHERE id = $2 AND lease_owner = $3`, until, subscriberID, owner)
+		held = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return false, db.storeError("pause webhook subscriber", err)
 	}
 	return held, nil
 }

@@ -205,9 +205,15 @@ const pruneChunk = 1000
 // PruneEvents deletes, oldest first, the batches of events recorded
 // before cutoff, stopping at the first that is not: ids increase with
 // time but a clock can step back, and the feed must stay whole after its
-// horizon. It also stops at the outbox cursor: the webhook deliveries of
-// the events after it are not written yet.
+// horizon. It copies the outbox through them first: their webhook
+// deliveries, which keep their own copy of the event, are written before
+// the events go, so that a subscriber whose receiver is down (its
+// deliveries wait for a probe, and copying waits with them) holds no
+// event past the retention.
 func (db *DB) PruneEvents(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := db.copyOutboxBefore(ctx, millis(cutoff)); err != nil {
+		return 0, storeError("copy webhook deliveries before pruning", err)
+	}
 	pruned := 0
 	for {
 		n, done, err := db.pruneSome(ctx, millis(cutoff))
@@ -230,7 +236,8 @@ func (db *DB) pruneSome(ctx context.Context, cutoff int64) (n int, done bool, er
 		return 0, false, err
 	}
 	defer tx.Rollback()
-	// Not past the outbox cursor (outbox.go), which ends a batch.
+	// Not past the outbox cursor (outbox.go), which ends a batch: events
+	// written since copyOutboxBefore may have subscribers.
 	var bound int64
 	if err := tx.QueryRowContext(ctx, pruneBoundSQL).Scan(&bound); err != nil {
 		return 0, false, err

@@ -17,7 +17,8 @@ import (
 // without (one outbox row per create and subscriber cost it about 15% on
 // one core, in the webhook harness), and the copying waits with the
 // deliveries while clients saturate the server. The events after the
-// cursor are kept until they are copied (PruneEvents stops there).
+// cursor are kept until they are copied (PruneEvents copies those it
+// prunes first).
 
 // subscribersActive reports, in the batch's transaction, whether any
 // subscriber is active, so the writer wakes the dispatcher after the
@@ -210,6 +211,21 @@ func (db *DB) copyOutboxFor(ctx context.Context, subscriberID int64, n int) erro
 			return nil
 		}
 		if _, err := db.copyOutbox(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// copyOutboxBefore copies the outbox through the batches recorded before
+// cutoff (Unix milliseconds), and a little after.
+func (db *DB) copyOutboxBefore(ctx context.Context, cutoff int64) error {
+	for {
+		var behind bool
+		if err := db.read.QueryRowContext(ctx, `SELECT `+outboxFromSQL+` < (SELECT coalesce(max(last), 0) FROM event_batches WHERE at < ?)`,
+			cutoff).Scan(&behind); err != nil || !behind {
+			return err
+		}
+		if more, err := db.copyOutbox(ctx); err != nil || !more {
 			return err
 		}
 	}

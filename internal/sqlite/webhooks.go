@@ -131,7 +131,7 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 			       WHERE d.subscriber_id = s.id AND d.failed_at IS NULL AND d.next_attempt_at <= ?3)
 			    OR max(s.since_event, (SELECT through FROM outbox_cursor)) < `+lastEventSQL+`)
 			ORDER BY s.lease_until NULLS FIRST, s.id LIMIT ?4)
-		RETURNING id, url, secret`, owner, millis(now.Add(lease)), millis(now), n)
+		RETURNING id, url, secret, coalesce(last_error, '')`, owner, millis(now.Add(lease)), millis(now), n)
 	if err != nil {
 		return nil, storeError("claim webhook subscribers", err)
 	}
@@ -139,7 +139,7 @@ func (db *DB) ClaimSubscribers(ctx context.Context, owner string, lease time.Dur
 	var subs []plantstore.Subscriber
 	for rows.Next() {
 		var s plantstore.Subscriber
-		if err := rows.Scan(&s.ID, &s.URL, &s.Secret); err != nil {
+		if err := rows.Scan(&s.ID, &s.URL, &s.Secret, &s.LastError); err != nil {
 			return nil, storeError("claim webhook subscribers", err)
 		}
 		subs = append(subs, s)
@@ -274,6 +274,17 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 	if asked := slicesCompact(ids); len(ids) > 0 && n != len(asked) {
 		return 0, plantstore.NotRetried(asked, retried)
 	}
+	// An operator's retry goes now, not at the next probe of a receiver
+	// that is down (PauseSubscriber).
+	if n > 0 {
+		list, _ := json.Marshal(retried)
+		if _, err := tx.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_until = NULL
+			WHERE lease_owner IS NULL AND lease_until > ?1
+			  AND id IN (SELECT subscriber_id FROM webhook_deliveries WHERE id IN (SELECT value FROM json_each(?2)))`,
+			millis(db.now()), string(list)); err != nil {
+			return 0, storeError(op, err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return 0, storeError(op, err)
 	}
@@ -377,6 +388,18 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 		return false, storeError(op, err)
 	}
 	return held == 1, nil
+}
+
+func (db *DB) PauseSubscriber(ctx context.Context, owner string, subscriberID int64, until time.Time) (bool, error) {
+	// A lease given back records when it may be claimed again, in
+	// lease_until: here, later than now.
+	res, err := db.write.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = ?
+		WHERE id = ? AND lease_owner = ?`, millis(until), subscriberID, owner)
+	if err != nil {
+		return false, storeError("pause webhook subscriber", err)
+	}
+	held, err := res.RowsAffected()
+	return held == 1, storeError("pause webhook subscriber", err)
 }
 
 func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) error {

@@ -22,6 +22,56 @@ func runWebhooks(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("DeliveriesOfEveryType", func(t *testing.T) { testDeliveriesOfEveryType(t, open(t)) })
 	t.Run("PlantOrderAndParking", func(t *testing.T) { testPlantOrderAndParking(t, open(t)) })
 	t.Run("RetryParked", func(t *testing.T) { testRetryParked(t, open(t)) })
+	t.Run("PausedUntilTheProbe", func(t *testing.T) { testPausedUntilTheProbe(t, open(t)) })
+}
+
+// A subscriber paused (its receiver is down) is claimed by no one until
+// the pause ends, though its deliveries are due; a claim tells whether
+// its last attempt failed; an operator's retry ends the pause.
+func testPausedUntilTheProbe(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	sub := mustAddSubscriber(t, s, "https://down.example/hook")
+	other := mustAddSubscriber(t, s, "https://up.example/hook")
+	mustCreate(t, s, plantstore.Plant{ID: 1, Name: "fern"})
+	mustCreate(t, s, plantstore.Plant{ID: 2, Name: "ivy"})
+	claimed, err := s.ClaimSubscribers(ctx, "A", time.Minute, 10)
+	if err != nil || len(claimed) != 2 || claimed[0].LastError != "" {
+		t.Fatalf("claimed %+v, %v; want both, with no last error before any attempt", claimed, err)
+	}
+	if held, err := s.RecordAttempts(ctx, "A", other.ID, nil, time.Minute, true); err != nil || !held {
+		t.Fatalf("release of the other: held %v, %v", held, err)
+	}
+	ds := due(t, s, sub.ID)
+	if _, err := s.RecordAttempts(ctx, "A", sub.ID, []plantstore.AttemptResult{
+		{DeliveryID: ds[0].ID, Error: "connection refused", NextAttempt: time.Now().Add(-time.Second)},
+		{DeliveryID: ds[1].ID, Status: 500, Error: "500 Internal Server Error", GiveUp: true},
+	}, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.PauseSubscriber(ctx, "B", sub.ID, time.Now().Add(time.Hour)); err != nil || held {
+		t.Fatalf("PauseSubscriber by B, who holds no lease: held %v, %v; want false", held, err)
+	}
+	if held, err := s.PauseSubscriber(ctx, "A", sub.ID, time.Now().Add(400*time.Millisecond)); err != nil || !held {
+		t.Fatalf("PauseSubscriber by A: held %v, %v", held, err)
+	}
+	// Its first delivery is due again, and the other subscriber's: only
+	// the other is claimed.
+	claimOne(t, s, "B", time.Minute, other.ID)
+	claimOne(t, s, "B", time.Minute, 0)
+	time.Sleep(500 * time.Millisecond)
+	if got := claimOne(t, s, "B", time.Minute, sub.ID); got.LastError != "500 Internal Server Error" {
+		t.Errorf("claimed after the pause: %+v; want its last error", got)
+	}
+	// Paused again for an hour: the operator's retry of the parked one
+	// ends the pause, and it is claimed at once.
+	if held, err := s.PauseSubscriber(ctx, "B", sub.ID, time.Now().Add(time.Hour)); err != nil || !held {
+		t.Fatalf("PauseSubscriber by B: held %v, %v", held, err)
+	}
+	claimOne(t, s, "A", time.Minute, 0)
+	if n, err := s.RetryDeliveries(ctx, sub.ID, nil); err != nil || n != 1 {
+		t.Fatalf("RetryDeliveries: %d, %v; want the parked one", n, err)
+	}
+	claimOne(t, s, "A", time.Minute, sub.ID)
 }
 
 const testSecret = "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q="

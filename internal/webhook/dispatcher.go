@@ -72,6 +72,16 @@ type DispatcherConfig struct {
 // go on. Once the schedule gives up on one, it is parked and its plant's
 // next event goes.
 //
+// A receiver that is down (attempts refused, timed out, or answered 5xx,
+// 429 or 408, downAfter in a row) is not sent its backlog: the
+// subscriber is paused (PauseSubscriber) until the earliest retry of the
+// attempts that failed, and then probed, one plant at a time, until an
+// attempt shows the receiver up (any other answer); the backlog then goes
+// at full speed. Attempts at a receiver that cannot answer would take the
+// workers, the CPU and each delivery's retries, and park the deliveries
+// after --webhook-park-after; paused, they wait for it, however long it
+// is down, with only the probes' deliveries tried and, in time, parked.
+//
 // A worker serving a subscriber keeps its Concurrency senders busy: it
 // reads due deliveries again whenever a sender would idle, not once a
 // whole read was sent, so a slow attempt holds up its own plant's later
@@ -179,8 +189,25 @@ const (
 	busyClaimInterval = 100 * time.Millisecond
 )
 
+// downAfter is how many failures in a row (receiverDown) find a receiver
+// down while its backlog goes at full speed; probeAttempts, while it is
+// probed. Not one: a receiver that refuses one plant's event with a 503
+// is up for the others, and a probe of that event alone would stall them
+// all until its next retry.
+const (
+	downAfter     = 10
+	probeAttempts = 3
+)
+
+// receiverDown says whether a failed attempt's status (0: no answer)
+// says that the receiver cannot take deliveries now, rather than that it
+// refused this one.
+func receiverDown(status int) bool {
+	return status == 0 || status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout
+}
+
 type stats struct {
-	attempts, delivered, retried, failed, disabled atomic.Int64
+	attempts, delivered, retried, failed, disabled, paused atomic.Int64
 }
 
 // Stats counts what this process's dispatcher did since it started.
@@ -190,6 +217,9 @@ type Stats struct {
 	Attempts, Delivered, Retried, Failed int64
 	// Disabled counts subscribers disabled because they answered 410.
 	Disabled int64
+	// Paused counts the times a subscriber's receiver was found down, or
+	// still down at a probe, and its deliveries were paused.
+	Paused int64
 }
 
 // NewDispatcher checks cfg and fills in its defaults.
@@ -280,6 +310,7 @@ func (d *Dispatcher) Stats() Stats {
 		Retried:   d.stats.retried.Load(),
 		Failed:    d.stats.failed.Load(),
 		Disabled:  d.stats.disabled.Load(),
+		Paused:    d.stats.paused.Load(),
 	}
 }
 
@@ -410,6 +441,13 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	t.key = key
 	t.concurrency = d.cfg.Concurrency
 	t.window = min(windowPerSlot*t.concurrency, maxWindow)
+	// A subscriber whose last attempt failed is probed first: its
+	// receiver may be down.
+	t.probing = sub.LastError != ""
+	full := t.concurrency + t.window
+	if t.probing {
+		t.concurrency, t.window = 1, 1
+	}
 	t.turnEnds.Store(time.Now().Add(maxTurn).UnixNano())
 	// sctx cuts the attempts in flight short: the shutdown, a 410, the
 	// lease lost.
@@ -417,8 +455,9 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	defer t.stop()
 	// A read adds window chains at most, and reads are made only while
 	// fewer than concurrency are pending: the queue never fills.
-	t.todo = make(chan []plantstore.Delivery, t.window+t.concurrency)
-	t.reports = make(chan report, 2*t.concurrency)
+	// Sized for the full speed a probe may reach.
+	t.todo = make(chan []plantstore.Delivery, full)
+	t.reports = make(chan report, 2*d.cfg.Concurrency)
 	defer func() {
 		close(t.todo) // every chain has ended: the senders are idle
 		t.senders.Wait()
@@ -443,6 +482,11 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 		why = "disabled"
 		t.record(t.batch, false)
 		d.disable(ctx, t.log, sub.ID, fmt.Sprintf("410 Gone on event %s", t.goneOn))
+		return true
+	}
+	if t.down.Load() {
+		why = endDown
+		t.pause()
 		return true
 	}
 	why = t.end
@@ -489,6 +533,73 @@ type turn struct {
 	end       string // why the service ends (endLost...); once set, nothing more is read
 	goneOn    string // the event that got a 410
 	progress  bool   // some attempt was recorded
+
+	// probing: the receiver may be down; one chain at a time until an
+	// attempt shows it up.
+	probing bool
+	downRun int         // the failures in a row that say the receiver is down
+	down    atomic.Bool // it is: no chain starts (senders read it), and the subscriber is paused
+	retryAt time.Time   // the earliest retry of the turn's failures
+}
+
+// startsNoMore says whether senders should start no more chains: the
+// receiver is down, or the turn is over.
+func (t *turn) startsNoMore() bool { return t.down.Load() || t.turnOver() }
+
+// observe follows what attempts say of the receiver: down after
+// downAfter failures in a row (probeAttempts while probing), which ends
+// the turn; up, at full speed again, at any other answer.
+func (t *turn) observe(r plantstore.AttemptResult) {
+	if r.Delivered || !receiverDown(r.Status) {
+		t.downRun = 0
+		if t.probing {
+			t.probing = false
+			t.concurrency = t.d.cfg.Concurrency
+			t.window = min(windowPerSlot*t.concurrency, maxWindow)
+			t.log.Info("webhook receiver answers again; its deliveries go at full speed")
+		}
+		return
+	}
+	if !r.GiveUp && (t.retryAt.IsZero() || r.NextAttempt.Before(t.retryAt)) {
+		t.retryAt = r.NextAttempt
+	}
+	t.downRun++
+	limit := downAfter
+	if t.probing {
+		limit = probeAttempts
+	}
+	if t.downRun >= limit && !t.down.Load() {
+		t.down.Store(true)
+		if t.end == "" {
+			t.end = endDown
+		}
+	}
+}
+
+// pause records the turn's last results and pauses the subscriber until
+// its earliest retry (or the schedule's first interval, when none is
+// waiting: the probes' deliveries were parked), when its next probe goes.
+func (t *turn) pause() {
+	if !t.record(t.batch, false) {
+		return
+	}
+	now := t.d.cfg.Now()
+	until := t.retryAt
+	if until.IsZero() {
+		until, _ = t.d.cfg.Schedule.Next(1, now, now, 0, nil)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 5*time.Second)
+	defer cancel()
+	if _, err := t.d.cfg.Store.PauseSubscriber(ctx, t.d.owner, t.sub.ID, until); err != nil {
+		t.log.Error("webhook subscriber not paused; its receiver is down, and its deliveries go on being tried", "error", err)
+		return
+	}
+	t.d.stats.paused.Add(1)
+	level, msg := slog.LevelWarn, "webhook receiver down; its deliveries wait, and one probe goes at next_probe"
+	if t.probing {
+		level, msg = slog.LevelInfo, "webhook receiver still down; its deliveries wait for the next probe"
+	}
+	t.log.Log(t.ctx, level, msg, "failures_in_a_row", t.downRun, "next_probe", until.UTC().Format(time.RFC3339Nano))
 }
 
 // turnOver says whether the turn ended and another subscriber may be
@@ -544,6 +655,7 @@ func (t *turn) take(r report) {
 		if r.goneOn != "" && t.goneOn == "" {
 			t.goneOn, t.end = r.goneOn, "disabled"
 		}
+		t.observe(r.result)
 		if len(t.batch) == 0 {
 			t.recordAt.Reset(maxRecordDelay)
 		}
@@ -604,7 +716,7 @@ func (t *turn) read() {
 		t.todo <- chain
 	}
 	for ; t.started < t.concurrency && t.started < len(t.pending); t.started++ {
-		t.senders.Go(func() { t.d.sendChains(t.sctx, t.log, t.sub, t.key, t.todo, t.reports, t.turnOver, t.stop) })
+		t.senders.Go(func() { t.d.sendChains(t.sctx, t.log, t.sub, t.key, t.todo, t.reports, t.startsNoMore, t.stop) })
 	}
 }
 
@@ -673,6 +785,7 @@ func (t *turn) serve() {
 const (
 	endLost       = "lease lost or attempts not recorded"
 	endOthersTurn = "others' turn"
+	endDown       = "receiver down"
 )
 
 // A report is what a sender tells the worker: a result to record, or,
@@ -709,12 +822,12 @@ func newChains(ds []plantstore.Delivery, pending map[int64]bool) [][]plantstore.
 // plant's deliveries one after another, and reports each result, then
 // that the chain ended. A chain stops at a failure that will be retried
 // (its plant's later deliveries wait), and everything stops at a 410 or
-// when ctx ends. A chain taken once the turn is over, or ctx ended, is
-// not sent: it waits for the subscriber's next turn.
+// when ctx ends. A chain taken once the turn is over, the receiver is
+// down or ctx ended is not sent: it waits for the subscriber's next turn.
 func (d *Dispatcher) sendChains(ctx context.Context, log *slog.Logger, sub plantstore.Subscriber, key []byte,
-	todo <-chan []plantstore.Delivery, reports chan<- report, turnOver func() bool, stop func()) {
+	todo <-chan []plantstore.Delivery, reports chan<- report, startsNoMore func() bool, stop func()) {
 	for chain := range todo {
-		if ctx.Err() == nil && !turnOver() {
+		if ctx.Err() == nil && !startsNoMore() {
 			for _, dl := range chain {
 				r, outcome := d.attempt(ctx, log, sub, key, dl)
 				if outcome != Delivered && ctx.Err() != nil {

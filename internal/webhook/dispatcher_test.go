@@ -586,6 +586,103 @@ func TestParksThenGoesOnWithThePlant(t *testing.T) {
 	}
 }
 
+// A receiver that is down gets probes, not its backlog: some attempts
+// find it down, then a probe (three attempts at most) goes when the
+// earliest retry falls due, and none of the backlog is parked meanwhile.
+// Once it answers, the whole backlog goes.
+func TestDownReceiverIsProbedNotFlooded(t *testing.T) {
+	logs := &syncBuffer{}
+	f := startWith(t, webhook.DispatcherConfig{Concurrency: 4, Log: slog.New(slog.NewJSONHandler(logs, nil)),
+		Schedule: webhook.Schedule{Intervals: []time.Duration{500 * time.Millisecond}, ParkAfter: time.Minute}})
+	var down atomic.Bool
+	down.Store(true)
+	r, sub := f.subscribe(func(int, delivery) (int, http.Header) {
+		if down.Load() {
+			return http.StatusServiceUnavailable, nil
+		}
+		return http.StatusNoContent, nil
+	})
+	const plants = 200
+	for id := range int64(plants) {
+		f.create(id + 1)
+	}
+	time.Sleep(2 * time.Second)
+	// Ten in a row, some more in flight, then a probe every 500 ms ±20%:
+	// some 30. Every plant tried every 500 ms would be some 800.
+	if n := len(r.deliveries()); n < 10 || n > 60 {
+		t.Errorf("%d attempts in 2 s at a receiver that is down, with %d plants waiting; want a probe now and then", n, plants)
+	}
+	if s := f.subscriber(sub.ID); s.Failed != 0 || s.Pending != plants || s.State() != plantstore.SubscriberFailing {
+		t.Errorf("while the receiver is down: %+v; want every delivery pending, none parked", s)
+	}
+	if st := f.disp.Stats(); st.Paused < 2 {
+		t.Errorf("stats %+v; want the subscriber paused when found down, and again at each probe", st)
+	}
+	if n := strings.Count(logs.String(), "webhook receiver down;"); n != 1 {
+		t.Errorf("%d warnings that the receiver is down, want one:\n%s", n, logs)
+	}
+	down.Store(false)
+	eventually(t, "the backlog delivered", func() bool { return f.subscriber(sub.ID).Delivered == plants })
+	if s := f.subscriber(sub.ID); s.Pending != 0 || s.Failed != 0 || s.State() != plantstore.SubscriberActive {
+		t.Errorf("after the receiver came back: %+v", s)
+	}
+}
+
+// A receiver that refuses one plant's event with a 503 is up for the
+// others: a probe that tries that event tries others too, and they go at
+// once, not after that event's retries.
+func TestProbePastOneRefusedEvent(t *testing.T) {
+	claims := &gatedClaims{}
+	f := startWrapped(t, webhook.DispatcherConfig{
+		Schedule: webhook.Schedule{Intervals: []time.Duration{time.Second}, ParkAfter: time.Minute}},
+		func(s plantstore.WebhookStore) plantstore.WebhookStore { claims.WebhookStore = s; return claims })
+	r, sub := f.subscribe(func(_ int, d delivery) (int, http.Header) {
+		if d.plant["id"] == float64(1) {
+			return http.StatusServiceUnavailable, nil
+		}
+		return http.StatusNoContent, nil
+	})
+	for id := int64(1); id <= 20; id++ {
+		f.create(id)
+	}
+	// Plant 1's event failed once, its retry due now: the subscriber is
+	// failing, and the dispatcher's first claim probes it, plant 1 first.
+	ctx := context.Background()
+	if subs, err := f.store.ClaimSubscribers(ctx, "test", time.Minute, 1); err != nil || len(subs) != 1 {
+		t.Fatalf("claim: %+v, %v", subs, err)
+	}
+	ds, err := f.store.DueDeliveries(ctx, sub.ID, 1)
+	if err != nil || len(ds) != 1 || ds[0].Plant.ID != 1 {
+		t.Fatalf("due: %+v, %v", ds, err)
+	}
+	if _, err := f.store.RecordAttempts(ctx, "test", sub.ID, []plantstore.AttemptResult{{DeliveryID: ds[0].ID, Status: 503,
+		Error: "503 Service Unavailable", NextAttempt: time.Now().Add(-time.Millisecond)}}, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	claims.open.Store(true)
+	begin := time.Now()
+	eventually(t, "plants 2 to 20 delivered", func() bool { return f.subscriber(sub.ID).Delivered == 19 })
+	if took := time.Since(begin); took > 900*time.Millisecond {
+		t.Errorf("plants 2 to 20 delivered %v after the first claim, behind plant 1's retry", took.Round(time.Millisecond))
+	}
+	if got := r.plantIDs(); got[0] != 1 {
+		t.Errorf("the probe went to plants %v; want plant 1 first, the oldest due", got)
+	}
+}
+
+// gatedClaims claims nothing until open.
+type gatedClaims struct {
+	plantstore.WebhookStore
+	open atomic.Bool
+}
+
+func (c *gatedClaims) ClaimSubscribers(ctx context.Context, owner string, lease time.Duration, n int) ([]plantstore.Subscriber, error) {
+	if !c.open.Load() {
+		return nil, nil
+	}
+	return c.WebhookStore.ClaimSubscribers(ctx, owner, lease, n)
+}
+
 // A subscriber that hangs holds one worker; the others are served.
 func TestSlowSubscriberDelaysNoOther(t *testing.T) {
 	f := start(t, fast)

@@ -218,15 +218,27 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 			os.Chmod(d, 0o755)
 		}
 	}
+	// The store's file is root's when root made it, and then the cure is
+	// to give it to the user; a file of the user's own is read-only.
+	readOnlyHint := " (the file is read-only: chmod u+w " + filepath.Join(dir, "rw", "plantstore.db") + ")"
+	if os.Geteuid() == 0 {
+		readOnlyHint = " (the file is root's, not this user's: made by a command run as root? chown the store's files, " + filepath.Join(dir, "rw", "plantstore.db") + " and its -wal, -shm and .lock, to the user that runs plantstore)"
+	}
 	readOnlyDir := filepath.Join(dir, "ro")
 	withStore := filepath.Join(dir, "ro-with-store")
 	readOnlyStore := filepath.Join(dir, "rw")
 	unreadable := filepath.Join(dir, "unreadable")
-	for _, d := range []string{readOnlyDir, withStore, readOnlyStore, unreadable} {
+	aDirectory := filepath.Join(readOnlyDir, "sub")
+	for _, d := range []string{readOnlyDir, withStore, readOnlyStore, unreadable, aDirectory} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Writable again, or a user not root could not remove them.
+	t.Cleanup(func() {
+		os.Chmod(readOnlyDir, 0o755)
+		os.Chmod(withStore, 0o755)
+	})
 	mustToken(t, withStore, "--name", "me")
 	mustToken(t, readOnlyStore, "--name", "me")
 	os.Chmod(filepath.Join(withStore, "plantstore.db"), 0o666)
@@ -246,7 +258,9 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 		{withStore, []string{"token", "list"}, "cannot create files in its directory " + withStore},
 		{withStore, []string{"serve", "--addr", "127.0.0.1:0"}, "cannot create files in its directory " + withStore},
 		{withStore, []string{"backup", "--to", filepath.Join(readOnlyStore, "b.db")}, "cannot create files in its directory " + withStore},
-		{readOnlyStore, []string{"serve", "--addr", "127.0.0.1:0"}, "the store " + filepath.Join(readOnlyStore, "plantstore.db") + " cannot be opened for writing: permission denied"},
+		{readOnlyStore, []string{"serve", "--addr", "127.0.0.1:0"}, "the store " + filepath.Join(readOnlyStore, "plantstore.db") + " cannot be opened for writing: permission denied" + readOnlyHint},
+		// A directory for the store, in a directory it may not write.
+		{dir, []string{"token", "list", "--db", aDirectory}, "the store " + aDirectory + " cannot be opened for writing: is a directory"},
 		{readOnlyStore, []string{"token", "create", "--name", "other"}, "cannot be opened for writing: permission denied"},
 		{unreadable, []string{"backup", "--to", filepath.Join(unreadable, "b.db")}, "the store cannot be read: permission denied"},
 	} {
@@ -264,7 +278,7 @@ func TestUnusableStoreFailsAtOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		return // no other user's files to make
 	}
-	const hint = "(made by a command run as another user, as root? give the store's files"
+	const hint = "(the file is root's, not this user's: made by a command run as root? chown the store's files"
 	for _, left := range []string{"plantstore.db-wal", "plantstore.db.lock"} {
 		d := filepath.Join(dir, "root-left"+filepath.Ext(left))
 		os.Mkdir(d, 0o755)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -56,6 +58,11 @@ func checkDirectory(abs string) error {
 		return fmt.Errorf("the store %s: its directory: %w", abs, err)
 	case !fi.IsDir():
 		return fmt.Errorf("the store %s: %s is not a directory", abs, dir)
+	}
+	// A directory given for the store is said to be one, wherever it is,
+	// not that its parent may not be written.
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return fmt.Errorf("the store %s cannot be opened for writing: is a directory", abs)
 	}
 	probe, err := os.CreateTemp(dir, ".plantstore-probe-*")
 	if err != nil {
@@ -135,7 +142,7 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 		// write.
 		f, err := os.OpenFile(abs, os.O_RDWR, 0)
 		if err != nil {
-			return false, fmt.Errorf("the store %s cannot be opened for writing: %w%s", abs, unwrapPath(err), ownerHint(err))
+			return false, fmt.Errorf("the store %s cannot be opened for writing: %w%s", abs, unwrapPath(err), ownerHint(err, abs, abs))
 		}
 		if err := closeOneName(f, abs); err != nil {
 			return false, err
@@ -143,7 +150,7 @@ func prepareFiles(abs string, mustExist bool) (created bool, err error) {
 	case mustExist && errors.Is(err, fs.ErrNotExist):
 		return false, fmt.Errorf("%w at %s", ErrNoStore, abs)
 	case mustExist:
-		return false, fmt.Errorf("the store %s cannot be opened for writing: %w%s", abs, unwrapPath(err), ownerHint(err))
+		return false, fmt.Errorf("the store %s cannot be opened for writing: %w%s", abs, unwrapPath(err), ownerHint(err, abs, abs))
 	default:
 		return false, fmt.Errorf("create the store %s: %w", abs, unwrapPath(err))
 	}
@@ -178,20 +185,33 @@ func unwritableSidecar(abs string) error {
 			continue
 		}
 		if err := mayWrite(abs + suffix); err != nil {
-			return fmt.Errorf("the store's file %s%s cannot be opened for writing: %w%s", abs, suffix, err, ownerHint(err))
+			return fmt.Errorf("the store's file %s%s cannot be opened for writing: %w%s", abs, suffix, err, ownerHint(err, abs+suffix, abs))
 		}
 	}
 	return nil
 }
 
-// ownerHint ends the message of a store's file that this process may not
-// write for its permissions (err): the usual cause, and the cure. A
-// read-only file system, say, gets none.
-func ownerHint(err error) string {
+// ownerHint ends the message of a file of the store at store that this
+// process may not write for its permissions (err): the cause, and the
+// cure. A file of this user's is read-only (chmod); another user's was
+// made by a command run as that user, as root (chown). A read-only file
+// system, say, gets none.
+func ownerHint(err error, file, store string) string {
 	if !errors.Is(err, fs.ErrPermission) {
 		return ""
 	}
-	return " (made by a command run as another user, as root? give the store's files, PATH, PATH-wal, PATH-shm and PATH.lock, to the user that runs plantstore: chown)"
+	uid, known := fileOwner(file)
+	if known && uid == os.Geteuid() {
+		return fmt.Sprintf(" (the file is read-only: chmod u+w %s)", file)
+	}
+	owner := "another user"
+	if known {
+		owner = "uid " + strconv.Itoa(uid)
+		if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+			owner = u.Username
+		}
+	}
+	return fmt.Sprintf(" (the file is %s's, not this user's: made by a command run as %[1]s? chown the store's files, %[2]s and its -wal, -shm and .lock, to the user that runs plantstore)", owner, store)
 }
 
 // leftovers lists the files SQLite keeps beside a store (sidecars) that

@@ -23,6 +23,9 @@ func mayWrite(string) error { return nil }
 // hardLinks cannot tell links apart here: one name.
 func hardLinks(fs.FileInfo) uint64 { return 1 }
 
+// fileOwner cannot tell here.
+func fileOwner(string) (int, bool) { return 0, false }
+
 // checksFiles is false here: Windows does not let a file SQLite has open
 // be deleted or renamed over, and os.SameFile would open the store's
 // files to learn their identity. The store checks nothing (identity.go).

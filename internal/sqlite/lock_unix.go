@@ -69,7 +69,7 @@ func lockFile(path string) (*os.File, bool, error) {
 		if _, lerr := os.Lstat(name); lerr == nil && errors.Is(err, fs.ErrPermission) {
 			// There, and not this user's to write: not a directory's
 			// permission, which the hint would not cure.
-			return nil, false, fmt.Errorf("open the lock file %s: %w%s", name, unwrapPath(err), ownerHint(err))
+			return nil, false, fmt.Errorf("open the lock file %s: %w%s", name, unwrapPath(err), ownerHint(err, name, path))
 		}
 		return nil, false, fmt.Errorf("open the lock file %s: %w", name, err)
 	}
@@ -144,6 +144,18 @@ func servedNow(path string) bool {
 // process.
 func mayWrite(path string) error {
 	return unix.Faccessat(unix.AT_FDCWD, path, unix.W_OK, unix.AT_EACCESS)
+}
+
+// fileOwner is the user id owning the file at path, if it can tell.
+func fileOwner(path string) (int, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid), true
+	}
+	return 0, false
 }
 
 // hardLinks is the number of names the file of fi has (1 when it cannot

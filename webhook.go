@@ -55,6 +55,9 @@ type Subscriber struct {
 	// and for an error recorded before the store kept the time.
 	LastError   string
 	LastErrorAt *time.Time
+	// NextProbe is set while its receiver is down (PauseSubscriber): its
+	// deliveries wait, and the next probe goes then.
+	NextProbe *time.Time
 }
 
 // The states of a subscriber, as State names them.
@@ -69,14 +72,19 @@ const (
 	// SubscriberDisabled: it gets no events (it answered 410 Gone, or its
 	// secret is unusable). Remove it and add it again to resume.
 	SubscriberDisabled = "disabled"
+	// SubscriberDown: its receiver was found down; its deliveries wait
+	// for the probe at NextProbe, and go once a probe finds it up.
+	SubscriberDown = "down"
 )
 
 // State is what the subscriber's fields say of it: SubscriberDisabled,
-// SubscriberFailing or SubscriberActive.
+// SubscriberDown, SubscriberFailing or SubscriberActive.
 func (s Subscriber) State() string {
 	switch {
 	case s.DisabledAt != nil:
 		return SubscriberDisabled
+	case s.NextProbe != nil:
+		return SubscriberDown
 	case s.LastError != "":
 		return SubscriberFailing
 	}

@@ -296,12 +296,13 @@ func printSubscribersJSON(stdout io.Writer, subs []plantstore.Subscriber, parked
 		Failed         int64        `json:"failed"` // parked: the name it had before parking
 		LastError      string       `json:"last_error,omitempty"`
 		LastErrorAt    *time.Time   `json:"last_error_at,omitempty"`
+		NextProbe      *time.Time   `json:"next_probe,omitempty"`
 		Parked         []parkedJSON `json:"parked"`
 	}
 	out := make([]subscriberJSON, 0, len(subs))
 	for _, s := range subs {
 		js := subscriberJSON{s.ID, shown(s.URL), s.Events, s.State(), s.CreatedAt, s.DisabledAt, s.DisabledReason,
-			s.Pending, s.Delivered, s.Failed, s.LastError, s.LastErrorAt, []parkedJSON{}}
+			s.Pending, s.Delivered, s.Failed, s.LastError, s.LastErrorAt, s.NextProbe, []parkedJSON{}}
 		for _, d := range parked {
 			if d.SubscriberID == s.ID {
 				js.Parked = append(js.Parked, parkedJSON{d.ID, d.EventID, d.Seq, d.EventType, d.Plant.ID, d.Attempts,
@@ -318,10 +319,14 @@ func printSubscribersJSON(stdout io.Writer, subs []plantstore.Subscriber, parked
 // printSubscribers prints webhook list's tables: the subscribers, then
 // their parked deliveries when there are any.
 func printSubscribers(stdout io.Writer, subs []plantstore.Subscriber, parked []plantstore.Delivery, shown func(string) string) error {
-	t := newTable(stdout, "ID", "URL", "EVENTS", "STATE", "PENDING", "DELIVERED", "PARKED", "CREATED", "LAST ERROR AT", "LAST ERROR")
+	t := newTable(stdout, "ID", "URL", "EVENTS", "STATE", "PENDING", "DELIVERED", "PARKED", "CREATED", "NEXT PROBE", "LAST ERROR AT", "LAST ERROR")
 	for _, s := range subs {
+		nextProbe := "-"
+		if s.NextProbe != nil {
+			nextProbe = timeOrNever(*s.NextProbe)
+		}
 		t.add(fmt.Sprint(s.ID), tableCell(shown(s.URL)), strings.Join(s.Events, ","), s.State(),
-			fmt.Sprint(s.Pending), fmt.Sprint(s.Delivered), fmt.Sprint(s.Failed), timeOrNever(s.CreatedAt), lastErrorAt(s), tableCell(orDash(s.LastError)))
+			fmt.Sprint(s.Pending), fmt.Sprint(s.Delivered), fmt.Sprint(s.Failed), timeOrNever(s.CreatedAt), nextProbe, lastErrorAt(s), tableCell(orDash(s.LastError)))
 	}
 	if err := t.flush(); err != nil || len(parked) == 0 {
 		return err

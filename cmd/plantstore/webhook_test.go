@@ -228,6 +228,7 @@ type subscriberJSON struct {
 	Failed      int64      `json:"failed"`
 	LastError   string     `json:"last_error"`
 	LastErrorAt *time.Time `json:"last_error_at"`
+	NextProbe   *time.Time `json:"next_probe"`
 }
 
 func listSubscribers(t *testing.T, dir, db string) []subscriberJSON {
@@ -527,6 +528,42 @@ func TestWebhookRetriesUntilDelivered(t *testing.T) {
 	subs := listSubscribers(t, dir, "plantstore.db")
 	if subs[0].Delivered != 1 || subs[0].Pending != 0 || subs[0].State != "active" || subs[0].LastError != "" || subs[0].LastErrorAt != nil {
 		t.Errorf("webhook list: %+v", subs[0])
+	}
+}
+
+// A receiver that is down is paused, and webhook list says so and when
+// the next probe goes; once it answers, the backlog goes.
+func TestWebhookReceiverDownIsShown(t *testing.T) {
+	dir := t.TempDir()
+	token := mustToken(t, dir, "--name", "app")
+	r := newReceiver(t)
+	r.answer(http.StatusServiceUnavailable)
+	subscribe(t, dir, "plantstore.db", r)
+	s := serve(t, dir, "--allow-private-webhooks", "--webhook-retry-schedule", "2s", "--webhook-poll", "100ms")
+	client := apitest.Client(t)
+	for i := int64(1); i <= 12; i++ {
+		create(t, client, s.url, token, plantBody(i))
+	}
+	awaitLog(t, s, `"msg":"webhook receiver down; its deliveries wait, and one probe goes at next_probe"`)
+	subs := listSubscribers(t, dir, "plantstore.db")
+	if subs[0].State != "down" || subs[0].NextProbe == nil || time.Until(*subs[0].NextProbe) > 3*time.Second || subs[0].Pending != 12 || subs[0].Failed != 0 {
+		t.Errorf("webhook list while the receiver is down: %+v", subs[0])
+	}
+	if table := cli(t, dir, nil, "webhook", "list"); !strings.Contains(table.stdout, " down ") || !strings.Contains(table.stdout, "NEXT PROBE") {
+		t.Errorf("webhook list does not show it down:\n%s", table.stdout)
+	}
+	r.answer(http.StatusOK)
+	r.awaitDelivered(12, 10*time.Second, s.logs.String)
+	awaitLog(t, s, `"msg":"webhook receiver answers again; its deliveries go at full speed"`)
+	// Recorded within 250 ms of the answers.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		subs := listSubscribers(t, dir, "plantstore.db")
+		if subs[0].State == "active" && subs[0].NextProbe == nil && subs[0].Delivered == 12 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook list once the receiver answers: %+v", subs[0])
+		}
 	}
 }
 

@@ -48,9 +48,10 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 			CASE WHEN s.last_error IS NOT NULL THEN e.last_error_at END,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL),
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL),
-			t.subscriber_id IS NOT NULL, coalesce(t.created, false), coalesce(t.updated, false), coalesce(t.deleted, false)
+			t.subscriber_id IS NOT NULL, coalesce(t.created, false), coalesce(t.updated, false), coalesce(t.deleted, false),
+			CASE WHEN s.lease_owner IS NULL AND s.lease_until > $1 AND s.disabled_at IS NULL THEN s.lease_until END
 		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id
-		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`)
+		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`, db.now())
 	if err != nil {
 		return nil, db.storeError("list webhook subscribers", err)
 	}
@@ -58,7 +59,7 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 	var s plantstore.Subscriber
 	var hasEvents, onCreated, onUpdated, onDeleted bool
 	_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.URL, &s.CreatedAt, &s.DisabledAt, &s.DisabledReason, &s.Delivered, &s.LastError, &s.LastErrorAt, &s.Pending, &s.Failed,
-		&hasEvents, &onCreated, &onUpdated, &onDeleted}, func() error {
+		&hasEvents, &onCreated, &onUpdated, &onDeleted, &s.NextProbe}, func() error {
 		s.Events = subscribedEvents(hasEvents, onCreated, onUpdated, onDeleted)
 		s.CreatedAt = s.CreatedAt.UTC()
 		if s.DisabledAt != nil {
@@ -69,8 +70,12 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 			at := s.LastErrorAt.UTC()
 			s.LastErrorAt = &at
 		}
+		if s.NextProbe != nil {
+			at := s.NextProbe.UTC()
+			s.NextProbe = &at
+		}
 		subs = append(subs, s)
-		s.DisabledAt, s.LastErrorAt = nil, nil // fresh pointers for the next row
+		s.DisabledAt, s.LastErrorAt, s.NextProbe = nil, nil, nil // fresh pointers for the next row
 		return nil
 	})
 	if err != nil {

@@ -69,9 +69,10 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 	rows, err := db.read.QueryContext(ctx, `SELECT s.id, s.url, s.created_at, s.disabled_at, s.disabled_reason, s.delivered, s.last_error, e.last_error_at,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL) + `+pendingInFeedSQL+`,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL),
-			t.subscriber_id IS NOT NULL, coalesce(t.created, 0), coalesce(t.updated, 0), coalesce(t.deleted, 0)
+			t.subscriber_id IS NOT NULL, coalesce(t.created, 0), coalesce(t.updated, 0), coalesce(t.deleted, 0),
+			CASE WHEN s.lease_owner IS NULL AND s.lease_until > ? AND s.disabled_at IS NULL THEN s.lease_until END
 		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id
-		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`)
+		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`, millis(db.now()))
 	if err != nil {
 		return nil, storeError("list webhook subscribers", err)
 	}
@@ -80,11 +81,11 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 	for rows.Next() {
 		var s plantstore.Subscriber
 		var created int64
-		var disabled, lastErrorAt sql.NullInt64
+		var disabled, lastErrorAt, nextProbe sql.NullInt64
 		var reason, lastError sql.NullString
 		var hasEvents, onCreated, onUpdated, onDeleted bool
 		if err := rows.Scan(&s.ID, &s.URL, &created, &disabled, &reason, &s.Delivered, &lastError, &lastErrorAt, &s.Pending, &s.Failed,
-			&hasEvents, &onCreated, &onUpdated, &onDeleted); err != nil {
+			&hasEvents, &onCreated, &onUpdated, &onDeleted, &nextProbe); err != nil {
 			return nil, storeError("list webhook subscribers", err)
 		}
 		s.Events = subscribedEvents(hasEvents, onCreated, onUpdated, onDeleted)
@@ -97,6 +98,10 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 		if lastErrorAt.Valid && s.LastError != "" {
 			at := fromMillis(lastErrorAt)
 			s.LastErrorAt = &at
+		}
+		if nextProbe.Valid {
+			at := fromMillis(nextProbe)
+			s.NextProbe = &at
 		}
 		subs = append(subs, s)
 	}

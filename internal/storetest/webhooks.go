@@ -51,14 +51,23 @@ func testPausedUntilTheProbe(t *testing.T, s plantstore.Store) {
 	if held, err := s.PauseSubscriber(ctx, "B", sub.ID, time.Now().Add(time.Hour)); err != nil || held {
 		t.Fatalf("PauseSubscriber by B, who holds no lease: held %v, %v; want false", held, err)
 	}
-	if held, err := s.PauseSubscriber(ctx, "A", sub.ID, time.Now().Add(400*time.Millisecond)); err != nil || !held {
+	until := time.Now().Add(400 * time.Millisecond)
+	if held, err := s.PauseSubscriber(ctx, "A", sub.ID, until); err != nil || !held {
 		t.Fatalf("PauseSubscriber by A: held %v, %v", held, err)
+	}
+	// Listed down, with its next probe.
+	if got := subscriberByID(t, s, sub.ID); got.State() != plantstore.SubscriberDown || got.NextProbe == nil ||
+		got.NextProbe.Sub(until).Abs() > time.Millisecond || got.NextProbe.Location() != time.UTC {
+		t.Errorf("listed while paused: %+v, state %s; want down, its next probe at %v", got, got.State(), until.UTC())
 	}
 	// Its first delivery is due again, and the other subscriber's: only
 	// the other is claimed.
 	claimOne(t, s, "B", time.Minute, other.ID)
 	claimOne(t, s, "B", time.Minute, 0)
 	time.Sleep(500 * time.Millisecond)
+	if got := subscriberByID(t, s, sub.ID); got.State() != plantstore.SubscriberFailing || got.NextProbe != nil {
+		t.Errorf("listed once the pause ended: %+v, state %s; want failing, no next probe", got, got.State())
+	}
 	if got := claimOne(t, s, "B", time.Minute, sub.ID); got.LastError != "500 Internal Server Error" {
 		t.Errorf("claimed after the pause: %+v; want its last error", got)
 	}

@@ -180,6 +180,10 @@ type WebhookStore interface {
 	// RetryDeliveries ends the pause of the subscribers it retries for. It
 	// reports whether owner held the lease.
 	PauseSubscriber(ctx context.Context, owner string, subscriberID int64, until time.Time) (held bool, err error)
+	// RetryNow makes the subscriber's pending deliveries that wait for a
+	// retry due now: its receiver, found down, answers again, and what
+	// failed while it was down need not wait out the schedule.
+	RetryNow(ctx context.Context, subscriberID int64) error
 	// DisableSubscriber stops events to a subscriber (it answered 410) and
 	// fails its pending deliveries with reason, which becomes its last
 	// error, timed now; ENOTFOUND if it is gone.

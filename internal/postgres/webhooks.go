@@ -372,6 +372,16 @@ func (db *DB) PauseSubscriber(ctx context.Context, owner string, subscriberID in
 	return held, nil
 }
 
+func (db *DB) RetryNow(ctx context.Context, subscriberID int64) error {
+	err := retry(ctx, func(ctx context.Context) error {
+		now := db.now()
+		_, err := db.pool.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = $1
+			WHERE subscriber_id = $2 AND failed_at IS NULL AND attempts > 0 AND next_attempt_at > $1`, now, subscriberID)
+		return err
+	})
+	return db.storeError("retry webhook deliveries now", err)
+}
+
 func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) error {
 	var found bool
 	err := retry(ctx, func(ctx context.Context) error {

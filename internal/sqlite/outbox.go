@@ -193,21 +193,24 @@ var pendingInFeedSQL = `(SELECT coalesce(sum(coalesce(t.created, 1) * b.created 
 	FROM event_batches b
 	WHERE b.last > max(s.since_event, (SELECT through FROM outbox_cursor)) AND s.disabled_at IS NULL)`
 
-// copyOutboxFor copies the outbox until the subscriber has n pending
-// deliveries or no event is left to copy: enough for its next window, and
-// no more, while the deliveries wait for clients.
+// copyOutboxFor copies the outbox until the subscriber has n deliveries
+// due (as DueDeliveries reads them) or no event is left to copy: enough
+// for its next window, and no more, while the deliveries wait for
+// clients. Deliveries that wait for a retry, or behind one, do not count:
+// the events after them go meanwhile (a probe reads a window of one, and
+// one plant's failing event would otherwise hold every later one back).
 func (db *DB) copyOutboxFor(ctx context.Context, subscriberID int64, n int) error {
 	for {
 		behind, err := db.outboxBehind(ctx)
 		if err != nil || !behind {
 			return err
 		}
-		var pending int
-		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries
-			WHERE subscriber_id = ? AND failed_at IS NULL LIMIT ?)`, subscriberID, n).Scan(&pending); err != nil {
+		var due int
+		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries d WHERE `+dueSQL+` LIMIT ?3)`,
+			subscriberID, millis(db.now()), n).Scan(&due); err != nil {
 			return err
 		}
-		if pending >= n {
+		if due >= n {
 			return nil
 		}
 		if _, err := db.copyOutbox(ctx); err != nil {
@@ -230,6 +233,15 @@ func (db *DB) copyOutboxBefore(ctx context.Context, cutoff int64) error {
 		}
 	}
 }
+
+// dueSQL holds for a delivery d of subscriber ?1 that is due at ?2 and
+// waits behind no retry of its plant. The subquery probes
+// webhook_deliveries_waiting, which holds only the deliveries that failed
+// and wait for a retry: few.
+const dueSQL = `d.subscriber_id = ?1 AND d.failed_at IS NULL AND d.next_attempt_at <= ?2
+	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
+	     WHERE w.subscriber_id = ?1 AND w.plant_id = d.plant_id AND w.failed_at IS NULL AND w.attempts > 0
+	       AND w.id < d.id AND w.next_attempt_at > ?2)`
 
 // pruneBoundSQL is the last event PruneEvents may delete: the events
 // after outboxFromSQL are still to be copied.

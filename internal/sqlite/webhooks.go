@@ -186,14 +186,8 @@ func (db *DB) DueDeliveries(ctx context.Context, subscriberID int64, n int) ([]p
 	if err := db.copyOutboxFor(ctx, subscriberID, n); err != nil {
 		return nil, storeError("copy webhook deliveries from the change feed", err)
 	}
-	// The subquery probes webhook_deliveries_waiting, which holds only
-	// the deliveries that failed and wait for a retry: few.
 	rows, err := db.read.QueryContext(ctx, `SELECT `+deliveryColumns+`
-		FROM webhook_deliveries d
-		WHERE d.subscriber_id = ?1 AND d.failed_at IS NULL AND d.next_attempt_at <= ?2
-		  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
-		       WHERE w.subscriber_id = ?1 AND w.plant_id = d.plant_id AND w.failed_at IS NULL AND w.attempts > 0
-		         AND w.id < d.id AND w.next_attempt_at > ?2)
+		FROM webhook_deliveries d WHERE `+dueSQL+`
 		ORDER BY d.id LIMIT ?3`, subscriberID, millis(db.now()), n)
 	if err != nil {
 		return nil, storeError("read webhook deliveries", err)
@@ -405,6 +399,13 @@ func (db *DB) PauseSubscriber(ctx context.Context, owner string, subscriberID in
 	}
 	held, err := res.RowsAffected()
 	return held == 1, storeError("pause webhook subscriber", err)
+}
+
+func (db *DB) RetryNow(ctx context.Context, subscriberID int64) error {
+	now := millis(db.now())
+	_, err := db.write.ExecContext(ctx, `UPDATE webhook_deliveries SET next_attempt_at = ?1
+		WHERE subscriber_id = ?2 AND failed_at IS NULL AND attempts > 0 AND next_attempt_at > ?1`, now, subscriberID)
+	return storeError("retry webhook deliveries now", err)
 }
 
 func (db *DB) DisableSubscriber(ctx context.Context, id int64, reason string) error {

@@ -23,6 +23,43 @@ func runWebhooks(t *testing.T, open func(t *testing.T) plantstore.Store) {
 	t.Run("PlantOrderAndParking", func(t *testing.T) { testPlantOrderAndParking(t, open(t)) })
 	t.Run("RetryParked", func(t *testing.T) { testRetryParked(t, open(t)) })
 	t.Run("PausedUntilTheProbe", func(t *testing.T) { testPausedUntilTheProbe(t, open(t)) })
+	t.Run("RetryNow", func(t *testing.T) { testRetryNow(t, open(t)) })
+}
+
+// RetryNow makes the deliveries that wait for a retry due, the
+// subscriber's only, and leaves the parked ones parked.
+func testRetryNow(t *testing.T, s plantstore.Store) {
+	ctx := context.Background()
+	sub := mustAddSubscriber(t, s, "https://back.example/hook")
+	other := mustAddSubscriber(t, s, "https://other.example/hook")
+	for id := int64(1); id <= 3; id++ {
+		mustCreate(t, s, plantstore.Plant{ID: id, Name: "p"})
+	}
+	later := time.Now().Add(time.Hour)
+	fail := func(id int64) {
+		t.Helper()
+		ds := due(t, s, id)
+		if _, err := s.RecordAttempts(ctx, "A", id, []plantstore.AttemptResult{
+			{DeliveryID: ds[0].ID, Error: "connection refused", NextAttempt: later},
+			{DeliveryID: ds[1].ID, Error: "connection refused", GiveUp: true},
+		}, time.Minute, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fail(sub.ID)
+	fail(other.ID)
+	if got := plantIDs(due(t, s, sub.ID)); fmt.Sprint(got) != "[3]" {
+		t.Fatalf("due before RetryNow: %v, want [3]", got)
+	}
+	if err := s.RetryNow(ctx, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := plantIDs(due(t, s, sub.ID)); fmt.Sprint(got) != "[1 3]" {
+		t.Errorf("due after RetryNow: %v, want [1 3] (2 stays parked)", got)
+	}
+	if got := plantIDs(due(t, s, other.ID)); fmt.Sprint(got) != "[3]" {
+		t.Errorf("the other subscriber's due after RetryNow: %v, want [3]", got)
+	}
 }
 
 // A subscriber paused (its receiver is down) is claimed by no one until

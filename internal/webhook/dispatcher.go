@@ -97,6 +97,26 @@ type Dispatcher struct {
 	retries retryTimes
 	// slots holds a token for each worker serving a subscriber.
 	slots chan struct{}
+	// paused holds the subscribers this dispatcher paused, until a probe
+	// finds their receiver up: then what failed while it was down goes at
+	// once (RetryNow). Not those of a receiver that refuses some events
+	// and is never paused: their retries keep to the schedule.
+	pausedMu sync.Mutex
+	paused   map[int64]bool
+}
+
+// setPaused records that the subscriber id was paused here, or, with
+// false, forgets it and says whether it was.
+func (d *Dispatcher) setPaused(id int64, on bool) (was bool) {
+	d.pausedMu.Lock()
+	defer d.pausedMu.Unlock()
+	was = d.paused[id]
+	if on {
+		d.paused[id] = true
+	} else {
+		delete(d.paused, id)
+	}
+	return was
 }
 
 // othersMayWait says whether a subscriber may be waiting for a worker:
@@ -258,7 +278,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.MaxDefer <= 0 {
 		cfg.MaxDefer = DefaultMaxDefer
 	}
-	return &Dispatcher{cfg: cfg, owner: newOwner(), slots: make(chan struct{}, cfg.Workers)}, nil
+	return &Dispatcher{cfg: cfg, owner: newOwner(), slots: make(chan struct{}, cfg.Workers), paused: map[int64]bool{}}, nil
 }
 
 // DefaultMaxDefer is how long deliveries wait, at most, for clients'
@@ -540,6 +560,10 @@ type turn struct {
 	downRun int         // the failures in a row that say the receiver is down
 	down    atomic.Bool // it is: no chain starts (senders read it), and the subscriber is paused
 	retryAt time.Time   // the earliest retry of the turn's failures
+	// retryNow: a probe found the receiver, which this dispatcher paused,
+	// up; the next read first makes the deliveries that failed while it
+	// was down due (RetryNow).
+	retryNow bool
 }
 
 // startsNoMore says whether senders should start no more chains: the
@@ -550,12 +574,16 @@ func (t *turn) startsNoMore() bool { return t.down.Load() || t.turnOver() }
 // downAfter failures in a row (probeAttempts while probing), which ends
 // the turn; up, at full speed again, at any other answer.
 func (t *turn) observe(r plantstore.AttemptResult) {
+	if r.Status == http.StatusGone {
+		return // the subscriber is being disabled
+	}
 	if r.Delivered || !receiverDown(r.Status) {
 		t.downRun = 0
 		if t.probing {
 			t.probing = false
 			t.concurrency = t.d.cfg.Concurrency
 			t.window = min(windowPerSlot*t.concurrency, maxWindow)
+			t.retryNow = t.d.setPaused(t.sub.ID, false)
 			t.log.Info("webhook receiver answers again; its deliveries go at full speed")
 		}
 		return
@@ -595,6 +623,7 @@ func (t *turn) pause() {
 		return
 	}
 	t.d.stats.paused.Add(1)
+	t.d.setPaused(t.sub.ID, true)
 	level, msg := slog.LevelWarn, "webhook receiver down; its deliveries wait, and one probe goes at next_probe"
 	if t.probing {
 		level, msg = slog.LevelInfo, "webhook receiver still down; its deliveries wait for the next probe"
@@ -692,6 +721,12 @@ func (t *turn) read() {
 	}
 	if t.end != "" || (len(t.batch) > 0 && !t.flush()) {
 		return // a 410 or the lease lost came meanwhile
+	}
+	if t.retryNow {
+		t.retryNow = false
+		if err := t.d.cfg.Store.RetryNow(t.ctx, t.sub.ID); err != nil && t.ctx.Err() == nil {
+			t.log.Warn("webhook deliveries that failed while the receiver was down wait for their retries", "error", err)
+		}
 	}
 	t.last = time.Now()
 	ds, err := t.d.cfg.Store.DueDeliveries(t.ctx, t.sub.ID, n)

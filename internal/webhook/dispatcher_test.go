@@ -612,7 +612,8 @@ func TestDownReceiverIsProbedNotFlooded(t *testing.T) {
 	if n := len(r.deliveries()); n < 10 || n > 60 {
 		t.Errorf("%d attempts in 2 s at a receiver that is down, with %d plants waiting; want a probe now and then", n, plants)
 	}
-	if s := f.subscriber(sub.ID); s.Failed != 0 || s.Pending != plants || s.State() != plantstore.SubscriberFailing {
+	// Down while paused; failing while a probe goes.
+	if s := f.subscriber(sub.ID); s.Failed != 0 || s.Pending != plants || (s.State() != plantstore.SubscriberDown && s.State() != plantstore.SubscriberFailing) {
 		t.Errorf("while the receiver is down: %+v; want every delivery pending, none parked", s)
 	}
 	if st := f.disp.Stats(); st.Paused < 2 {
@@ -667,6 +668,54 @@ func TestProbePastOneRefusedEvent(t *testing.T) {
 	}
 	if got := r.plantIDs(); got[0] != 1 {
 		t.Errorf("the probe went to plants %v; want plant 1 first, the oldest due", got)
+	}
+}
+
+// Once a probe finds a receiver that was down up, what failed while it
+// was down goes at once, not at its retry: here plant 1's, which the
+// receiver, failing, asked to be retried in a minute.
+func TestBackUpRetriesWhatFailedMeanwhile(t *testing.T) {
+	f := startWith(t, webhook.DispatcherConfig{Concurrency: 4,
+		Schedule: webhook.Schedule{Intervals: []time.Duration{100 * time.Millisecond}, ParkAfter: 5 * time.Minute}})
+	var down atomic.Bool
+	down.Store(true)
+	_, sub := f.subscribe(func(_ int, d delivery) (int, http.Header) {
+		switch {
+		case !down.Load():
+			return http.StatusNoContent, nil
+		case d.plant["id"] == float64(1):
+			return http.StatusServiceUnavailable, http.Header{"Retry-After": {"60"}}
+		}
+		return http.StatusServiceUnavailable, nil
+	})
+	for id := int64(1); id <= 20; id++ {
+		f.create(id)
+	}
+	eventually(t, "the subscriber paused", func() bool { return f.disp.Stats().Paused > 0 })
+	down.Store(false)
+	eventually(t, "all 20 delivered, plant 1's too", func() bool { return f.subscriber(sub.ID).Delivered == 20 })
+}
+
+// A plant's event that waits for its retry holds up no event made after
+// it: the probe that follows the failure (the subscriber's last attempt
+// failed) finds them, though they were not yet written as deliveries
+// (SQLite copies them from the change feed as they are needed).
+func TestLaterPlantsPassAWaitingRetry(t *testing.T) {
+	f := start(t, webhook.Schedule{Intervals: []time.Duration{10 * time.Second}, ParkAfter: time.Minute})
+	r, sub := f.subscribe(func(_ int, d delivery) (int, http.Header) {
+		if d.plant["id"] == float64(1) {
+			return http.StatusServiceUnavailable, nil
+		}
+		return http.StatusNoContent, nil
+	})
+	f.create(1)
+	eventually(t, "plant 1's first attempt", func() bool { return len(r.deliveries()) == 1 })
+	eventually(t, "plant 1's failure recorded", func() bool { return f.subscriber(sub.ID).LastError != "" })
+	begin := time.Now()
+	f.create(2, 3)
+	eventually(t, "plants 2 and 3", func() bool { return f.subscriber(sub.ID).Delivered == 2 })
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("plants 2 and 3 delivered %v after their creates, behind plant 1's retry", took.Round(time.Millisecond))
 	}
 }
 

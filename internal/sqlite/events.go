@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -211,18 +212,18 @@ const pruneChunk = 1000
 // deliveries wait for a probe, and copying waits with them) holds no
 // event past the retention.
 func (db *DB) PruneEvents(ctx context.Context, cutoff time.Time) (int, error) {
-	if err := db.copyOutboxBefore(ctx, millis(cutoff)); err != nil {
-		return 0, storeError("copy webhook deliveries before pruning", err)
-	}
+	// A copy that fails (a full disk, say) leaves the events it did not
+	// copy, and pruning goes up to them: it may free the space.
+	copyErr := storeError("copy webhook deliveries before pruning", db.copyOutboxBefore(ctx, millis(cutoff)))
 	pruned := 0
 	for {
 		n, done, err := db.pruneSome(ctx, millis(cutoff))
 		pruned += n
 		if err != nil {
-			return pruned, storeError("prune events", err)
+			return pruned, errors.Join(copyErr, storeError("prune events", err))
 		}
 		if done {
-			return pruned, nil
+			return pruned, copyErr
 		}
 	}
 }

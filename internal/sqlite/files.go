@@ -202,7 +202,11 @@ func ownerHint(err error, file, store string) string {
 	}
 	uid, known := fileOwner(file)
 	if known && uid == os.Geteuid() {
-		return fmt.Sprintf(" (the file is read-only: chmod u+w %s)", file)
+		// Not for its mode (an immutable file, say): no hint.
+		if fi, err := os.Stat(file); err == nil && fi.Mode().Perm()&0o200 == 0 {
+			return fmt.Sprintf(" (the file is read-only: chmod u+w %s)", file)
+		}
+		return ""
 	}
 	owner := "another user"
 	if known {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"math/bits"
 	"strings"
 
@@ -35,9 +36,14 @@ func subscribersActive(c *rawConn) (bool, error) {
 
 const anySubscriberSQL = `SELECT EXISTS (SELECT 1 FROM webhook_subscribers WHERE disabled_at IS NULL)`
 
-// outboxChunk bounds the events one copyOutbox transaction copies, so it
-// holds the write lock briefly.
-const outboxChunk = 4 * maxBatch
+// outboxChunk bounds the events one copyOutbox transaction copies, and
+// outboxRows the delivery rows it writes (give or take a batch of
+// events): with many subscribers an event is many rows, some 10 µs each.
+// So it holds the write lock briefly.
+const (
+	outboxChunk = 4 * maxBatch
+	outboxRows  = 16384
+)
 
 // outboxBehind reports whether events after the outbox cursor wait to be
 // copied: one read of two one-row tables.
@@ -68,14 +74,15 @@ func (db *DB) copyOutbox(ctx context.Context) (more bool, err error) {
 		return false, err
 	}
 	defer tx.Rollback()
-	var through, last int64
-	if err := tx.QueryRowContext(ctx, `SELECT `+outboxFromSQL+`, `+lastEventSQL).Scan(&through, &last); err != nil {
+	var through, last, subscribers int64
+	if err := tx.QueryRowContext(ctx, `SELECT `+outboxFromSQL+`, `+lastEventSQL+`,
+		(SELECT count(*) FROM webhook_subscribers WHERE disabled_at IS NULL)`).Scan(&through, &last, &subscribers); err != nil {
 		return false, err
 	}
 	if through >= last {
 		return false, nil
 	}
-	events, err := eventsAfter(ctx, tx, through, outboxChunk)
+	events, err := eventsAfter(ctx, tx, through, int(max(1, min(outboxChunk, outboxRows/max(subscribers, 1)))))
 	if err != nil {
 		return false, err
 	}
@@ -219,13 +226,19 @@ func (db *DB) copyOutboxFor(ctx context.Context, subscriberID int64, n int) erro
 	}
 }
 
-// copyOutboxBefore copies the outbox through the batches recorded before
-// cutoff (Unix milliseconds), and a little after.
+// copyOutboxBefore copies the outbox while the first batch not copied was
+// recorded before cutoff (Unix milliseconds): through the batches
+// PruneEvents would prune, which stops at the first that was not (a
+// clock stepped back), and a chunk's worth after.
 func (db *DB) copyOutboxBefore(ctx context.Context, cutoff int64) error {
 	for {
 		var behind bool
-		if err := db.read.QueryRowContext(ctx, `SELECT `+outboxFromSQL+` < (SELECT coalesce(max(last), 0) FROM event_batches WHERE at < ?)`,
-			cutoff).Scan(&behind); err != nil || !behind {
+		err := db.read.QueryRowContext(ctx, `SELECT at < ? FROM event_batches WHERE last > (SELECT `+outboxFromSQL+`) ORDER BY last LIMIT 1`,
+			cutoff).Scan(&behind)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // every batch copied
+		}
+		if err != nil || !behind {
 			return err
 		}
 		if more, err := db.copyOutbox(ctx); err != nil || !more {

@@ -187,6 +187,45 @@ func TestOutboxFromTheFeed(t *testing.T) {
 	}
 }
 
+// Pruning copies what it prunes, keeps the events after the cutoff in the
+// feed, and every event reaches the subscriber once, in order.
+func TestPruneCopiesWhatItPrunes(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Now()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "prune.db"), Options{Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sub, err := db.AddSubscriber(ctx, "https://down.example/", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 6; id++ {
+		if id == 4 {
+			clock = clock.Add(2 * time.Hour)
+		}
+		if _, err := db.CreatePlant(ctx, plantstore.Plant{ID: id, Name: fmt.Sprint("plant ", id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := db.PruneEvents(ctx, clock.Add(-time.Hour)); err != nil || n != 3 {
+		t.Fatalf("PruneEvents = %d, %v; want the 3 events before the cutoff", n, err)
+	}
+	page, err := db.Events(ctx, plantstore.EventQuery{After: 3, Limit: 10})
+	if err != nil || len(page) != 3 || page[0].Plant.ID != 4 {
+		t.Fatalf("the feed after the prune: %+v, %v; want plants 4 to 6", page, err)
+	}
+	ds, err := db.DueDeliveries(ctx, sub.ID, 100)
+	var got []int64
+	for _, d := range ds {
+		got = append(got, d.Plant.ID)
+	}
+	if err != nil || fmt.Sprint(got) != "[1 2 3 4 5 6]" {
+		t.Errorf("deliveries due = %v, %v; want every plant once, in order", got, err)
+	}
+}
+
 // TestOutboxBacklogInWindows drains a backlog of several copies' worth of
 // events in windows, as the dispatcher does: every event once, in order.
 func TestOutboxBacklogInWindows(t *testing.T) {

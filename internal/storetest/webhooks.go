@@ -88,7 +88,7 @@ func testPausedUntilTheProbe(t *testing.T, s plantstore.Store) {
 	if held, err := s.PauseSubscriber(ctx, "B", sub.ID, time.Now().Add(time.Hour)); err != nil || held {
 		t.Fatalf("PauseSubscriber by B, who holds no lease: held %v, %v; want false", held, err)
 	}
-	until := time.Now().Add(400 * time.Millisecond)
+	until := time.Now().Add(1500 * time.Millisecond)
 	if held, err := s.PauseSubscriber(ctx, "A", sub.ID, until); err != nil || !held {
 		t.Fatalf("PauseSubscriber by A: held %v, %v", held, err)
 	}
@@ -101,7 +101,7 @@ func testPausedUntilTheProbe(t *testing.T, s plantstore.Store) {
 	// the other is claimed.
 	claimOne(t, s, "B", time.Minute, other.ID)
 	claimOne(t, s, "B", time.Minute, 0)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(time.Until(until) + 100*time.Millisecond)
 	if got := subscriberByID(t, s, sub.ID); got.State() != plantstore.SubscriberFailing || got.NextProbe != nil {
 		t.Errorf("listed once the pause ended: %+v, state %s; want failing, no next probe", got, got.State())
 	}

@@ -463,9 +463,9 @@ func (d *Dispatcher) serveSubscriber(ctx context.Context, sub plantstore.Subscri
 	t.window = min(windowPerSlot*t.concurrency, maxWindow)
 	// A subscriber whose last attempt failed is probed first: its
 	// receiver may be down.
-	t.probing = sub.LastError != ""
+	t.probing.Store(sub.LastError != "")
 	full := t.concurrency + t.window
-	if t.probing {
+	if t.probing.Load() {
 		t.concurrency, t.window = 1, 1
 	}
 	t.turnEnds.Store(time.Now().Add(maxTurn).UnixNano())
@@ -555,8 +555,10 @@ type turn struct {
 	progress  bool   // some attempt was recorded
 
 	// probing: the receiver may be down; one chain at a time until an
-	// attempt shows it up.
-	probing bool
+	// attempt shows it up, or probeAttempts find it down. The turn is not
+	// over for others meanwhile (turnOver): a probe of a receiver that
+	// times out would take a turn an attempt, and never be paused.
+	probing atomic.Bool
 	downRun int         // the failures in a row that say the receiver is down
 	down    atomic.Bool // it is: no chain starts (senders read it), and the subscriber is paused
 	retryAt time.Time   // the earliest retry of the turn's failures
@@ -578,9 +580,12 @@ func (t *turn) observe(r plantstore.AttemptResult) {
 		return // the subscriber is being disabled
 	}
 	if r.Delivered || !receiverDown(r.Status) {
-		t.downRun = 0
-		if t.probing {
-			t.probing = false
+		// Up: an answer after it was found down (in flight meanwhile)
+		// cancels the pause.
+		t.downRun, t.retryAt = 0, time.Time{}
+		t.down.Store(false)
+		if t.probing.Load() {
+			t.probing.Store(false)
 			t.concurrency = t.d.cfg.Concurrency
 			t.window = min(windowPerSlot*t.concurrency, maxWindow)
 			t.retryNow = t.d.setPaused(t.sub.ID, false)
@@ -593,7 +598,7 @@ func (t *turn) observe(r plantstore.AttemptResult) {
 	}
 	t.downRun++
 	limit := downAfter
-	if t.probing {
+	if t.probing.Load() {
 		limit = probeAttempts
 	}
 	if t.downRun >= limit && !t.down.Load() {
@@ -620,21 +625,25 @@ func (t *turn) pause() {
 	defer cancel()
 	if _, err := t.d.cfg.Store.PauseSubscriber(ctx, t.d.owner, t.sub.ID, until); err != nil {
 		t.log.Error("webhook subscriber not paused; its receiver is down, and its deliveries go on being tried", "error", err)
+		t.record(nil, true) // given back, or no one serves it until the lease runs out
 		return
 	}
 	t.d.stats.paused.Add(1)
-	t.d.setPaused(t.sub.ID, true)
+	// Said once as a warning, when this dispatcher first finds it down
+	// (the finding may come at a probe: a subscriber whose last attempt
+	// failed is probed), then at each failed probe.
 	level, msg := slog.LevelWarn, "webhook receiver down; its deliveries wait, and one probe goes at next_probe"
-	if t.probing {
+	if t.d.setPaused(t.sub.ID, true) {
 		level, msg = slog.LevelInfo, "webhook receiver still down; its deliveries wait for the next probe"
 	}
 	t.log.Log(t.ctx, level, msg, "failures_in_a_row", t.downRun, "next_probe", until.UTC().Format(time.RFC3339Nano))
 }
 
 // turnOver says whether the turn ended and another subscriber may be
-// waiting for it; with none waiting, the turn goes on.
+// waiting for it; with none waiting, the turn goes on, and while probing
+// (up to probeAttempts attempts) too.
 func (t *turn) turnOver() bool {
-	return time.Now().UnixNano() >= t.turnEnds.Load() && t.d.othersMayWait()
+	return time.Now().UnixNano() >= t.turnEnds.Load() && t.d.othersMayWait() && !t.probing.Load()
 }
 
 // record records results, and gives the lease back when release, else

@@ -97,26 +97,39 @@ type Dispatcher struct {
 	retries retryTimes
 	// slots holds a token for each worker serving a subscriber.
 	slots chan struct{}
-	// paused holds the subscribers this dispatcher paused, until a probe
-	// finds their receiver up: then what failed while it was down goes at
-	// once (RetryNow). Not those of a receiver that refuses some events
-	// and is never paused: their retries keep to the schedule.
-	pausedMu sync.Mutex
-	paused   map[int64]bool
+	// health is what this dispatcher learnt of each subscriber's
+	// receiver, across turns.
+	healthMu sync.Mutex
+	health   map[int64]receiverHealth
 }
 
-// setPaused records that the subscriber id was paused here, or, with
-// false, forgets it and says whether it was.
-func (d *Dispatcher) setPaused(id int64, on bool) (was bool) {
-	d.pausedMu.Lock()
-	defer d.pausedMu.Unlock()
-	was = d.paused[id]
-	if on {
-		d.paused[id] = true
+// receiverHealth is what attempts said of a subscriber's receiver.
+type receiverHealth struct {
+	// downRun counts the failures in a row that say it is down, across
+	// turns: when events come one at a time, each turn makes an attempt
+	// or two, and the run crosses them.
+	downRun int
+	// paused: this dispatcher paused it, and no probe has found it up
+	// since: then what failed while it was down goes at once (RetryNow).
+	// Not so for a receiver that refuses some events and is never
+	// paused: their retries keep to the schedule.
+	paused bool
+}
+
+// updateHealth changes the subscriber id's health with change, and
+// returns it as it was and as it is.
+func (d *Dispatcher) updateHealth(id int64, change func(*receiverHealth)) (was, is receiverHealth) {
+	d.healthMu.Lock()
+	defer d.healthMu.Unlock()
+	was = d.health[id]
+	is = was
+	change(&is)
+	if is == (receiverHealth{}) {
+		delete(d.health, id)
 	} else {
-		delete(d.paused, id)
+		d.health[id] = is
 	}
-	return was
+	return was, is
 }
 
 // othersMayWait says whether a subscriber may be waiting for a worker:
@@ -278,7 +291,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.MaxDefer <= 0 {
 		cfg.MaxDefer = DefaultMaxDefer
 	}
-	return &Dispatcher{cfg: cfg, owner: newOwner(), slots: make(chan struct{}, cfg.Workers), paused: map[int64]bool{}}, nil
+	return &Dispatcher{cfg: cfg, owner: newOwner(), slots: make(chan struct{}, cfg.Workers), health: map[int64]receiverHealth{}}, nil
 }
 
 // DefaultMaxDefer is how long deliveries wait, at most, for clients'
@@ -559,7 +572,7 @@ type turn struct {
 	// over for others meanwhile (turnOver): a probe of a receiver that
 	// times out would take a turn an attempt, and never be paused.
 	probing atomic.Bool
-	downRun int         // the failures in a row that say the receiver is down
+	downRun int         // the failures in a row that say the receiver is down (Dispatcher.health's, as of the last result)
 	down    atomic.Bool // it is: no chain starts (senders read it), and the subscriber is paused
 	retryAt time.Time   // the earliest retry of the turn's failures
 	// retryNow: a probe found the receiver, which this dispatcher paused,
@@ -584,11 +597,12 @@ func (t *turn) observe(r plantstore.AttemptResult) {
 		// cancels the pause.
 		t.downRun, t.retryAt = 0, time.Time{}
 		t.down.Store(false)
+		was, _ := t.d.updateHealth(t.sub.ID, func(h *receiverHealth) { *h = receiverHealth{} })
 		if t.probing.Load() {
 			t.probing.Store(false)
 			t.concurrency = t.d.cfg.Concurrency
 			t.window = min(windowPerSlot*t.concurrency, maxWindow)
-			t.retryNow = t.d.setPaused(t.sub.ID, false)
+			t.retryNow = was.paused
 			t.log.Info("webhook receiver answers again; its deliveries go at full speed")
 		}
 		return
@@ -596,7 +610,8 @@ func (t *turn) observe(r plantstore.AttemptResult) {
 	if !r.GiveUp && (t.retryAt.IsZero() || r.NextAttempt.Before(t.retryAt)) {
 		t.retryAt = r.NextAttempt
 	}
-	t.downRun++
+	_, is := t.d.updateHealth(t.sub.ID, func(h *receiverHealth) { h.downRun++ })
+	t.downRun = is.downRun
 	limit := downAfter
 	if t.probing.Load() {
 		limit = probeAttempts
@@ -633,7 +648,7 @@ func (t *turn) pause() {
 	// (the finding may come at a probe: a subscriber whose last attempt
 	// failed is probed), then at each failed probe.
 	level, msg := slog.LevelWarn, "webhook receiver down; its deliveries wait, and one probe goes at next_probe"
-	if t.d.setPaused(t.sub.ID, true) {
+	if was, _ := t.d.updateHealth(t.sub.ID, func(h *receiverHealth) { h.paused, h.downRun = true, 0 }); was.paused {
 		level, msg = slog.LevelInfo, "webhook receiver still down; its deliveries wait for the next probe"
 	}
 	t.log.Log(t.ctx, level, msg, "failures_in_a_row", t.downRun, "next_probe", until.UTC().Format(time.RFC3339Nano))

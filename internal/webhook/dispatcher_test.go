@@ -632,6 +632,23 @@ func TestDownReceiverIsProbedNotFlooded(t *testing.T) {
 	}
 }
 
+// Events that come one at a time, each its own turn, find a receiver
+// that is down too: the failures in a row are counted across turns, so
+// it is paused after three, not tried at every event and every retry.
+func TestDownReceiverFoundAtLowRates(t *testing.T) {
+	f := start(t, webhook.Schedule{Intervals: []time.Duration{time.Second}, ParkAfter: time.Minute})
+	r, _ := f.subscribe(func(int, delivery) (int, http.Header) { return http.StatusServiceUnavailable, nil })
+	for id := int64(1); id <= 20; id++ {
+		f.create(id)
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Three (the first at full speed, then probes), paused until the
+	// first retry, about 1 s; a probe of three then, and again.
+	if st := f.disp.Stats(); st.Paused == 0 || len(r.deliveries()) > 12 {
+		t.Errorf("stats %+v, %d attempts at 20 events in 2 s; want the receiver paused after three", st, len(r.deliveries()))
+	}
+}
+
 // A receiver that times out is paused again after its probe, though each
 // attempt outlasts a turn and every worker is taken: a probe is not cut
 // short for others' turn, which would give it back unpaused, to be

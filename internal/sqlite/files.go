@@ -200,10 +200,14 @@ func ownerHint(err error, file, store string) string {
 	if !errors.Is(err, fs.ErrPermission) {
 		return ""
 	}
-	uid, known := fileOwner(file)
+	fi, statErr := os.Stat(file)
+	uid, known := 0, false
+	if statErr == nil {
+		uid, known = fileOwner(fi)
+	}
 	if known && uid == os.Geteuid() {
 		// Not for its mode (an immutable file, say): no hint.
-		if fi, err := os.Stat(file); err == nil && fi.Mode().Perm()&0o200 == 0 {
+		if fi.Mode().Perm()&0o200 == 0 {
 			return fmt.Sprintf(" (the file is read-only: chmod u+w %s)", file)
 		}
 		return ""

@@ -24,7 +24,7 @@ func mayWrite(string) error { return nil }
 func hardLinks(fs.FileInfo) uint64 { return 1 }
 
 // fileOwner cannot tell here.
-func fileOwner(string) (int, bool) { return 0, false }
+func fileOwner(fs.FileInfo) (int, bool) { return 0, false }
 
 // checksFiles is false here: Windows does not let a file SQLite has open
 // be deleted or renamed over, and os.SameFile would open the store's

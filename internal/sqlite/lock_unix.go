@@ -146,12 +146,8 @@ func mayWrite(path string) error {
 	return unix.Faccessat(unix.AT_FDCWD, path, unix.W_OK, unix.AT_EACCESS)
 }
 
-// fileOwner is the user id owning the file at path, if it can tell.
-func fileOwner(path string) (int, bool) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0, false
-	}
+// fileOwner is the user id owning the file of fi, if it can tell.
+func fileOwner(fi fs.FileInfo) (int, bool) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return int(st.Uid), true
 	}

@@ -572,7 +572,6 @@ type turn struct {
 	// over for others meanwhile (turnOver): a probe of a receiver that
 	// times out would take a turn an attempt, and never be paused.
 	probing atomic.Bool
-	downRun int         // the failures in a row that say the receiver is down (Dispatcher.health's, as of the last result)
 	down    atomic.Bool // it is: no chain starts (senders read it), and the subscriber is paused
 	retryAt time.Time   // the earliest retry of the turn's failures
 	// retryNow: a probe found the receiver, which this dispatcher paused,
@@ -595,7 +594,7 @@ func (t *turn) observe(r plantstore.AttemptResult) {
 	if r.Delivered || !receiverDown(r.Status) {
 		// Up: an answer after it was found down (in flight meanwhile)
 		// cancels the pause.
-		t.downRun, t.retryAt = 0, time.Time{}
+		t.retryAt = time.Time{}
 		t.down.Store(false)
 		was, _ := t.d.updateHealth(t.sub.ID, func(h *receiverHealth) { *h = receiverHealth{} })
 		if t.probing.Load() {
@@ -611,12 +610,11 @@ func (t *turn) observe(r plantstore.AttemptResult) {
 		t.retryAt = r.NextAttempt
 	}
 	_, is := t.d.updateHealth(t.sub.ID, func(h *receiverHealth) { h.downRun++ })
-	t.downRun = is.downRun
 	limit := downAfter
 	if t.probing.Load() {
 		limit = probeAttempts
 	}
-	if t.downRun >= limit && !t.down.Load() {
+	if is.downRun >= limit && !t.down.Load() {
 		t.down.Store(true)
 		if t.end == "" {
 			t.end = endDown
@@ -648,10 +646,11 @@ func (t *turn) pause() {
 	// (the finding may come at a probe: a subscriber whose last attempt
 	// failed is probed), then at each failed probe.
 	level, msg := slog.LevelWarn, "webhook receiver down; its deliveries wait, and one probe goes at next_probe"
-	if was, _ := t.d.updateHealth(t.sub.ID, func(h *receiverHealth) { h.paused, h.downRun = true, 0 }); was.paused {
+	was, _ := t.d.updateHealth(t.sub.ID, func(h *receiverHealth) { h.paused, h.downRun = true, 0 })
+	if was.paused {
 		level, msg = slog.LevelInfo, "webhook receiver still down; its deliveries wait for the next probe"
 	}
-	t.log.Log(t.ctx, level, msg, "failures_in_a_row", t.downRun, "next_probe", until.UTC().Format(time.RFC3339Nano))
+	t.log.Log(t.ctx, level, msg, "failures_in_a_row", was.downRun, "next_probe", until.UTC().Format(time.RFC3339Nano))
 }
 
 // turnOver says whether the turn ended and another subscriber may be

@@ -49,7 +49,7 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL),
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL),
 			t.subscriber_id IS NOT NULL, coalesce(t.created, false), coalesce(t.updated, false), coalesce(t.deleted, false),
-			CASE WHEN s.lease_owner IS NULL AND s.lease_until > $1 AND s.disabled_at IS NULL THEN s.lease_until END
+			CASE WHEN s.lease_owner = '' AND s.lease_until > $1 AND s.disabled_at IS NULL THEN s.lease_until END
 		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id
 		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`, db.now())
 	if err != nil {
@@ -251,7 +251,7 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 			// An operator's retry goes now, not at the next probe of a
 			// receiver that is down (PauseSubscriber).
 			_, err = tx.Exec(ctx, `UPDATE webhook_subscribers SET lease_until = NULL
-				WHERE lease_owner IS NULL AND lease_until > $1
+				WHERE lease_owner = '' AND lease_until > $1
 				  AND id IN (SELECT subscriber_id FROM webhook_deliveries WHERE id = ANY($2::bigint[]))`, db.now(), retried)
 			return err
 		})
@@ -360,8 +360,9 @@ func (db *DB) PauseSubscriber(ctx context.Context, owner string, subscriberID in
 	var held bool
 	err := retry(ctx, func(ctx context.Context) error {
 		// A lease given back records when it may be claimed again, in
-		// lease_until: here, later than now.
-		tag, err := db.pool.Exec(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = $1
+		// lease_until: here, later than now. The owner '' marks a pause
+		// (sqlite.PauseSubscriber says why).
+		tag, err := db.pool.Exec(ctx, `UPDATE webhook_subscribers SET lease_owner = '', lease_until = $1
 			WHERE id = $2 AND lease_owner = $3`, until, subscriberID, owner)
 		held = tag.RowsAffected() == 1
 		return err

@@ -70,7 +70,7 @@ func (db *DB) Subscribers(ctx context.Context) ([]plantstore.Subscriber, error) 
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NULL) + `+pendingInFeedSQL+`,
 			(SELECT count(*) FROM webhook_deliveries d WHERE d.subscriber_id = s.id AND d.failed_at IS NOT NULL),
 			t.subscriber_id IS NOT NULL, coalesce(t.created, 0), coalesce(t.updated, 0), coalesce(t.deleted, 0),
-			CASE WHEN s.lease_owner IS NULL AND s.lease_until > ? AND s.disabled_at IS NULL THEN s.lease_until END
+			CASE WHEN s.lease_owner = '' AND s.lease_until > ? AND s.disabled_at IS NULL THEN s.lease_until END
 		FROM webhook_subscribers s LEFT JOIN webhook_subscriber_errors e ON e.subscriber_id = s.id
 		LEFT JOIN webhook_subscriber_events t ON t.subscriber_id = s.id ORDER BY s.id`, millis(db.now()))
 	if err != nil {
@@ -278,7 +278,7 @@ func (db *DB) RetryDeliveries(ctx context.Context, subscriberID int64, ids []int
 	if n > 0 {
 		list, _ := json.Marshal(retried)
 		if _, err := tx.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_until = NULL
-			WHERE lease_owner IS NULL AND lease_until > ?1
+			WHERE lease_owner = '' AND lease_until > ?1
 			  AND id IN (SELECT subscriber_id FROM webhook_deliveries WHERE id IN (SELECT value FROM json_each(?2)))`,
 			millis(db.now()), string(list)); err != nil {
 			return 0, storeError(op, err)
@@ -391,8 +391,10 @@ func (db *DB) RecordAttempts(ctx context.Context, owner string, subscriberID int
 
 func (db *DB) PauseSubscriber(ctx context.Context, owner string, subscriberID int64, until time.Time) (bool, error) {
 	// A lease given back records when it may be claimed again, in
-	// lease_until: here, later than now.
-	res, err := db.write.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = ?
+	// lease_until: here, later than now. The owner '' marks a pause, told
+	// apart from a lease given back (NULL) that a listing's clock, read
+	// before a release, would take for one.
+	res, err := db.write.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_owner = '', lease_until = ?
 		WHERE id = ? AND lease_owner = ?`, millis(until), subscriberID, owner)
 	if err != nil {
 		return false, storeError("pause webhook subscriber", err)
@@ -498,6 +500,6 @@ func nullInt(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid:
 // leases of a process that died with the file (SIGKILL, a crash) are
 // then taken over at once instead of when they run out.
 func (db *DB) releaseLeases(ctx context.Context) error {
-	_, err := db.write.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = NULL WHERE lease_owner IS NOT NULL`)
+	_, err := db.write.ExecContext(ctx, `UPDATE webhook_subscribers SET lease_owner = NULL, lease_until = NULL WHERE lease_owner <> ''`)
 	return storeError("release webhook leases", err)
 }
